@@ -1,0 +1,181 @@
+// Package compiler is the deterministic request compiler of Token Terminator.
+//
+// It takes a provider request body, finds large tool results that the model
+// has already seen (in the same request or in an earlier request of the same
+// conversation), stores them in a Store and replaces them with short receipts.
+// The output is the original bytes with only the replaced JSON values spliced
+// in. A strict final gate forwards the rewrite only when it is strictly
+// smaller; otherwise the original bytes are returned unchanged.
+//
+// The package does no I/O of its own: persistence goes through the Store
+// interface and token counting through the TokenCounter interface, so it is
+// easy to test and to reuse outside Caddy.
+package compiler
+
+import (
+	"context"
+	"time"
+)
+
+// Digest is a SHA-256 digest. Artifacts are addressed by the digest of their
+// text; lineage nodes by the chain hash of their messages.
+type Digest [32]byte
+
+// Scope identifies whose artifacts and lineage a request may see. Tenant is an
+// opaque keyed hash of the request's credential (never the credential);
+// Session is an optional extra conversation key (already hashed or opaque).
+// Artifacts are scoped by Tenant; lineage by Tenant and Session.
+type Scope struct {
+	Tenant  string
+	Session string
+}
+
+// Artifact is a piece of content removed from a request and replaced by a
+// receipt. Text is exactly what the model saw; Raw is the exact JSON value
+// that was replaced, so the request can be restored byte for byte.
+type Artifact struct {
+	Digest Digest // sha256(Text)
+	Text   string
+	Raw    []byte
+	Tool   string // private provenance: never logged, never in a receipt
+	Args   string // private provenance: never logged, never in a receipt
+	Chars  int    // Unicode code points in Text
+}
+
+// Lineage is what the Store knows about a request's recorded ancestry.
+type Lineage struct {
+	// Found reports whether a recorded proper prefix exists.
+	Found bool
+	// Ancestor is the chain hash of the longest recorded proper prefix.
+	Ancestor Digest
+	// Length is the number of messages of that prefix.
+	Length int
+	// Exposures counts, per artifact, the forwarded requests along the
+	// ancestry that carried the artifact inline (cumulative, including the
+	// ancestor itself).
+	Exposures map[Digest]int
+}
+
+// Record is written after a request is forwarded: the forwarded request's
+// chain end with the cumulative inline exposures along its ancestry.
+type Record struct {
+	ChainEnd  Digest
+	Length    int
+	Parent    Digest
+	HasParent bool
+	// Exposures is cumulative: the ancestor's counts plus one for every
+	// artifact this request carried inline.
+	Exposures map[Digest]int
+	// Referenced lists artifacts this request named in receipts, so the Store
+	// can keep them alive (retention) while the conversation is active.
+	Referenced []Digest
+}
+
+// Store is the compiler's view of the vault. Implementations must be safe for
+// concurrent use and must keep tenants strictly apart.
+type Store interface {
+	// Ancestor returns the longest recorded proper prefix of chain, where
+	// chain[i] is the chain hash of the first i+1 messages. The full chain
+	// itself (chain[len-1]) is never an ancestor, so a retried request sees
+	// the same ancestry as its first attempt.
+	Ancestor(ctx context.Context, scope Scope, chain []Digest) (Lineage, error)
+	// Persist makes artifacts durable before any receipt naming them is
+	// forwarded: written (one batch), synced, read back and compared. An
+	// artifact already stored is only verified present. Any failure,
+	// including a full vault, is an error.
+	Persist(ctx context.Context, scope Scope, arts []Artifact) error
+	// Record stores the lineage node of a forwarded request.
+	Record(ctx context.Context, scope Scope, rec Record) error
+}
+
+// TokenCount is a token measurement of one complete body.
+type TokenCount struct {
+	N        int
+	Encoding string // e.g. "o200k_base"; empty when none applies
+	// Exact is true when Encoding is the model's own tokenizer.
+	Exact bool
+	// Status is one of "exact", "estimate", "none" (no tokenizer applies or
+	// tokenizer off), "budget" (counting did not finish within the budget).
+	Status string
+}
+
+// TokenCounter counts tokens of complete request bodies.
+type TokenCounter interface {
+	Count(ctx context.Context, model string, body []byte) TokenCount
+}
+
+// Mode says what the gateway does with a compiled request.
+type Mode string
+
+const (
+	ModeEnforce Mode = "enforce" // forward the rewrite when the gate accepts it
+	ModeShadow  Mode = "shadow"  // compile and report, forward the original
+	ModeOff     Mode = "off"     // do nothing
+)
+
+// Decision is the outcome reported for a candidate request.
+type Decision string
+
+const (
+	Accepted    Decision = "accepted"
+	Passthrough Decision = "passthrough"
+	Shadow      Decision = "shadow"
+)
+
+// Options configures a Compiler. Zero values are replaced by defaults in New.
+type Options struct {
+	MinArtifactChars int // default 8000
+	MaxArtifactChars int // default 2000000
+	// InlineLeases is how many forwarded requests of a conversation may
+	// carry an artifact inline; 0 turns lease receipts off (same-request
+	// duplicates are still receipted). Negative means default (1).
+	InlineLeases int
+	// Timeout bounds one compile; past it the original goes out.
+	Timeout time.Duration
+	// Compaction configures context compaction; see Compaction.
+	Compaction Compaction
+}
+
+// Request is one candidate provider request.
+type Request struct {
+	Path  string // URL path; selects the format by suffix
+	Body  []byte // complete body; never modified
+	Scope Scope
+	Mode  Mode
+}
+
+// Result is the outcome of a compile. Body is what must be forwarded: the
+// original slice itself on pass-through.
+type Result struct {
+	Body     []byte
+	Decision Decision
+	Reason   string // pass-through reason, empty when accepted
+	Format   string
+
+	RawBytes  int
+	SentBytes int
+	Receipts  int // receipts in the forwarded body (or that would be, in shadow)
+	Slots     int // eligible tool results seen
+
+	Tokens TokenReport
+
+	Parse, Vault, Total time.Duration
+}
+
+// TokenReport holds the token figures of the gate for one request.
+type TokenReport struct {
+	Status   string // as TokenCount.Status; "" when not measured
+	Encoding string
+	Raw      int
+	Sent     int
+}
+
+// Compaction configures context compaction (old tool results vaulted, old
+// turns folded into summaries). It is not defaulted by New: zero turn counts
+// are meaningful, so callers set every field.
+type Compaction struct {
+	Enabled            bool
+	MinVaultChars      int // tool results at least this long outside the recent window are vaulted (>= 500)
+	CollapseAfterTurns int // turns older than this many most recent are folded; 0 = never fold
+	InlineRecentTurns  int // the last this many turns are never changed
+}
