@@ -128,7 +128,8 @@ type Options struct {
 	MaxArtifactChars int // default 2000000
 	// InlineLeases is how many forwarded requests of a conversation may
 	// carry an artifact inline; 0 turns lease receipts off (same-request
-	// duplicates are still receipted). Negative means default (1).
+	// duplicates are still receipted). Zero is meaningful, so callers set it
+	// explicitly; negative means the default (1).
 	InlineLeases int
 	// Timeout bounds one compile; past it the original goes out.
 	Timeout time.Duration

@@ -1,0 +1,137 @@
+package compiler
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"hash"
+	"sort"
+	"unicode/utf8"
+	"unsafe"
+
+	"github.com/tokenterminator/caddy-token-terminator/compiler/jsonv"
+)
+
+// longString is the size from which a string's canonical form is its
+// digest. Tool results are long strings: hashing them once serves both the
+// conversation chain and the artifact identity.
+const longString = 1024
+
+// text is a decoded string value with its digest and size.
+type text struct {
+	s      string
+	digest Digest
+	chars  int
+}
+
+// hasher computes canonical message hashes. The canonical form ignores key
+// order, whitespace, escape spelling and cache_control markers (which some
+// clients move on every step), so a conversation is recognised however its
+// client serialises it.
+type hasher struct {
+	src  []byte
+	h    hash.Hash
+	buf  [8]byte
+	long map[*jsonv.Node]*text
+}
+
+func newHasher(src []byte) *hasher {
+	return &hasher{src: src, h: sha256.New(), long: make(map[*jsonv.Node]*text)}
+}
+
+// textOf decodes a string node, memoising long ones with their digest.
+func (c *hasher) textOf(n *jsonv.Node) *text {
+	if t, ok := c.long[n]; ok {
+		return t
+	}
+	b := n.TextBytes(c.src)
+	// b is fresh and never written again, so the string may share it.
+	s := unsafe.String(unsafe.SliceData(b), len(b))
+	t := &text{s: s, digest: sha256.Sum256(b), chars: len(s)}
+	if !n.ASCII || n.Escaped {
+		t.chars = utf8.RuneCountInString(s)
+	}
+	if len(s) >= longString {
+		c.long[n] = t
+	}
+	return t
+}
+
+// message returns the canonical hash of one message.
+func (c *hasher) message(n *jsonv.Node) Digest {
+	c.h.Reset()
+	c.node(n)
+	var d Digest
+	c.h.Sum(d[:0])
+	return d
+}
+
+func (c *hasher) num(v int) {
+	binary.LittleEndian.PutUint64(c.buf[:], uint64(v))
+	c.h.Write(c.buf[:])
+}
+
+func (c *hasher) node(n *jsonv.Node) {
+	switch n.Kind {
+	case jsonv.Null:
+		c.h.Write([]byte{'n'})
+	case jsonv.Bool:
+		c.h.Write([]byte{'b', c.src[n.Start]})
+	case jsonv.Number:
+		c.h.Write([]byte{'d'})
+		c.num(n.End - n.Start)
+		c.h.Write(c.src[n.Start:n.End])
+	case jsonv.String:
+		if n.End-n.Start >= longString {
+			t := c.textOf(n)
+			c.h.Write([]byte{'S'})
+			c.h.Write(t.digest[:])
+			return
+		}
+		c.h.Write([]byte{'s'})
+		if !n.Escaped {
+			c.num(n.End - n.Start - 2)
+			c.h.Write(c.src[n.Start+1 : n.End-1])
+			return
+		}
+		s, _ := n.Text(c.src)
+		c.num(len(s))
+		c.h.Write([]byte(s))
+	case jsonv.Array:
+		c.h.Write([]byte{'['})
+		c.num(len(n.Elems))
+		for _, e := range n.Elems {
+			c.node(e)
+		}
+	case jsonv.Object:
+		idx := make([]int, 0, len(n.Members))
+		for i, m := range n.Members {
+			if m.Key != "cache_control" {
+				idx = append(idx, i)
+			}
+		}
+		sort.Slice(idx, func(a, b int) bool { return n.Members[idx[a]].Key < n.Members[idx[b]].Key })
+		c.h.Write([]byte{'{'})
+		c.num(len(idx))
+		for _, i := range idx {
+			c.num(len(n.Members[i].Key))
+			c.h.Write([]byte(n.Members[i].Key))
+			c.node(n.Members[i].Value)
+		}
+	}
+}
+
+// chain returns h_i = H(h_{i-1}, m_i) for every unit, seeded by the format
+// name so that the same messages in two formats are two conversations.
+func (c *hasher) chain(format string, units []*jsonv.Node) []Digest {
+	out := make([]Digest, len(units))
+	prev := sha256.Sum256([]byte("token-terminator/chain/v1/" + format))
+	var buf [64]byte
+	for i, u := range units {
+		m := c.message(u)
+		copy(buf[:32], prev[:])
+		copy(buf[32:], m[:])
+		prev = sha256.Sum256(buf[:])
+		out[i] = prev
+	}
+	return out
+}

@@ -1,0 +1,145 @@
+package compiler
+
+import (
+	"fmt"
+
+	"github.com/tokenterminator/caddy-token-terminator/compiler/jsonv"
+)
+
+// chatFormat is OpenAI Chat Completions (and the many providers that speak
+// it): units are the messages; slots are the contents of role "tool" and
+// legacy role "function" messages.
+type chatFormat struct{}
+
+func (chatFormat) name() string { return "openai_chat" }
+
+type toolCall struct{ name, args string }
+
+func (chatFormat) parse(d *doc, h *hasher) string {
+	src := d.src
+	if !d.root.Is(jsonv.Object) {
+		return "unknown_shape"
+	}
+	msgs := d.root.Get("messages")
+	if !msgs.Is(jsonv.Array) {
+		return "unknown_shape"
+	}
+	d.model, _ = d.root.Get("model").Text(src)
+	d.units = msgs.Elems
+	// Tool-call ids are only unique within one assistant message (some
+	// providers reuse "functions.bash:0" every turn), so a result is matched
+	// with the most recent call of that id.
+	calls := map[string]toolCall{}
+	for i, m := range msgs.Elems {
+		if !m.Is(jsonv.Object) {
+			return "unknown_shape"
+		}
+		role := m.Get("role")
+		switch {
+		case role.StringIs(src, "assistant"):
+			if tcs := m.Get("tool_calls"); tcs.Is(jsonv.Array) {
+				for _, tc := range tcs.Elems {
+					id, ok := tc.Get("id").Text(src)
+					if !ok {
+						continue
+					}
+					fn := tc.Get("function")
+					name, _ := fn.Get("name").Text(src)
+					args, _ := fn.Get("arguments").Text(src)
+					calls[id] = toolCall{name, args}
+				}
+			}
+			if fc := m.Get("function_call"); fc.Is(jsonv.Object) {
+				name, _ := fc.Get("name").Text(src)
+				args, _ := fc.Get("arguments").Text(src)
+				calls["\x00fn:"+name] = toolCall{name, args}
+			}
+		case role.StringIs(src, "tool"), role.StringIs(src, "function"):
+			content := m.Get("content")
+			t := contentText(h, src, content, "text")
+			if t == nil {
+				continue
+			}
+			call := toolCall{name: "tool"}
+			if id, ok := m.Get("tool_call_id").Text(src); ok {
+				if c, ok := calls[id]; ok {
+					call = c
+				}
+			} else if name, ok := m.Get("name").Text(src); ok {
+				call = calls["\x00fn:"+name]
+				call.name = name
+			}
+			d.slots = append(d.slots, slot{unit: i, value: content, text: t, tool: call.name, args: call.args})
+		}
+	}
+	return ""
+}
+
+// contentText returns the text of a tool result given as a string or as a
+// list of text parts, or nil for any other shape.
+func contentText(h *hasher, src []byte, n *jsonv.Node, partType string) *text {
+	switch {
+	case n.Is(jsonv.String):
+		return h.textOf(n)
+	case n.Is(jsonv.Array):
+		s, ok := textParts(src, n, partType)
+		if !ok {
+			return nil
+		}
+		return newText(s)
+	}
+	return nil
+}
+
+// check verifies tool pairing: every assistant tool call is answered by a
+// tool message with its id before the next assistant message, and every tool
+// message answers a call. It compares with the original so that a request the
+// provider already accepted in its own way is judged by what changed.
+func (chatFormat) check(orig, out *doc) error {
+	po, err := chatPairing(orig)
+	if err != nil {
+		return nil // the original is not well paired; only structure is compared
+	}
+	pn, err := chatPairing(out)
+	if err != nil {
+		return err
+	}
+	if po != pn {
+		return fmt.Errorf("chat: tool pairing changed")
+	}
+	return nil
+}
+
+// chatPairing returns the number of paired calls or an error for an
+// unanswered call or an orphan result.
+func chatPairing(d *doc) (int, error) {
+	src := d.src
+	open := map[string]int{}
+	paired := 0
+	for _, m := range d.units {
+		role := m.Get("role")
+		switch {
+		case role.StringIs(src, "assistant"):
+			if len(open) > 0 {
+				return 0, fmt.Errorf("chat: tool call without result")
+			}
+			if tcs := m.Get("tool_calls"); tcs.Is(jsonv.Array) {
+				for _, tc := range tcs.Elems {
+					id, _ := tc.Get("id").Text(src)
+					open[id]++
+				}
+			}
+		case role.StringIs(src, "tool"):
+			id, _ := m.Get("tool_call_id").Text(src)
+			if open[id] == 0 {
+				return 0, fmt.Errorf("chat: tool result without call")
+			}
+			open[id]--
+			if open[id] == 0 {
+				delete(open, id)
+			}
+			paired++
+		}
+	}
+	return paired, nil
+}

@@ -1,0 +1,57 @@
+package compilertest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
+)
+
+// BenchCompile1MB measures compiling a ~1 MB chat request with 50 tool
+// results of ~20 KB that were all delivered before, so all 50 go out as
+// receipts. Warm: the artifacts are already in the store (a retry, or the
+// next step). Cold: each iteration uses a new tenant, so all 50 artifacts
+// are written in one synced batch. It reports p50 and p99 in ms.
+func BenchCompile1MB(b *testing.B, store compiler.Store, cold bool) {
+	turns := Turns(1000, 50, 20000)
+	prev := ChatBody("gpt-4o", turns, "")
+	body := ChatBody("gpt-4o", turns, "Now run the tests.")
+	c, err := compiler.New(compiler.Options{InlineLeases: 1}, store, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	req := func(tenant string, body []byte) compiler.Result {
+		return c.Compile(ctx, compiler.Request{Path: "/v1/chat/completions", Body: body, Scope: compiler.Scope{Tenant: tenant}, Mode: compiler.ModeEnforce})
+	}
+	req("warm", prev)
+	if res := req("warm", body); res.Receipts != 50 {
+		b.Fatalf("setup: %d receipts (%s), want 50", res.Receipts, res.Reason)
+	}
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	durs := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		tenant := "warm"
+		if cold {
+			b.StopTimer()
+			tenant = fmt.Sprintf("cold-%d", i)
+			req(tenant, prev)
+			b.StartTimer()
+		}
+		t0 := time.Now()
+		res := req(tenant, body)
+		durs = append(durs, time.Since(t0))
+		if res.Receipts != 50 {
+			b.Fatalf("%d receipts (%s)", res.Receipts, res.Reason)
+		}
+	}
+	b.StopTimer()
+	slices.Sort(durs)
+	b.ReportMetric(float64(durs[len(durs)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(durs[len(durs)*99/100].Microseconds())/1000, "p99-ms")
+}

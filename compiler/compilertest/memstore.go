@@ -1,0 +1,97 @@
+// Package compilertest holds test helpers for the compiler: an in-memory
+// Store and generators of realistic agent requests.
+package compilertest
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"maps"
+	"sync"
+
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
+)
+
+// MemStore is an in-memory compiler.Store with the same semantics as the
+// vault, for tests. Fail, when set, makes every call return that error.
+type MemStore struct {
+	mu        sync.Mutex
+	arts      map[string]compiler.Artifact // tenant + digest
+	nodes     map[string]compiler.Record   // scope + chain end
+	Fail      error
+	Persisted int // artifacts written (not merely verified)
+}
+
+// NewMemStore returns an empty MemStore.
+func NewMemStore() *MemStore {
+	return &MemStore{arts: map[string]compiler.Artifact{}, nodes: map[string]compiler.Record{}}
+}
+
+func scopeKey(s compiler.Scope, d compiler.Digest) string {
+	return s.Tenant + "\x00" + s.Session + "\x00" + string(d[:])
+}
+
+func artKey(tenant string, d compiler.Digest) string { return tenant + "\x00" + string(d[:]) }
+
+// Ancestor implements compiler.Store.
+func (m *MemStore) Ancestor(_ context.Context, s compiler.Scope, chain []compiler.Digest) (compiler.Lineage, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.Fail != nil {
+		return compiler.Lineage{}, m.Fail
+	}
+	for i := len(chain) - 2; i >= 0; i-- {
+		if r, ok := m.nodes[scopeKey(s, chain[i])]; ok {
+			return compiler.Lineage{Found: true, Ancestor: chain[i], Length: i + 1, Exposures: maps.Clone(r.Exposures)}, nil
+		}
+	}
+	return compiler.Lineage{}, nil
+}
+
+// Persist implements compiler.Store.
+func (m *MemStore) Persist(_ context.Context, s compiler.Scope, arts []compiler.Artifact) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.Fail != nil {
+		return m.Fail
+	}
+	for _, a := range arts {
+		k := artKey(s.Tenant, a.Digest)
+		if _, ok := m.arts[k]; !ok {
+			if sha256.Sum256([]byte(a.Text)) != a.Digest {
+				return errors.New("memstore: digest mismatch")
+			}
+			a.Raw = append([]byte(nil), a.Raw...)
+			m.arts[k] = a
+			m.Persisted++
+		}
+	}
+	return nil
+}
+
+// Record implements compiler.Store.
+func (m *MemStore) Record(_ context.Context, s compiler.Scope, r compiler.Record) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.Fail != nil {
+		return m.Fail
+	}
+	r.Exposures = maps.Clone(r.Exposures)
+	m.nodes[scopeKey(s, r.ChainEnd)] = r
+	return nil
+}
+
+// Get returns a stored artifact of a tenant.
+func (m *MemStore) Get(tenant string, d compiler.Digest) (compiler.Artifact, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a, ok := m.arts[artKey(tenant, d)]
+	return a, ok
+}
+
+// Len returns the number of stored artifacts.
+func (m *MemStore) Len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.arts)
+}

@@ -1,0 +1,541 @@
+// Package jsonv parses JSON into a tree that remembers where every value
+// sits in the source bytes. The compiler edits requests by splicing new bytes
+// into those spans, so everything it does not replace stays byte-identical:
+// key order, number spelling, escapes and whitespace.
+//
+// The parser is strict (RFC 8259): invalid UTF-8, control characters in
+// strings, duplicate object keys, trailing garbage and nesting deeper than
+// the limit are errors. A request the compiler cannot read unambiguously is
+// one it must not rewrite.
+package jsonv
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// Kind is the JSON type of a Node.
+type Kind uint8
+
+const (
+	Null Kind = iota
+	Bool
+	Number
+	String
+	Array
+	Object
+)
+
+func (k Kind) String() string {
+	return [...]string{"null", "bool", "number", "string", "array", "object"}[k]
+}
+
+// Node is one JSON value and its byte span [Start, End) in the source.
+type Node struct {
+	Kind       Kind
+	Start, End int
+	// Escaped is set on strings that contain a backslash escape; ASCII on
+	// strings whose source bytes are all ASCII (escapes may still decode to
+	// other characters).
+	Escaped, ASCII bool
+	Members        []Member // objects, in source order
+	Elems          []*Node  // arrays
+}
+
+// Member is one key/value pair of an object.
+type Member struct {
+	Key   string
+	Value *Node
+}
+
+// MaxDepth is the default nesting limit.
+const MaxDepth = 512
+
+// ErrDepth is returned when nesting exceeds the limit.
+var ErrDepth = errors.New("jsonv: nesting too deep")
+
+// SyntaxError reports invalid JSON at an offset.
+type SyntaxError struct {
+	Offset int
+	Msg    string
+}
+
+func (e *SyntaxError) Error() string { return fmt.Sprintf("jsonv: %s at offset %d", e.Msg, e.Offset) }
+
+type parser struct {
+	src      []byte
+	pos      int
+	depth    int
+	maxDepth int
+}
+
+// Parse parses src, which must hold exactly one JSON value (surrounding
+// whitespace allowed). maxDepth <= 0 means MaxDepth.
+func Parse(src []byte, maxDepth int) (*Node, error) {
+	if maxDepth <= 0 {
+		maxDepth = MaxDepth
+	}
+	p := &parser{src: src, maxDepth: maxDepth}
+	p.skipSpace()
+	n, err := p.value()
+	if err != nil {
+		return nil, err
+	}
+	p.skipSpace()
+	if p.pos != len(src) {
+		return nil, p.errf("trailing data")
+	}
+	return n, nil
+}
+
+func (p *parser) errf(msg string) error { return &SyntaxError{Offset: p.pos, Msg: msg} }
+
+func (p *parser) skipSpace() {
+	for p.pos < len(p.src) {
+		switch p.src[p.pos] {
+		case ' ', '\t', '\n', '\r':
+			p.pos++
+		default:
+			return
+		}
+	}
+}
+
+func (p *parser) value() (*Node, error) {
+	if p.pos >= len(p.src) {
+		return nil, p.errf("unexpected end")
+	}
+	switch c := p.src[p.pos]; {
+	case c == '{':
+		return p.object()
+	case c == '[':
+		return p.array()
+	case c == '"':
+		start := p.pos
+		esc, ascii, err := p.str()
+		if err != nil {
+			return nil, err
+		}
+		return &Node{Kind: String, Start: start, End: p.pos, Escaped: esc, ASCII: ascii}, nil
+	case c == 't':
+		return p.literal("true", Bool)
+	case c == 'f':
+		return p.literal("false", Bool)
+	case c == 'n':
+		return p.literal("null", Null)
+	case c == '-' || (c >= '0' && c <= '9'):
+		return p.number()
+	default:
+		return nil, p.errf("unexpected character")
+	}
+}
+
+func (p *parser) literal(word string, k Kind) (*Node, error) {
+	if len(p.src)-p.pos < len(word) || string(p.src[p.pos:p.pos+len(word)]) != word {
+		return nil, p.errf("invalid literal")
+	}
+	n := &Node{Kind: k, Start: p.pos, End: p.pos + len(word)}
+	p.pos += len(word)
+	return n, nil
+}
+
+func (p *parser) number() (*Node, error) {
+	start := p.pos
+	s := p.src
+	if p.pos < len(s) && s[p.pos] == '-' {
+		p.pos++
+	}
+	switch {
+	case p.pos < len(s) && s[p.pos] == '0':
+		p.pos++
+	case p.pos < len(s) && s[p.pos] >= '1' && s[p.pos] <= '9':
+		for p.pos < len(s) && s[p.pos] >= '0' && s[p.pos] <= '9' {
+			p.pos++
+		}
+	default:
+		return nil, p.errf("invalid number")
+	}
+	if p.pos < len(s) && s[p.pos] == '.' {
+		p.pos++
+		if !p.digits() {
+			return nil, p.errf("invalid number")
+		}
+	}
+	if p.pos < len(s) && (s[p.pos] == 'e' || s[p.pos] == 'E') {
+		p.pos++
+		if p.pos < len(s) && (s[p.pos] == '+' || s[p.pos] == '-') {
+			p.pos++
+		}
+		if !p.digits() {
+			return nil, p.errf("invalid number")
+		}
+	}
+	return &Node{Kind: Number, Start: start, End: p.pos}, nil
+}
+
+func (p *parser) digits() bool {
+	start := p.pos
+	for p.pos < len(p.src) && p.src[p.pos] >= '0' && p.src[p.pos] <= '9' {
+		p.pos++
+	}
+	return p.pos > start
+}
+
+// str scans a string starting at the opening quote and leaves pos after the
+// closing quote. It validates escapes, control characters and UTF-8. Tool
+// output is most of a request, so plain runs are skipped eight bytes at a
+// time.
+func (p *parser) str() (escaped, ascii bool, err error) {
+	s := p.src
+	p.pos++ // opening quote
+	start := p.pos
+	var high uint64
+	for {
+		for p.pos+8 <= len(s) {
+			x := binary.LittleEndian.Uint64(s[p.pos:])
+			if special(x) {
+				break
+			}
+			high |= x
+			p.pos += 8
+		}
+		if p.pos >= len(s) {
+			return false, false, p.errf("unterminated string")
+		}
+		c := s[p.pos]
+		switch {
+		case c == '"':
+			ascii = high&0x8080808080808080 == 0
+			if !ascii && !utf8.Valid(s[start:p.pos]) {
+				return false, false, p.errf("invalid UTF-8 in string")
+			}
+			p.pos++
+			return escaped, ascii, nil
+		case c == '\\':
+			escaped = true
+			if p.pos+1 >= len(s) {
+				return false, false, p.errf("unexpected end in escape")
+			}
+			switch s[p.pos+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				p.pos += 2
+			case 'u':
+				if p.pos+6 > len(s) {
+					return false, false, p.errf("short unicode escape")
+				}
+				for _, h := range s[p.pos+2 : p.pos+6] {
+					if unhex(h) < 0 {
+						return false, false, p.errf("invalid unicode escape")
+					}
+				}
+				p.pos += 6
+			default:
+				return false, false, p.errf("invalid escape")
+			}
+		case c < 0x20:
+			return false, false, p.errf("control character in string")
+		default:
+			high |= uint64(c) << 56
+			p.pos++
+		}
+	}
+}
+
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// special reports whether any of the eight bytes in x is a quote, a
+// backslash or a control character (the classic SWAR byte tests).
+func special(x uint64) bool {
+	hasZero := func(v uint64) uint64 { return (v - ones) & ^v & highs }
+	return (hasZero(x^(ones*'"')) | hasZero(x^(ones*'\\')) | ((x - ones*0x20) &^ x & highs)) != 0
+}
+
+func unhex(c byte) int {
+	switch {
+	case c >= '0' && c <= '9':
+		return int(c - '0')
+	case c >= 'a' && c <= 'f':
+		return int(c-'a') + 10
+	case c >= 'A' && c <= 'F':
+		return int(c-'A') + 10
+	}
+	return -1
+}
+
+func (p *parser) enter() error {
+	p.depth++
+	if p.depth > p.maxDepth {
+		return ErrDepth
+	}
+	return nil
+}
+
+func (p *parser) object() (*Node, error) {
+	if err := p.enter(); err != nil {
+		return nil, err
+	}
+	n := &Node{Kind: Object, Start: p.pos}
+	p.pos++
+	p.skipSpace()
+	if p.pos < len(p.src) && p.src[p.pos] == '}' {
+		p.pos++
+		n.End = p.pos
+		p.depth--
+		return n, nil
+	}
+	for {
+		if p.pos >= len(p.src) || p.src[p.pos] != '"' {
+			return nil, p.errf("expected object key")
+		}
+		ks := p.pos
+		esc, _, err := p.str()
+		if err != nil {
+			return nil, err
+		}
+		key := decodeString(p.src[ks:p.pos], esc)
+		for _, m := range n.Members {
+			if m.Key == key {
+				return nil, p.errf("duplicate key")
+			}
+		}
+		p.skipSpace()
+		if p.pos >= len(p.src) || p.src[p.pos] != ':' {
+			return nil, p.errf("expected colon")
+		}
+		p.pos++
+		p.skipSpace()
+		v, err := p.value()
+		if err != nil {
+			return nil, err
+		}
+		n.Members = append(n.Members, Member{Key: key, Value: v})
+		p.skipSpace()
+		if p.pos >= len(p.src) {
+			return nil, p.errf("unexpected end in object")
+		}
+		switch p.src[p.pos] {
+		case ',':
+			p.pos++
+			p.skipSpace()
+		case '}':
+			p.pos++
+			n.End = p.pos
+			p.depth--
+			return n, nil
+		default:
+			return nil, p.errf("expected comma or end of object")
+		}
+	}
+}
+
+func (p *parser) array() (*Node, error) {
+	if err := p.enter(); err != nil {
+		return nil, err
+	}
+	n := &Node{Kind: Array, Start: p.pos}
+	p.pos++
+	p.skipSpace()
+	if p.pos < len(p.src) && p.src[p.pos] == ']' {
+		p.pos++
+		n.End = p.pos
+		p.depth--
+		return n, nil
+	}
+	for {
+		v, err := p.value()
+		if err != nil {
+			return nil, err
+		}
+		n.Elems = append(n.Elems, v)
+		p.skipSpace()
+		if p.pos >= len(p.src) {
+			return nil, p.errf("unexpected end in array")
+		}
+		switch p.src[p.pos] {
+		case ',':
+			p.pos++
+			p.skipSpace()
+		case ']':
+			p.pos++
+			n.End = p.pos
+			p.depth--
+			return n, nil
+		default:
+			return nil, p.errf("expected comma or end of array")
+		}
+	}
+}
+
+// Get returns the value of key in an object, or nil.
+func (n *Node) Get(key string) *Node {
+	if n == nil || n.Kind != Object {
+		return nil
+	}
+	for i := range n.Members {
+		if n.Members[i].Key == key {
+			return n.Members[i].Value
+		}
+	}
+	return nil
+}
+
+// Is reports whether n is non-nil and of kind k.
+func (n *Node) Is(k Kind) bool { return n != nil && n.Kind == k }
+
+// Raw returns the source bytes of n.
+func (n *Node) Raw(src []byte) []byte { return src[n.Start:n.End] }
+
+// Text decodes a string node. ok is false for other kinds.
+func (n *Node) Text(src []byte) (s string, ok bool) {
+	if !n.Is(String) {
+		return "", false
+	}
+	return decodeString(src[n.Start:n.End], n.Escaped), true
+}
+
+// TextBytes decodes a string node into a new slice (nil for other kinds).
+// The caller owns the slice.
+func (n *Node) TextBytes(src []byte) []byte {
+	if !n.Is(String) {
+		return nil
+	}
+	q := src[n.Start:n.End]
+	if !n.Escaped {
+		return append([]byte(nil), q[1:len(q)-1]...)
+	}
+	return decodeBytes(q)
+}
+
+// StringIs reports whether n is a string equal to want, without allocating
+// for unescaped strings.
+func (n *Node) StringIs(src []byte, want string) bool {
+	if !n.Is(String) {
+		return false
+	}
+	if !n.Escaped {
+		return string(src[n.Start+1:n.End-1]) == want
+	}
+	s, _ := n.Text(src)
+	return s == want
+}
+
+// decodeString decodes a validated quoted JSON string. Lone surrogates
+// become U+FFFD, as encoding/json does.
+func decodeString(q []byte, escaped bool) string {
+	if !escaped {
+		return string(q[1 : len(q)-1])
+	}
+	return string(decodeBytes(q))
+}
+
+func decodeBytes(q []byte) []byte {
+	body := q[1 : len(q)-1]
+	out := make([]byte, 0, len(body))
+	for i := 0; i < len(body); {
+		j := bytes.IndexByte(body[i:], '\\')
+		if j < 0 {
+			out = append(out, body[i:]...)
+			break
+		}
+		out = append(out, body[i:i+j]...)
+		i += j
+		switch body[i+1] {
+		case '"', '\\', '/':
+			out = append(out, body[i+1])
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		case 'u':
+			r := hex4(body[i+2 : i+6])
+			i += 6
+			if utf16.IsSurrogate(r) {
+				if i+6 <= len(body) && body[i] == '\\' && body[i+1] == 'u' {
+					if r2 := hex4(body[i+2 : i+6]); utf16.DecodeRune(r, r2) != utf8.RuneError {
+						out = utf8.AppendRune(out, utf16.DecodeRune(r, r2))
+						i += 6
+						continue
+					}
+				}
+				r = utf8.RuneError
+			}
+			out = utf8.AppendRune(out, r)
+			continue
+		}
+		i += 2
+	}
+	return out
+}
+
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b {
+		r = r<<4 | rune(unhex(c))
+	}
+	return r
+}
+
+// AppendString appends s as a JSON string literal. Unlike encoding/json it
+// does not escape <, > and &: receipts and summaries should read as written.
+func AppendString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
+			i++
+			continue
+		}
+		if c < utf8.RuneSelf {
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				dst = append(dst, '\\', c)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, `\u00`...)
+				dst = append(dst, "0123456789abcdef"[c>>4], "0123456789abcdef"[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\u`+strconv.FormatInt(int64(r), 16)...)
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}

@@ -1,0 +1,114 @@
+package jsonv
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+func TestParse(t *testing.T) {
+	tests := []struct {
+		in string
+		ok bool
+	}{
+		{`{}`, true},
+		{` {"a" : [1, -0.5e+3, true, false, null, "x\u00e9\n"]} `, true},
+		{`"\ud83d\ude00"`, true},
+		{`[`, false},
+		{`{"a":1,}`, false},
+		{`{"a":1,"a":2}`, false},
+		{`[01]`, false},
+		{`[1.]`, false},
+		{`"\x"`, false},
+		{"\"a\x01\"", false},
+		{"\"\xff\"", false},
+		{`{} x`, false},
+		{`tru`, false},
+		{strings.Repeat("[", 600) + strings.Repeat("]", 600), false},
+		{strings.Repeat("[", 500) + strings.Repeat("]", 500), true},
+	}
+	for _, tt := range tests {
+		_, err := Parse([]byte(tt.in), 0)
+		if (err == nil) != tt.ok {
+			t.Errorf("Parse(%.40q) err=%v, want ok=%v", tt.in, err, tt.ok)
+		}
+	}
+}
+
+func TestSpansAndText(t *testing.T) {
+	src := []byte(`{"k":"v\"\u00e9\ud83d\ude00\ud800","n": 1.5 ,"a":[ {"x":null} ]}`)
+	n, err := Parse(src, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(n.Get("n").Raw(src)); got != "1.5" {
+		t.Errorf("number span %q", got)
+	}
+	if got := string(n.Get("a").Elems[0].Raw(src)); got != `{"x":null}` {
+		t.Errorf("object span %q", got)
+	}
+	s, _ := n.Get("k").Text(src)
+	var want string
+	_ = json.Unmarshal([]byte(`"v\"\u00e9\ud83d\ude00\ud800"`), &want)
+	if s != want {
+		t.Errorf("Text = %q, want %q", s, want)
+	}
+}
+
+func TestAppendString(t *testing.T) {
+	for _, s := range []string{"", "plain", "q\"b\\s", "ctl\x00\x1f\n\t\r", "<&>", "é日本✓", "\u2028\u2029", "bad\xffutf8"} {
+		enc := AppendString(nil, s)
+		var got string
+		if err := json.Unmarshal(enc, &got); err != nil {
+			t.Fatalf("AppendString(%q) = %s: %v", s, enc, err)
+		}
+		want := strings.ToValidUTF8(s, "\uFFFD")
+		if got != want {
+			t.Errorf("round trip %q -> %q", s, got)
+		}
+	}
+}
+
+// FuzzParse checks the parser against encoding/json: whatever it accepts is
+// valid JSON, and every string it decodes decodes the same way there.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{`{"a":[1,"b",null]}`, `"\u00e9"`, `[1e5,-0,true]`, `{"a":{"b":"\n"}}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, src []byte) {
+		n, err := Parse(src, 64)
+		if err != nil {
+			return
+		}
+		if !json.Valid(src) || !utf8.Valid(src) {
+			t.Fatalf("accepted invalid JSON %q", src)
+		}
+		var walk func(*Node)
+		walk = func(n *Node) {
+			switch n.Kind {
+			case String:
+				var want string
+				if err := json.Unmarshal(n.Raw(src), &want); err != nil {
+					t.Fatalf("span %q: %v", n.Raw(src), err)
+				}
+				if got, _ := n.Text(src); got != want {
+					t.Fatalf("Text %q, want %q", got, want)
+				}
+			case Object:
+				for _, m := range n.Members {
+					walk(m.Value)
+				}
+			case Array:
+				for _, e := range n.Elems {
+					walk(e)
+				}
+			default:
+				if !json.Valid(n.Raw(src)) {
+					t.Fatalf("bad span %q", n.Raw(src))
+				}
+			}
+		}
+		walk(n)
+	})
+}
