@@ -156,6 +156,7 @@ type Result struct {
 	RawBytes  int
 	SentBytes int
 	Receipts  int // receipts in the forwarded body (or that would be, in shadow)
+	Folded    int // old turns folded into summaries
 	Slots     int // eligible tool results seen
 
 	Tokens TokenReport

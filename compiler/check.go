@@ -3,6 +3,7 @@ package compiler
 import (
 	"bytes"
 	"fmt"
+	"strings"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler/jsonv"
 )
@@ -11,16 +12,22 @@ import (
 // keep the original's structure everywhere except the replaced values (each
 // now a string), and pass the format's own provider rules. It is also the
 // oracle of the tests and fuzzers.
-func verify(f format, orig *doc, out []byte, edits []edit) error {
+func verify(f format, p *plan, out []byte) error {
+	orig := p.d
 	root, err := jsonv.Parse(out, maxDepthForRequests)
 	if err != nil {
 		return fmt.Errorf("rewrite does not parse: %w", err)
 	}
-	replaced := make(map[int]bool, len(edits))
-	for _, e := range edits {
+	replaced := make(map[int]bool, len(p.edits))
+	for _, e := range p.edits {
 		replaced[e.start] = true
 	}
-	if err := sameExcept(orig.src, orig.root, out, root, replaced); err != nil {
+	var list *jsonv.Node
+	var keep []int
+	if p.compaction != nil && len(p.compaction.folds) > 0 {
+		list, keep = p.compaction.list, p.compaction.keep
+	}
+	if err := sameFolded(orig.src, orig.root, out, root, replaced, list, keep); err != nil {
 		return err
 	}
 	nd := &doc{src: out, root: root}
@@ -30,11 +37,58 @@ func verify(f format, orig *doc, out []byte, edits []edit) error {
 	return f.check(orig, nd)
 }
 
+// sameFolded is sameExcept for a root object whose history list had turns
+// folded: keep maps each output element to its original, -1 for a summary.
+func sameFolded(as []byte, a *jsonv.Node, bs []byte, b *jsonv.Node, replaced map[int]bool, list *jsonv.Node, keep []int) error {
+	if list == nil {
+		return sameExcept(as, a, bs, b, replaced)
+	}
+	if a.Kind != jsonv.Object || b.Kind != jsonv.Object || len(a.Members) != len(b.Members) {
+		return fmt.Errorf("root changed shape")
+	}
+	for i := range a.Members {
+		am, bm := a.Members[i], b.Members[i]
+		if am.Key != bm.Key {
+			return fmt.Errorf("key changed at %d", a.Start)
+		}
+		if am.Value != list {
+			if err := sameExcept(as, am.Value, bs, bm.Value, replaced); err != nil {
+				return err
+			}
+			continue
+		}
+		if !bm.Value.Is(jsonv.Array) || len(bm.Value.Elems) != len(keep) {
+			return fmt.Errorf("history has %d elements, want %d", len(bm.Value.Elems), len(keep))
+		}
+		for j, k := range keep {
+			e := bm.Value.Elems[j]
+			if k < 0 {
+				if !strings.HasPrefix(foldedText(bs, e), FoldPrefix) {
+					return fmt.Errorf("element %d is not a summary", j)
+				}
+				continue
+			}
+			if err := sameExcept(as, list.Elems[k], bs, e, replaced); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func foldedText(src []byte, e *jsonv.Node) string {
+	if !e.Get("role").StringIs(src, "user") || len(e.Members) != 2 {
+		return ""
+	}
+	s, _ := e.Get("content").Text(src)
+	return s
+}
+
 // sameExcept compares two trees: identical kinds, keys in the same order,
 // identical scalar bytes; an original value whose start offset is in
-// replaced must have become a string.
+// replaced must be unchanged or have become a string.
 func sameExcept(as []byte, a *jsonv.Node, bs []byte, b *jsonv.Node, replaced map[int]bool) error {
-	if replaced[a.Start] {
+	if replaced[a.Start] && !bytes.Equal(a.Raw(as), b.Raw(bs)) {
 		if b.Kind != jsonv.String {
 			return fmt.Errorf("replaced value at %d is %s", a.Start, b.Kind)
 		}

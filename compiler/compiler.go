@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -24,6 +25,11 @@ const (
 	ReasonVaultFull     = "vault_full"
 	ReasonVaultError    = "vault_error"
 	ReasonInvalidOutput = "invalid_output"
+
+	// ReasonProviderContextManagement: the request carries Anthropic's
+	// context_management; the provider edits that context itself.
+	ReasonProviderContextManagement = "provider_context_management"
+
 	ReasonNotSmaller    = "not_smaller"
 	ReasonMoreTokens    = "not_fewer_tokens"
 	ReasonTimeout       = "timeout"
@@ -47,7 +53,13 @@ type Compiler struct {
 	opts   Options
 	store  Store
 	tokens TokenCounter
+	// invalid counts rewrites the validity check refused (invalid_output).
+	invalid atomic.Uint64
 }
+
+// InvalidOutputs returns how many rewrites failed the validity check and
+// went upstream as the original (passthrough=invalid_output).
+func (c *Compiler) InvalidOutputs() uint64 { return c.invalid.Load() }
 
 // New returns a Compiler. tokens may be nil (byte gate only).
 func New(opts Options, store Store, tokens TokenCounter) (*Compiler, error) {
@@ -106,9 +118,57 @@ type plan struct {
 	d        *doc
 	chain    []Digest
 	lineage  Lineage
-	replace  []bool     // per slot: goes out as a receipt
-	eligible []bool     // per slot: large enough to be an artifact
-	arts     []Artifact // unique artifacts named by receipts
+	replace  []bool // per slot: a duplicate or leased artifact
+	eligible []bool // per slot: large enough to be an artifact
+
+	compaction *compaction // nil when compaction does not apply
+
+	// Built from the decisions by build:
+	edits    []edit
+	arts     []Artifact // unique artifacts named by receipts and summaries
+	receipt  []bool     // per slot: goes out as a receipt
+	gone     []bool     // per slot: folded away with its turn
+	receipts int
+}
+
+func (p *plan) folds() []fold {
+	if p.compaction == nil {
+		return nil
+	}
+	return p.compaction.folds
+}
+
+// build turns the decisions into edits and the artifacts they name.
+func (p *plan) build() {
+	slots := p.d.slots
+	p.receipt = make([]bool, len(slots))
+	p.gone = make([]bool, len(slots))
+	named := map[Digest]bool{}
+	add := func(a Artifact) {
+		if !named[a.Digest] {
+			named[a.Digest] = true
+			p.arts = append(p.arts, a)
+		}
+	}
+	cp := p.compaction
+	for i, s := range slots {
+		if cp != nil && cp.inFolded[i] {
+			p.gone[i] = true
+			continue
+		}
+		if !p.replace[i] && (cp == nil || !cp.vaulted[i]) {
+			continue
+		}
+		p.receipt[i] = true
+		p.receipts++
+		r := Receipt(s.text.digest, s.tool, s.text.chars)
+		p.edits = append(p.edits, edit{start: s.value.Start, end: s.value.End, repl: jsonv.AppendString(nil, r)})
+		add(Artifact{Digest: s.text.digest, Text: s.text.s, Raw: s.value.Raw(p.d.src), Tool: s.tool, Args: s.args, Chars: s.text.chars})
+	}
+	for _, f := range p.folds() {
+		p.edits = append(p.edits, f.edits...)
+		add(f.art)
+	}
 }
 
 func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Result) {
@@ -119,8 +179,7 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Resu
 		res.Reason = reason
 		return
 	}
-	h := d.hasher
-	p := &plan{d: d.doc, chain: h.chain(f.name(), d.units)}
+	p := &plan{d: d.doc}
 	for _, s := range d.slots {
 		ok := s.text.chars >= c.opts.MinArtifactChars && s.text.chars <= c.opts.MaxArtifactChars
 		p.eligible = append(p.eligible, ok)
@@ -128,23 +187,32 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Resu
 			res.Slots++
 		}
 	}
-	if len(p.chain) == 0 {
+	if len(d.units) == 0 {
 		res.Reason = ReasonNoSlots
 		return
 	}
-	tv := time.Now()
-	lin, err := c.store.Ancestor(ctx, req.Scope, p.chain)
-	res.Vault += time.Since(tv)
-	if err != nil {
-		res.Reason = vaultReason(ctx, err)
-		return // no lineage known: recording would guess, so record nothing
+	// Leases need the conversation's lineage; without an eligible slot there
+	// is nothing to lease, so the vault is not asked (nor told) anything.
+	if res.Slots > 0 {
+		p.chain = d.hasher.chain(f.name(), d.units)
+		tv := time.Now()
+		lin, err := c.store.Ancestor(ctx, req.Scope, p.chain)
+		res.Vault += time.Since(tv)
+		if err != nil {
+			res.Reason = vaultReason(ctx, err)
+			return // no lineage known: recording would guess, so record nothing
+		}
+		p.lineage = lin
 	}
-	p.lineage = lin
 	c.decide(p)
+	if tf, ok := f.(turnFormat); ok && c.opts.Compaction.Enabled {
+		p.compaction = c.compact(p, tf)
+	}
+	p.build()
 
 	out := req.Body
-	sent := make([]bool, len(d.slots)) // per slot: went out as a receipt
-	if len(p.arts) == 0 {
+	forwarded := false
+	if len(p.edits) == 0 {
 		if res.Slots == 0 {
 			res.Reason = ReasonNoSlots
 		} else {
@@ -152,20 +220,16 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Resu
 		}
 	} else {
 		out, res.Reason = c.rewrite(ctx, f, p, req, res)
-		if res.Reason == "" {
-			copy(sent, p.replace)
-		}
+		forwarded = res.Reason == "" && req.Mode != ModeShadow
 	}
-	if req.Mode == ModeShadow {
-		if res.Reason == "" {
-			res.Decision, res.Receipts = Shadow, countTrue(p.replace)
-			res.SentBytes = len(req.Body)
-		}
-		out, sent = req.Body, make([]bool, len(d.slots))
-	} else if res.Reason == "" {
-		res.Decision, res.Body, res.SentBytes, res.Receipts = Accepted, out, len(out), countTrue(sent)
+	switch {
+	case req.Mode == ModeShadow && res.Reason == "":
+		res.Decision, res.Receipts, res.Folded = Shadow, p.receipts, len(p.folds())
+	case forwarded:
+		res.Decision, res.Body, res.SentBytes = Accepted, out, len(out)
+		res.Receipts, res.Folded = p.receipts, len(p.folds())
 	}
-	c.record(ctx, req.Scope, p, sent, res)
+	c.record(ctx, req.Scope, p, forwarded, res)
 }
 
 // parsed bundles a doc with the hasher that memoised its long strings.
@@ -206,24 +270,13 @@ func (c *Compiler) decide(p *plan) {
 			newest[s.text.digest] = i
 		}
 	}
-	named := map[Digest]bool{}
 	for i, s := range slots {
 		if !p.eligible[i] {
 			continue
 		}
 		dg := s.text.digest
 		leased := c.opts.InlineLeases > 0 && p.lineage.Exposures[dg] >= c.opts.InlineLeases
-		if !leased && newest[dg] == i {
-			continue
-		}
-		p.replace[i] = true
-		if !named[dg] {
-			named[dg] = true
-			p.arts = append(p.arts, Artifact{
-				Digest: dg, Text: s.text.s, Raw: s.value.Raw(p.d.src),
-				Tool: s.tool, Args: s.args, Chars: s.text.chars,
-			})
-		}
+		p.replace[i] = leased || newest[dg] != i
 	}
 }
 
@@ -231,18 +284,12 @@ func (c *Compiler) decide(p *plan) {
 // validity check and the final gate. It returns the rewritten body, or a
 // pass-through reason.
 func (c *Compiler) rewrite(ctx context.Context, f format, p *plan, req Request, res *Result) ([]byte, string) {
-	edits := make([]edit, 0, len(p.arts))
-	for i, s := range p.d.slots {
-		if p.replace[i] {
-			r := Receipt(s.text.digest, s.tool, s.text.chars)
-			edits = append(edits, edit{start: s.value.Start, end: s.value.End, repl: jsonv.AppendString(nil, r)})
-		}
-	}
-	out, err := splice(req.Body, edits)
+	out, err := splice(req.Body, p.edits)
 	if err != nil {
 		return nil, ReasonInternal
 	}
-	if err := verify(f, p.d, out, edits); err != nil {
+	if err := verify(f, p, out); err != nil {
+		c.invalid.Add(1)
 		return nil, ReasonInvalidOutput
 	}
 	if reason := c.gate(ctx, p.d.model, req.Body, out, res); reason != "" {
@@ -290,11 +337,12 @@ func (c *Compiler) gate(ctx context.Context, model string, raw, out []byte, res 
 	return ""
 }
 
-// record stores the forwarded request's lineage node: the artifacts it
-// carried inline count as one more exposure each. It runs for pass-through
-// too, so leases always follow what actually went upstream.
-func (c *Compiler) record(ctx context.Context, scope Scope, p *plan, sent []bool, res *Result) {
-	if len(p.chain) == 0 {
+// record stores the forwarded request's lineage node: each artifact it
+// carried inline counts as one more exposure. It runs for pass-through too,
+// so leases always follow what actually went upstream, and never names a
+// receipt that was not sent.
+func (c *Compiler) record(ctx context.Context, scope Scope, p *plan, forwarded bool, res *Result) {
+	if len(p.chain) == 0 || res.Slots == 0 {
 		return
 	}
 	exp := make(map[Digest]int, len(p.lineage.Exposures)+len(p.d.slots))
@@ -302,23 +350,19 @@ func (c *Compiler) record(ctx context.Context, scope Scope, p *plan, sent []bool
 		exp[k] = v
 	}
 	inline := map[Digest]bool{}
-	var refs []Digest
-	seenRef := map[Digest]bool{}
 	for i, s := range p.d.slots {
-		if !p.eligible[i] {
+		if !p.eligible[i] || (forwarded && (p.receipt[i] || p.gone[i])) {
 			continue
 		}
-		dg := s.text.digest
-		if sent[i] {
-			if !seenRef[dg] {
-				seenRef[dg] = true
-				refs = append(refs, dg)
-			}
-			continue
-		}
-		if !inline[dg] {
+		if dg := s.text.digest; !inline[dg] {
 			inline[dg] = true
 			exp[dg]++
+		}
+	}
+	var refs []Digest
+	if forwarded {
+		for _, a := range p.arts {
+			refs = append(refs, a.Digest)
 		}
 	}
 	rec := Record{

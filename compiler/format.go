@@ -42,6 +42,8 @@ var formats = []struct {
 	f      format
 }{
 	{"/chat/completions", chatFormat{}},
+	{"/responses", responsesFormat{}},
+	{"/messages", anthropicFormat{}},
 }
 
 // FormatFor reports which request format a request with this method and

@@ -95,3 +95,16 @@ func (m *MemStore) Len() int {
 	defer m.mu.Unlock()
 	return len(m.arts)
 }
+
+// All returns the artifacts of a tenant.
+func (m *MemStore) All(tenant string) []compiler.Artifact {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []compiler.Artifact
+	for k, a := range m.arts {
+		if len(k) > len(tenant) && k[:len(tenant)+1] == tenant+"\x00" {
+			out = append(out, a)
+		}
+	}
+	return out
+}

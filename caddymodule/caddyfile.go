@@ -1,0 +1,176 @@
+package caddymodule
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/dustin/go-humanize"
+)
+
+func init() {
+	httpcaddyfile.RegisterHandlerDirective("token_terminator", parseCaddyfile)
+	httpcaddyfile.RegisterDirectiveOrder("token_terminator", httpcaddyfile.Before, "reverse_proxy")
+}
+
+func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	var t Handler
+	err := t.UnmarshalCaddyfile(h.Dispenser)
+	return &t, err
+}
+
+// UnmarshalCaddyfile sets up the handler from Caddyfile tokens. Syntax:
+//
+//	token_terminator [<matcher>] {
+//	    vault_dir               <path>
+//	    min_artifact_chars      <n>
+//	    max_artifact_chars      <n>
+//	    vault_max_bytes         <size>
+//	    inline_leases           <n>
+//	    max_body_size           <size>
+//	    mode                    enforce|shadow|off
+//	    session                 <placeholder>
+//	    tokenizer               auto|o200k_base|cl100k_base|off
+//	    token_budget            <duration>
+//	    token_cache_size        <size>
+//	    context_compaction      on|off
+//	    context_min_vault_chars <n>
+//	    collapse_after_turns    <n>
+//	    inline_recent_turns     <n>
+//	    compile_timeout         <duration>
+//	}
+//
+// Every subdirective takes exactly one argument and may appear once. The
+// resulting configuration (with defaults for what is unset) is checked
+// here too, so `caddy adapt` already refuses bad values.
+func (t *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // consume directive name
+	if d.NextArg() {
+		return d.Errf("token_terminator takes no inline arguments (got '%s'); use a block", d.Val())
+	}
+
+	seen := make(map[string]bool)
+	for d.NextBlock(0) {
+		name := d.Val()
+		if _, known := subdirectives[name]; !known {
+			return d.Errf("unrecognized token_terminator subdirective '%s'", name)
+		}
+		if seen[name] {
+			return d.Errf("token_terminator: duplicate subdirective '%s'", name)
+		}
+		seen[name] = true
+
+		if !d.NextArg() {
+			return d.ArgErr()
+		}
+		val := d.Val()
+		if d.NextArg() {
+			return d.Errf("token_terminator: %s takes exactly one argument, got extra '%s'", name, d.Val())
+		}
+		if d.NextBlock(1) {
+			return d.Errf("token_terminator: %s takes no block", name)
+		}
+		if err := subdirectives[name](t, val); err != nil {
+			return d.Errf("token_terminator: %s: %v", name, err)
+		}
+	}
+
+	if err := t.Validate(); err != nil {
+		return d.Err(err.Error())
+	}
+	return nil
+}
+
+// subdirectives maps each subdirective to the setter of its one argument.
+var subdirectives = map[string]func(t *Handler, v string) error{
+	"vault_dir": func(t *Handler, v string) error {
+		t.VaultDir = v
+		return nil
+	},
+	"min_artifact_chars":      func(t *Handler, v string) error { return setInt(&t.MinArtifactChars, v, 1) },
+	"max_artifact_chars":      func(t *Handler, v string) error { return setInt(&t.MaxArtifactChars, v, 1) },
+	"vault_max_bytes":         func(t *Handler, v string) error { return setSize(&t.VaultMaxBytes, v) },
+	"inline_leases":           func(t *Handler, v string) error { return setInt(&t.InlineLeases, v, 0) },
+	"max_body_size":           func(t *Handler, v string) error { return setSize(&t.MaxBodySize, v) },
+	"context_min_vault_chars": func(t *Handler, v string) error { return setInt(&t.ContextMinVaultChars, v, MinContextMinVaultChars) },
+	"collapse_after_turns":    func(t *Handler, v string) error { return setInt(&t.CollapseAfterTurns, v, 0) },
+	"inline_recent_turns":     func(t *Handler, v string) error { return setInt(&t.InlineRecentTurns, v, 0) },
+	"token_cache_size":        func(t *Handler, v string) error { return setSize(&t.TokenCacheSize, v) },
+	"token_budget":            func(t *Handler, v string) error { return setDuration(&t.TokenBudget, v) },
+	"compile_timeout":         func(t *Handler, v string) error { return setDuration(&t.CompileTimeout, v) },
+	"mode": func(t *Handler, v string) error {
+		switch v {
+		case "enforce", "shadow", "off":
+			t.Mode = v
+			return nil
+		}
+		return fmt.Errorf("want enforce, shadow or off, got '%s'", v)
+	},
+	"session": func(t *Handler, v string) error {
+		t.Session = v
+		return nil
+	},
+	"tokenizer": func(t *Handler, v string) error {
+		switch v {
+		case "auto", "o200k_base", "cl100k_base", "off":
+			t.Tokenizer = v
+			return nil
+		}
+		return fmt.Errorf("want auto, o200k_base, cl100k_base or off, got '%s'", v)
+	},
+	"context_compaction": func(t *Handler, v string) error {
+		switch v {
+		case "on":
+			t.ContextCompaction = boolp(true)
+		case "off":
+			t.ContextCompaction = boolp(false)
+		default:
+			return fmt.Errorf("want on or off, got '%s'", v)
+		}
+		return nil
+	},
+}
+
+func setInt(dst **int, v string, min int) error {
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return fmt.Errorf("not an integer: '%s'", v)
+	}
+	if n < min {
+		return fmt.Errorf("must be at least %d, got %d", min, n)
+	}
+	*dst = &n
+	return nil
+}
+
+func setSize(dst **int64, v string) error {
+	n, err := humanize.ParseBytes(v)
+	if err != nil {
+		return fmt.Errorf("bad size '%s': %v", v, err)
+	}
+	if n == 0 || n > math.MaxInt64 {
+		return fmt.Errorf("size must be positive and fit in 63 bits, got '%s'", v)
+	}
+	s := int64(n)
+	*dst = &s
+	return nil
+}
+
+func setDuration(dst *caddy.Duration, v string) error {
+	dur, err := caddy.ParseDuration(v)
+	if err != nil {
+		return fmt.Errorf("bad duration '%s': %v", v, err)
+	}
+	if dur <= 0 {
+		return fmt.Errorf("duration must be positive, got '%s'", v)
+	}
+	*dst = caddy.Duration(dur)
+	return nil
+}
+
+// Interface guard
+var _ caddyfile.Unmarshaler = (*Handler)(nil)

@@ -1,0 +1,598 @@
+package caddymodule
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
+)
+
+// These tests drive ServeHTTP with a fake compiler and a fake candidate
+// check, so the handler's own behaviour (buffering, streaming, body
+// rewiring, reporting, fail-open) is tested independently of the compiler.
+
+type seen struct {
+	calls    int
+	body     []byte
+	bodyObj  io.ReadCloser
+	readErr  error
+	cl       int64
+	clHeader string
+	te       []string
+	getBody  []byte
+}
+
+// recordNext is the next handler: it records what it was given.
+func recordNext(s *seen) caddyhttp.Handler {
+	return caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+		s.calls++
+		s.bodyObj = r.Body
+		s.cl = r.ContentLength
+		s.clHeader = r.Header.Get("Content-Length")
+		s.te = r.TransferEncoding
+		s.body, s.readErr = io.ReadAll(r.Body)
+		if r.GetBody != nil {
+			rc, err := r.GetBody()
+			if err != nil {
+				return err
+			}
+			s.getBody, _ = io.ReadAll(rc)
+		}
+		w.WriteHeader(http.StatusOK)
+		return nil
+	})
+}
+
+type fakeCompiler struct {
+	calls atomic.Int32
+	fn    func(ctx context.Context, req compiler.Request) compiler.Result
+	last  compiler.Request
+}
+
+func (f *fakeCompiler) compile(ctx context.Context, req compiler.Request) compiler.Result {
+	f.calls.Add(1)
+	f.last = req
+	if f.fn != nil {
+		return f.fn(ctx, req)
+	}
+	return compiler.Result{Body: req.Body, Decision: compiler.Passthrough, Reason: "no_slots", RawBytes: len(req.Body), SentBytes: len(req.Body)}
+}
+
+func testHandler(t *testing.T, fc *fakeCompiler, mutate func(*Handler)) (*Handler, *observer.ObservedLogs) {
+	t.Helper()
+	core, logs := observer.New(zapcore.InfoLevel)
+	h := &Handler{}
+	if mutate != nil {
+		mutate(h)
+	}
+	h.applyDefaults()
+	if err := h.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	h.logger = zap.New(core)
+	h.comp = fc.compile
+	h.tenants = func(c string) string {
+		if c == "" {
+			return ""
+		}
+		return "t:" + strconv.Itoa(len(c)) + ":" + c[len(c)-1:]
+	}
+	h.formatFor = func(method, path string) (string, bool) {
+		if method == http.MethodPost && strings.HasSuffix(path, "/chat/completions") {
+			return "openai_chat", true
+		}
+		return "", false
+	}
+	return h, logs
+}
+
+func newRequest(method, path string, body io.Reader) *http.Request {
+	r := httptest.NewRequest(method, path, body)
+	repl := caddyhttp.NewTestReplacer(r)
+	return r.WithContext(context.WithValue(r.Context(), caddy.ReplacerCtxKey, repl))
+}
+
+const chatPath = "/v1/chat/completions"
+
+func TestNonCandidateUntouched(t *testing.T) {
+	for _, tc := range []struct{ name, method, path string }{
+		{"GET", http.MethodGet, chatPath},
+		{"other path", http.MethodPost, "/v1/embeddings"},
+		{"suffix lookalike", http.MethodPost, "/v1/chat/completions/x"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fc := &fakeCompiler{}
+			h, logs := testHandler(t, fc, nil)
+			body := io.NopCloser(strings.NewReader(`{"a":1}`))
+			r := newRequest(tc.method, tc.path, nil)
+			r.Body = body
+			w := httptest.NewRecorder()
+			var s seen
+			if err := h.ServeHTTP(w, r, recordNext(&s)); err != nil {
+				t.Fatal(err)
+			}
+			if s.bodyObj != body {
+				t.Fatal("non-candidate body was replaced (buffered)")
+			}
+			if fc.calls.Load() != 0 || w.Header().Get(HeaderName) != "" || logs.Len() != 0 {
+				t.Fatal("non-candidate was compiled, reported or logged")
+			}
+		})
+	}
+}
+
+func TestModeOffUntouched(t *testing.T) {
+	fc := &fakeCompiler{}
+	h, _ := testHandler(t, fc, func(h *Handler) { h.Mode = "off" })
+	body := io.NopCloser(strings.NewReader(`{}`))
+	r := newRequest(http.MethodPost, chatPath, nil)
+	r.Body = body
+	w := httptest.NewRecorder()
+	var s seen
+	if err := h.ServeHTTP(w, r, recordNext(&s)); err != nil {
+		t.Fatal(err)
+	}
+	if s.bodyObj != body || fc.calls.Load() != 0 || w.Header().Get(HeaderName) != "" {
+		t.Fatal("mode off touched the request")
+	}
+}
+
+func TestContentEncodingPassthrough(t *testing.T) {
+	for _, ce := range []string{"gzip", "br", "GZIP", "gzip, identity"} {
+		t.Run(ce, func(t *testing.T) {
+			fc := &fakeCompiler{}
+			h, logs := testHandler(t, fc, nil)
+			body := io.NopCloser(strings.NewReader("\x1f\x8b..."))
+			r := newRequest(http.MethodPost, chatPath, nil)
+			r.Body, r.ContentLength = body, 5
+			r.Header.Set("Content-Encoding", ce)
+			w := httptest.NewRecorder()
+			var s seen
+			if err := h.ServeHTTP(w, r, recordNext(&s)); err != nil {
+				t.Fatal(err)
+			}
+			if s.bodyObj != body || fc.calls.Load() != 0 {
+				t.Fatal("encoded body was buffered or compiled")
+			}
+			if got, want := w.Header().Get(HeaderName), "passthrough=content_encoding; raw_bytes=5; sent_bytes=5; receipts=0"; got != want {
+				t.Fatalf("header %q, want %q", got, want)
+			}
+			if logs.Len() != 1 {
+				t.Fatalf("%d log lines, want 1", logs.Len())
+			}
+		})
+	}
+	t.Run("identity is compiled", func(t *testing.T) {
+		fc := &fakeCompiler{}
+		h, _ := testHandler(t, fc, nil)
+		r := newRequest(http.MethodPost, chatPath, strings.NewReader(`{}`))
+		r.Header.Set("Content-Encoding", "identity")
+		var s seen
+		if err := h.ServeHTTP(httptest.NewRecorder(), r, recordNext(&s)); err != nil {
+			t.Fatal(err)
+		}
+		if fc.calls.Load() != 1 {
+			t.Fatal("identity encoding was not compiled")
+		}
+	})
+}
+
+func TestTooLargeDeclared(t *testing.T) {
+	fc := &fakeCompiler{}
+	h, _ := testHandler(t, fc, func(h *Handler) { h.MaxBodySize = int64p(100) })
+	body := &countingReader{r: bytes.NewReader(bytes.Repeat([]byte("x"), 101))}
+	r := newRequest(http.MethodPost, chatPath, nil)
+	r.Body, r.ContentLength = io.NopCloser(body), 101
+	w := httptest.NewRecorder()
+	var s seen
+	next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+		if body.n != 0 {
+			t.Errorf("handler read %d bytes of a body declared too large", body.n)
+		}
+		return recordNext(&s).ServeHTTP(w, r)
+	})
+	if err := h.ServeHTTP(w, r, next); err != nil {
+		t.Fatal(err)
+	}
+	if fc.calls.Load() != 0 || len(s.body) != 101 || s.cl != 101 {
+		t.Fatalf("compiled=%d forwarded=%d cl=%d", fc.calls.Load(), len(s.body), s.cl)
+	}
+	if got, want := w.Header().Get(HeaderName), "passthrough=too_large; raw_bytes=101; sent_bytes=101; receipts=0"; got != want {
+		t.Fatalf("header %q, want %q", got, want)
+	}
+}
+
+type countingReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
+}
+
+func TestTooLargeChunkedStreams(t *testing.T) {
+	const limit = 1000
+	full := bytes.Repeat([]byte("0123456789"), 10000) // 100 KB
+	fc := &fakeCompiler{}
+	h, _ := testHandler(t, fc, func(h *Handler) { h.MaxBodySize = int64p(limit) })
+	body := &countingReader{r: bytes.NewReader(full)}
+	r := newRequest(http.MethodPost, chatPath, nil)
+	r.Body, r.ContentLength, r.TransferEncoding = io.NopCloser(body), -1, []string{"chunked"}
+	w := httptest.NewRecorder()
+	var s seen
+	next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+		if body.n != limit+1 {
+			t.Errorf("handler read %d bytes before forwarding, want exactly %d", body.n, limit+1)
+		}
+		return recordNext(&s).ServeHTTP(w, r)
+	})
+	if err := h.ServeHTTP(w, r, next); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(s.body, full) {
+		t.Fatalf("forwarded %d bytes, want the identical %d", len(s.body), len(full))
+	}
+	if fc.calls.Load() != 0 || s.cl != -1 || len(s.te) != 1 {
+		t.Fatalf("compiled=%d cl=%d te=%v", fc.calls.Load(), s.cl, s.te)
+	}
+	if got, want := w.Header().Get(HeaderName), "passthrough=too_large; receipts=0"; got != want {
+		t.Fatalf("header %q, want %q", got, want)
+	}
+}
+
+func TestExactlyMaxBodyIsCompiled(t *testing.T) {
+	fc := &fakeCompiler{}
+	h, _ := testHandler(t, fc, func(h *Handler) { h.MaxBodySize = int64p(10) })
+	r := newRequest(http.MethodPost, chatPath, nil)
+	r.Body, r.ContentLength = io.NopCloser(strings.NewReader("0123456789")), -1
+	var s seen
+	if err := h.ServeHTTP(httptest.NewRecorder(), r, recordNext(&s)); err != nil {
+		t.Fatal(err)
+	}
+	if fc.calls.Load() != 1 || string(s.body) != "0123456789" || s.cl != 10 {
+		t.Fatalf("compiled=%d body=%q cl=%d", fc.calls.Load(), s.body, s.cl)
+	}
+}
+
+type failingReader struct {
+	data []byte
+	err  error
+}
+
+func (f *failingReader) Read(p []byte) (int, error) {
+	if len(f.data) == 0 {
+		return 0, f.err
+	}
+	n := copy(p, f.data)
+	f.data = f.data[n:]
+	return n, nil
+}
+
+func TestReadErrorForwardedAsIs(t *testing.T) {
+	boom := errors.New("client went away")
+	fc := &fakeCompiler{}
+	h, _ := testHandler(t, fc, nil)
+	r := newRequest(http.MethodPost, chatPath, nil)
+	r.Body, r.ContentLength = io.NopCloser(&failingReader{data: []byte(`{"model":`), err: boom}), 100
+	w := httptest.NewRecorder()
+	var s seen
+	if err := h.ServeHTTP(w, r, recordNext(&s)); err != nil {
+		t.Fatal(err)
+	}
+	if fc.calls.Load() != 0 {
+		t.Fatal("a failed read was compiled")
+	}
+	if string(s.body) != `{"model":` || !errors.Is(s.readErr, boom) {
+		t.Fatalf("upstream saw %q, %v; want the partial body then the same error", s.body, s.readErr)
+	}
+	if s.cl != 100 {
+		t.Fatalf("content length changed to %d", s.cl)
+	}
+	if got := w.Header().Get(HeaderName); !strings.HasPrefix(got, "passthrough=read_error;") {
+		t.Fatalf("header %q", got)
+	}
+}
+
+func TestAcceptedRewiresBody(t *testing.T) {
+	orig := `{"model":"gpt-4o","messages":[` + strings.Repeat(" ", 100) + `]}`
+	rewritten := []byte(`{"model":"gpt-4o","messages":[]}`)
+	fc := &fakeCompiler{fn: func(ctx context.Context, req compiler.Request) compiler.Result {
+		if _, ok := ctx.Deadline(); !ok {
+			t.Error("compile context has no deadline")
+		}
+		return compiler.Result{
+			Body: rewritten, Decision: compiler.Accepted, Format: "openai_chat",
+			RawBytes: len(req.Body), SentBytes: len(rewritten), Receipts: 2, Slots: 3,
+			Tokens: compiler.TokenReport{Status: "exact", Encoding: "o200k_base", Raw: 50, Sent: 20},
+		}
+	}}
+	h, logs := testHandler(t, fc, nil)
+	r := newRequest(http.MethodPost, chatPath, nil)
+	r.Body, r.ContentLength, r.TransferEncoding = io.NopCloser(strings.NewReader(orig)), -1, []string{"chunked"}
+	r.Header.Set("Transfer-Encoding", "chunked")
+	w := httptest.NewRecorder()
+	var s seen
+	if err := h.ServeHTTP(w, r, recordNext(&s)); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(s.body, rewritten) || !bytes.Equal(s.getBody, rewritten) {
+		t.Fatalf("forwarded %q / GetBody %q", s.body, s.getBody)
+	}
+	if s.cl != int64(len(rewritten)) || s.clHeader != strconv.Itoa(len(rewritten)) || s.te != nil {
+		t.Fatalf("cl=%d header=%q te=%v", s.cl, s.clHeader, s.te)
+	}
+	want := "accepted; raw_bytes=" + strconv.Itoa(len(orig)) + "; sent_bytes=" + strconv.Itoa(len(rewritten)) +
+		"; receipts=2; raw_tokens=50; sent_tokens=20"
+	if got := w.Header().Get(HeaderName); got != want {
+		t.Fatalf("header %q, want %q", got, want)
+	}
+	if logs.Len() != 1 {
+		t.Fatalf("%d log lines", logs.Len())
+	}
+	m := logs.All()[0].ContextMap()
+	if m["decision"] != "accepted" || m["receipts"] != int64(2) || m["slots"] != int64(3) || m["raw_tokens"] != int64(50) {
+		t.Fatalf("log fields %v", m)
+	}
+}
+
+func TestPassthroughBufferedStillRewired(t *testing.T) {
+	orig := []byte(`not json at all`)
+	fc := &fakeCompiler{fn: func(ctx context.Context, req compiler.Request) compiler.Result {
+		// A compiler that (wrongly) returns another body on pass-through
+		// must not get it forwarded.
+		return compiler.Result{Body: []byte("x"), Decision: compiler.Passthrough, Reason: "parse", RawBytes: len(req.Body), SentBytes: len(req.Body)}
+	}}
+	h, _ := testHandler(t, fc, nil)
+	r := newRequest(http.MethodPost, chatPath, bytes.NewReader(orig))
+	w := httptest.NewRecorder()
+	var s seen
+	if err := h.ServeHTTP(w, r, recordNext(&s)); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(s.body, orig) || !bytes.Equal(s.getBody, orig) || s.cl != int64(len(orig)) || s.clHeader != strconv.Itoa(len(orig)) {
+		t.Fatalf("body %q getbody %q cl %d/%q", s.body, s.getBody, s.cl, s.clHeader)
+	}
+	if got, want := w.Header().Get(HeaderName), "passthrough=parse; raw_bytes=15; sent_bytes=15; receipts=0"; got != want {
+		t.Fatalf("header %q, want %q", got, want)
+	}
+}
+
+func TestEmptyBodyCandidate(t *testing.T) {
+	fc := &fakeCompiler{}
+	h, _ := testHandler(t, fc, nil)
+	r := newRequest(http.MethodPost, chatPath, http.NoBody)
+	w := httptest.NewRecorder()
+	var s seen
+	if err := h.ServeHTTP(w, r, recordNext(&s)); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.body) != 0 || s.cl != 0 {
+		t.Fatalf("body %q cl %d", s.body, s.cl)
+	}
+	if got := w.Header().Get(HeaderName); got != "passthrough=no_slots; raw_bytes=0; sent_bytes=0; receipts=0" {
+		t.Fatalf("header %q", got)
+	}
+}
+
+func TestPanicFailsOpen(t *testing.T) {
+	orig := []byte(`{"messages":[]}`)
+	for _, v := range []any{"boom", errors.New("x"), 42} {
+		fc := &fakeCompiler{fn: func(context.Context, compiler.Request) compiler.Result { panic(v) }}
+		h, logs := testHandler(t, fc, nil)
+		r := newRequest(http.MethodPost, chatPath, bytes.NewReader(orig))
+		w := httptest.NewRecorder()
+		var s seen
+		if err := h.ServeHTTP(w, r, recordNext(&s)); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(s.body, orig) {
+			t.Fatalf("forwarded %q", s.body)
+		}
+		if got := w.Header().Get(HeaderName); !strings.HasPrefix(got, "passthrough=panic;") {
+			t.Fatalf("header %q", got)
+		}
+		if logs.FilterMessageSnippet("panic").Len() != 1 {
+			t.Fatal("panic not logged")
+		}
+		for _, e := range logs.All() {
+			for k, f := range e.ContextMap() {
+				if s, ok := f.(string); ok && strings.Contains(s, "boom") && k != "stack" {
+					t.Fatalf("panic value leaked into log field %s", k)
+				}
+			}
+		}
+	}
+}
+
+func TestIndexOutOfRangePanicFailsOpen(t *testing.T) {
+	fc := &fakeCompiler{fn: func(_ context.Context, req compiler.Request) compiler.Result {
+		var a []int
+		_ = a[len(req.Body)]
+		return compiler.Result{}
+	}}
+	h, _ := testHandler(t, fc, nil)
+	r := newRequest(http.MethodPost, chatPath, strings.NewReader("{}"))
+	w := httptest.NewRecorder()
+	var s seen
+	if err := h.ServeHTTP(w, r, recordNext(&s)); err != nil {
+		t.Fatal(err)
+	}
+	if string(s.body) != "{}" || !strings.HasPrefix(w.Header().Get(HeaderName), "passthrough=panic") {
+		t.Fatal("runtime panic not failed open")
+	}
+}
+
+func TestShadowForwardsOriginal(t *testing.T) {
+	orig := []byte(`{"model":"gpt-4o","messages":[           ]}`)
+	fc := &fakeCompiler{fn: func(_ context.Context, req compiler.Request) compiler.Result {
+		if req.Mode != compiler.ModeShadow {
+			t.Errorf("mode %q", req.Mode)
+		}
+		return compiler.Result{Body: []byte(`{}`), Decision: compiler.Shadow, RawBytes: len(req.Body), SentBytes: 2, Receipts: 1,
+			Tokens: compiler.TokenReport{Status: "none"}}
+	}}
+	h, _ := testHandler(t, fc, func(h *Handler) { h.Mode = "shadow" })
+	r := newRequest(http.MethodPost, chatPath, bytes.NewReader(orig))
+	w := httptest.NewRecorder()
+	var s seen
+	if err := h.ServeHTTP(w, r, recordNext(&s)); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(s.body, orig) {
+		t.Fatalf("shadow forwarded %q", s.body)
+	}
+	want := "shadow; raw_bytes=" + strconv.Itoa(len(orig)) + "; sent_bytes=2; receipts=1; tokens=none"
+	if got := w.Header().Get(HeaderName); got != want {
+		t.Fatalf("header %q, want %q", got, want)
+	}
+}
+
+func TestScope(t *testing.T) {
+	tests := []struct {
+		name    string
+		headers map[string]string
+		tenant  string
+	}{
+		{"anonymous", nil, ""},
+		{"authorization", map[string]string{"Authorization": "Bearer A", "x-api-key": "K"}, "t:8:A"},
+		{"x-api-key", map[string]string{"x-api-key": "key-B"}, "t:5:B"},
+		{"x-goog-api-key", map[string]string{"x-goog-api-key": "gkC"}, "t:3:C"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fc := &fakeCompiler{}
+			h, logs := testHandler(t, fc, nil)
+			r := newRequest(http.MethodPost, chatPath, strings.NewReader("{}"))
+			for k, v := range tt.headers {
+				r.Header.Set(k, v)
+			}
+			if err := h.ServeHTTP(httptest.NewRecorder(), r, recordNext(&seen{})); err != nil {
+				t.Fatal(err)
+			}
+			if fc.last.Scope.Tenant != tt.tenant || fc.last.Scope.Session != "" {
+				t.Fatalf("scope %+v, want tenant %q", fc.last.Scope, tt.tenant)
+			}
+			for _, e := range logs.All() {
+				for _, f := range e.Context {
+					for _, v := range tt.headers {
+						if f.String == v {
+							t.Fatalf("credential logged in %s", f.Key)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestSessionPlaceholderHashed(t *testing.T) {
+	fc := &fakeCompiler{}
+	h, _ := testHandler(t, fc, func(h *Handler) { h.Session = "{http.request.header.X-Session-Id}" })
+	scopeFor := func(sid string) compiler.Scope {
+		r := newRequest(http.MethodPost, chatPath, strings.NewReader("{}"))
+		if sid != "" {
+			r.Header.Set("X-Session-Id", sid)
+		}
+		if err := h.ServeHTTP(httptest.NewRecorder(), r, recordNext(&seen{})); err != nil {
+			t.Fatal(err)
+		}
+		return fc.last.Scope
+	}
+	a1, a2, b, none := scopeFor("sess-A"), scopeFor("sess-A"), scopeFor("sess-B"), scopeFor("")
+	if a1.Session == "" || a1.Session != a2.Session || a1.Session == b.Session {
+		t.Fatalf("sessions %q %q %q", a1.Session, a2.Session, b.Session)
+	}
+	if strings.Contains(a1.Session, "sess-A") {
+		t.Fatal("session value not hashed")
+	}
+	if none.Session != "" {
+		t.Fatalf("missing header gave session %q", none.Session)
+	}
+}
+
+func TestCompileTimeoutBoundsContext(t *testing.T) {
+	fc := &fakeCompiler{fn: func(ctx context.Context, req compiler.Request) compiler.Result {
+		<-ctx.Done()
+		return compiler.Result{Body: req.Body, Decision: compiler.Passthrough, Reason: "timeout", RawBytes: len(req.Body), SentBytes: len(req.Body)}
+	}}
+	h, _ := testHandler(t, fc, func(h *Handler) { h.CompileTimeout = caddy.Duration(20 * time.Millisecond) })
+	r := newRequest(http.MethodPost, chatPath, strings.NewReader("{}"))
+	w := httptest.NewRecorder()
+	start := time.Now()
+	var s seen
+	if err := h.ServeHTTP(w, r, recordNext(&s)); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("compile not bounded: %s", d)
+	}
+	if string(s.body) != "{}" || !strings.HasPrefix(w.Header().Get(HeaderName), "passthrough=timeout") {
+		t.Fatalf("body %q header %q", s.body, w.Header().Get(HeaderName))
+	}
+}
+
+func TestHeaderFormat(t *testing.T) {
+	tests := []struct {
+		rep  report
+		want string
+	}{
+		{report{decision: compiler.Accepted, rawBytes: 10, sentBytes: 5, receipts: 1}, "accepted; raw_bytes=10; sent_bytes=5; receipts=1"},
+		{report{decision: compiler.Accepted, rawBytes: 10, sentBytes: 5, receipts: 1, tokens: compiler.TokenReport{Status: "exact", Raw: 7, Sent: 3}},
+			"accepted; raw_bytes=10; sent_bytes=5; receipts=1; raw_tokens=7; sent_tokens=3"},
+		{report{decision: compiler.Accepted, rawBytes: 10, sentBytes: 5, receipts: 1, tokens: compiler.TokenReport{Status: "estimate", Raw: 7, Sent: 3}},
+			"accepted; raw_bytes=10; sent_bytes=5; receipts=1; raw_tokens=7; sent_tokens=3; tokens=estimate"},
+		{report{decision: compiler.Passthrough, reason: "gate", rawBytes: 10, sentBytes: 10, tokens: compiler.TokenReport{Status: "none"}},
+			"passthrough=gate; raw_bytes=10; sent_bytes=10; receipts=0; tokens=none"},
+		{report{decision: compiler.Passthrough, reason: "gate", rawBytes: 10, sentBytes: 10, tokens: compiler.TokenReport{Status: "budget"}},
+			"passthrough=gate; raw_bytes=10; sent_bytes=10; receipts=0; tokens=budget"},
+		{report{decision: compiler.Shadow, rawBytes: 10, sentBytes: 4, receipts: 2}, "shadow; raw_bytes=10; sent_bytes=4; receipts=2"},
+		{report{rawBytes: 1, sentBytes: 1}, "passthrough=unspecified; raw_bytes=1; sent_bytes=1; receipts=0"},
+	}
+	for _, tt := range tests {
+		if got := tt.rep.header(); got != tt.want {
+			t.Errorf("got  %q\nwant %q", got, tt.want)
+		}
+	}
+}
+
+func TestReadAtMost(t *testing.T) {
+	for _, tc := range []struct {
+		n, limit, hint int64
+		over           bool
+	}{
+		{0, 10, 0, false}, {0, 10, -1, false}, {10, 10, 10, false}, {10, 10, -1, false},
+		{11, 10, -1, true}, {5000, 10, -1, true}, {5000, 8000, -1, false}, {5000, 8000, 5000, false},
+		{5000, 8000, 100, false}, // a lying Content-Length hint only sizes the buffer
+	} {
+		data := bytes.Repeat([]byte("a"), int(tc.n))
+		buf, over, err := readAtMost(bytes.NewReader(data), tc.limit, tc.hint)
+		if err != nil || over != tc.over {
+			t.Fatalf("%+v: over=%v err=%v", tc, over, err)
+		}
+		want := tc.n
+		if tc.over {
+			want = tc.limit + 1
+		}
+		if int64(len(buf)) != want {
+			t.Fatalf("%+v: read %d, want %d", tc, len(buf), want)
+		}
+	}
+}

@@ -1,0 +1,155 @@
+package caddymodule
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
+)
+
+// report is what the handler tells the client (Token-Terminator header) and
+// the log about one candidate request. It never holds content, tool
+// arguments or credentials.
+type report struct {
+	decision compiler.Decision
+	reason   string
+	format   string
+	path     string
+	tenant   string // keyed hash from the vault, never the credential
+
+	rawBytes, sentBytes int64 // -1 when unknown (streamed body of unknown length)
+	receipts, slots     int
+	tokens              compiler.TokenReport
+	compiled            bool
+
+	read, parse, vault, compile, total time.Duration
+}
+
+func (rep *report) passthrough(reason string) {
+	rep.decision = compiler.Passthrough
+	rep.reason = reason
+}
+
+// fromResult fills the report from a compile. raw and sent are the byte
+// counts of the original body and of the body actually forwarded.
+func (rep *report) fromResult(res compiler.Result, raw, sent int64, mode compiler.Mode) {
+	rep.compiled = true
+	rep.decision = res.Decision
+	rep.reason = res.Reason
+	if res.Format != "" {
+		rep.format = res.Format
+	}
+	rep.rawBytes = raw
+	rep.sentBytes = sent
+	rep.receipts = res.Receipts
+	rep.slots = res.Slots
+	rep.tokens = res.Tokens
+	rep.parse, rep.vault, rep.compile = res.Parse, res.Vault, res.Total
+	switch {
+	case mode == compiler.ModeShadow && res.Decision != compiler.Passthrough:
+		// shadow reports what would have been sent
+		rep.decision = compiler.Shadow
+		if res.SentBytes > 0 {
+			rep.sentBytes = int64(res.SentBytes)
+		}
+	case res.Decision == compiler.Accepted:
+	default:
+		// Anything but an accepted rewrite forwarded the original.
+		rep.decision = compiler.Passthrough
+		rep.receipts = 0
+		if rep.reason == "" {
+			rep.reason = "unspecified"
+		}
+	}
+}
+
+func (rep *report) decisionString() string {
+	switch rep.decision {
+	case compiler.Passthrough:
+		return "passthrough=" + rep.reason
+	case "":
+		return "passthrough=unspecified"
+	default:
+		return string(rep.decision)
+	}
+}
+
+// header renders the Token-Terminator response header value:
+//
+//	<decision>; raw_bytes=N; sent_bytes=N; receipts=N[; raw_tokens=N; sent_tokens=N[; tokens=estimate]]
+//
+// or with "; tokens=none" / "; tokens=budget" when no count applies.
+// Byte counts of a streamed body of unknown length are omitted.
+func (rep *report) header() string {
+	var b strings.Builder
+	b.Grow(128)
+	b.WriteString(rep.decisionString())
+	if rep.rawBytes >= 0 {
+		b.WriteString("; raw_bytes=")
+		b.WriteString(strconv.FormatInt(rep.rawBytes, 10))
+		b.WriteString("; sent_bytes=")
+		b.WriteString(strconv.FormatInt(rep.sentBytes, 10))
+	}
+	b.WriteString("; receipts=")
+	b.WriteString(strconv.Itoa(rep.receipts))
+	switch rep.tokens.Status {
+	case "exact", "estimate":
+		b.WriteString("; raw_tokens=")
+		b.WriteString(strconv.Itoa(rep.tokens.Raw))
+		b.WriteString("; sent_tokens=")
+		b.WriteString(strconv.Itoa(rep.tokens.Sent))
+		if rep.tokens.Status == "estimate" {
+			b.WriteString("; tokens=estimate")
+		}
+	case "none", "budget":
+		b.WriteString("; tokens=")
+		b.WriteString(rep.tokens.Status)
+	}
+	return b.String()
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// fields renders the structured log line.
+func (rep *report) fields() []zap.Field {
+	decision := string(rep.decision)
+	if decision == "" {
+		decision = string(compiler.Passthrough)
+	}
+	f := make([]zap.Field, 0, 20)
+	f = append(f,
+		zap.String("decision", decision),
+		zap.String("reason", rep.reason),
+		zap.String("format", rep.format),
+		zap.String("path", rep.path),
+		zap.Int64("raw_bytes", rep.rawBytes),
+		zap.Int64("sent_bytes", rep.sentBytes),
+		zap.Int("receipts", rep.receipts),
+		zap.Int("slots", rep.slots),
+	)
+	if rep.tenant != "" {
+		f = append(f, zap.String("tenant", rep.tenant))
+	}
+	if rep.tokens.Status != "" {
+		f = append(f, zap.String("tokens", rep.tokens.Status))
+		if rep.tokens.Encoding != "" {
+			f = append(f, zap.String("token_encoding", rep.tokens.Encoding))
+		}
+		if rep.tokens.Status == "exact" || rep.tokens.Status == "estimate" {
+			f = append(f, zap.Int("raw_tokens", rep.tokens.Raw), zap.Int("sent_tokens", rep.tokens.Sent))
+		}
+	}
+	f = append(f, zap.Float64("read_ms", ms(rep.read)))
+	if rep.compiled {
+		f = append(f,
+			zap.Float64("parse_ms", ms(rep.parse)),
+			zap.Float64("vault_ms", ms(rep.vault)),
+			zap.Float64("compile_ms", ms(rep.compile)),
+		)
+	}
+	f = append(f, zap.Float64("total_ms", ms(rep.total)))
+	return f
+}

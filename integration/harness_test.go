@@ -1,0 +1,356 @@
+// Package integration runs Token Terminator inside a real, in-process Caddy
+// with reverse_proxy to an httptest upstream that records what it received.
+//
+// Caddy is a process-wide singleton, so these tests never run in parallel
+// with each other; concurrency is tested with concurrent requests.
+package integration
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	_ "github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	_ "github.com/caddyserver/caddy/v2/modules/standard"
+
+	"github.com/tokenterminator/caddy-token-terminator/caddymodule"
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
+)
+
+// TestMain points Caddy's data and config directories at a temporary
+// directory so that no test touches the user's real Caddy state.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "tt-integration-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("XDG_DATA_HOME", filepath.Join(dir, "data"))
+	os.Setenv("XDG_CONFIG_HOME", filepath.Join(dir, "config"))
+	os.Setenv("HOME", dir)
+	code := m.Run()
+	_ = caddy.Stop()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// received is one request as the upstream saw it.
+type received struct {
+	Method           string
+	Path             string
+	Header           http.Header
+	Body             []byte
+	ContentLength    int64
+	TransferEncoding []string
+}
+
+// upstream is an httptest server that records every request it receives.
+type upstream struct {
+	*httptest.Server
+	mu   sync.Mutex
+	reqs []received
+	// onBody, if set, replaces the default body read: it must consume
+	// r.Body and return it.
+	onBody func(r *http.Request) ([]byte, error)
+}
+
+func newUpstream(t testing.TB) *upstream {
+	t.Helper()
+	u := &upstream{}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body []byte
+		var err error
+		if u.onBody != nil {
+			body, err = u.onBody(r)
+		} else {
+			body, err = io.ReadAll(r.Body)
+		}
+		rec := received{
+			Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body,
+			ContentLength: r.ContentLength, TransferEncoding: r.TransferEncoding,
+		}
+		u.mu.Lock()
+		u.reqs = append(u.reqs, rec)
+		u.mu.Unlock()
+		if err != nil {
+			http.Error(w, "upstream read error: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"resp","received_bytes":%d}`, len(body))
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+// addr is the upstream's host:port, as reverse_proxy wants it.
+func (u *upstream) addr() string { return strings.TrimPrefix(u.URL, "http://") }
+
+func (u *upstream) count() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.reqs)
+}
+
+// last returns the most recent request the upstream received.
+func (u *upstream) last(t testing.TB) received {
+	t.Helper()
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(u.reqs) == 0 {
+		t.Fatal("upstream received no request")
+	}
+	return u.reqs[len(u.reqs)-1]
+}
+
+// all returns a copy of every request received so far.
+func (u *upstream) all() []received {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]received(nil), u.reqs...)
+}
+
+// gateway is a running in-process Caddy.
+type gateway struct {
+	t        testing.TB
+	URL      string // http://127.0.0.1:port
+	port     int
+	VaultDir string
+	LogFile  string
+	client   *http.Client
+}
+
+// gatewayConfig renders a Caddyfile for one site on port. The site body is
+// the snippet with $UPSTREAM and $VAULT replaced.
+func gatewayConfig(port int, logFile, snippet, upstreamAddr, vaultDir string) string {
+	site := strings.NewReplacer("$UPSTREAM", upstreamAddr, "$VAULT", vaultDir).Replace(snippet)
+	return fmt.Sprintf(`{
+	admin off
+	persist_config off
+	grace_period 2s
+	log {
+		output file %q
+		format json
+		level INFO
+	}
+}
+
+http://127.0.0.1:%d {
+%s
+}
+`, logFile, port, site)
+}
+
+// defaultSnippet is token_terminator in front of reverse_proxy, with a
+// small min_artifact_chars so fixtures stay small.
+const defaultSnippet = `
+	token_terminator {
+		vault_dir $VAULT
+	}
+	reverse_proxy $UPSTREAM
+`
+
+// startGateway starts Caddy with snippet as the body of one site and
+// returns once it is listening. A fresh vault directory is used unless
+// vaultDir is given.
+func startGateway(t testing.TB, snippet string, up *upstream, vaultDir ...string) *gateway {
+	t.Helper()
+	tmp := t.TempDir()
+	g := &gateway{t: t, port: freePort(t), VaultDir: filepath.Join(tmp, "vault"), LogFile: filepath.Join(tmp, "caddy.log")}
+	if len(vaultDir) > 0 {
+		g.VaultDir = vaultDir[0]
+	}
+	g.URL = fmt.Sprintf("http://127.0.0.1:%d", g.port)
+	g.client = &http.Client{
+		Transport: &http.Transport{DisableKeepAlives: true, DisableCompression: true},
+		Timeout:   2 * time.Minute,
+	}
+	upAddr := ""
+	if up != nil {
+		upAddr = up.addr()
+	}
+	g.load(gatewayConfig(g.port, g.LogFile, snippet, upAddr, g.VaultDir))
+	t.Cleanup(func() {
+		if err := caddy.Stop(); err != nil {
+			t.Errorf("stopping caddy: %v", err)
+		}
+	})
+	return g
+}
+
+// reload loads a new Caddyfile snippet into the running Caddy, on the same
+// port and (unless the snippet says otherwise) the same vault directory.
+func (g *gateway) reload(snippet string, up *upstream) {
+	g.t.Helper()
+	g.load(gatewayConfig(g.port, g.LogFile, snippet, up.addr(), g.VaultDir))
+}
+
+func (g *gateway) load(caddyfileText string) {
+	g.t.Helper()
+	cfgJSON, err := adaptCaddyfile(caddyfileText)
+	if err != nil {
+		g.t.Fatalf("adapting Caddyfile: %v\n%s", err, caddyfileText)
+	}
+	if err := caddy.Load(cfgJSON, true); err != nil {
+		g.t.Fatalf("loading config: %v\n%s", err, cfgJSON)
+	}
+}
+
+func adaptCaddyfile(text string) ([]byte, error) {
+	adapter := caddyconfig.GetAdapter("caddyfile")
+	out, _, err := adapter.Adapt([]byte(text), map[string]any{"filename": "Caddyfile"})
+	return out, err
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// response is what the client got back.
+type response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+	TT     string // the Token-Terminator header
+}
+
+// post sends body to path with the given headers ("Key: value" pairs).
+func (g *gateway) post(path string, body []byte, headers ...string) response {
+	g.t.Helper()
+	return g.do(http.MethodPost, path, bytes.NewReader(body), int64(len(body)), headers...)
+}
+
+// do sends a request; contentLength -1 sends the body chunked.
+func (g *gateway) do(method, path string, body io.Reader, contentLength int64, headers ...string) response {
+	g.t.Helper()
+	req, err := http.NewRequest(method, g.URL+path, body)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	req.ContentLength = contentLength
+	if contentLength < 0 {
+		req.TransferEncoding = []string{"chunked"}
+	}
+	if body == nil {
+		req.ContentLength = 0
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for _, h := range headers {
+		k, v, ok := strings.Cut(h, ":")
+		if !ok {
+			g.t.Fatalf("bad header %q", h)
+		}
+		req.Header.Set(strings.TrimSpace(k), strings.TrimSpace(v))
+	}
+	resp, err := g.client.Do(req)
+	if err != nil {
+		g.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	rb, err := io.ReadAll(resp.Body)
+	if err != nil {
+		g.t.Fatalf("reading response: %v", err)
+	}
+	return response{Status: resp.StatusCode, Header: resp.Header, Body: rb, TT: resp.Header.Get(caddymodule.HeaderName)}
+}
+
+// logLines returns the token_terminator log lines written so far.
+func (g *gateway) logLines() []string {
+	g.t.Helper()
+	data, err := os.ReadFile(g.LogFile)
+	if err != nil {
+		g.t.Fatalf("reading log: %v", err)
+	}
+	var lines []string
+	for _, l := range strings.Split(string(data), "\n") {
+		if strings.Contains(l, `"logger":"http.handlers.token_terminator"`) {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
+
+// isCandidate reports whether the compiler treats a POST to path as a
+// candidate (the single source of truth for that is compiler.FormatFor).
+func isCandidate(path string) bool {
+	_, ok := compiler.FormatFor(http.MethodPost, path)
+	return ok
+}
+
+// expectPassthroughHeader checks the Token-Terminator header of a request
+// that must have been forwarded unchanged: absent for non-candidates,
+// passthrough=<reason> (or a given reason) for candidates.
+func expectPassthroughHeader(t testing.TB, path string, r response, reason string) {
+	t.Helper()
+	if !isCandidate(path) {
+		if r.TT != "" {
+			t.Errorf("non-candidate %s got %s: %q", path, caddymodule.HeaderName, r.TT)
+		}
+		return
+	}
+	want := "passthrough="
+	if reason != "" {
+		want += reason + ";"
+	}
+	if !strings.HasPrefix(r.TT, want) {
+		t.Errorf("%s = %q, want prefix %q", caddymodule.HeaderName, r.TT, want)
+	}
+}
+
+// expectSame checks that the upstream got exactly what the client sent.
+func expectSame(t testing.TB, sent []byte, got received) {
+	t.Helper()
+	if !bytes.Equal(sent, got.Body) {
+		t.Fatalf("upstream body differs: sent %d bytes (sha %s), upstream got %d bytes (sha %s)",
+			len(sent), shortSHA(sent), len(got.Body), shortSHA(got.Body))
+	}
+}
+
+func shortSHA(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:8])
+}
+
+// goroutineBaseline returns a function that fails t if the number of
+// goroutines has not come back down to (about) the baseline within a few
+// seconds: a cheap leak check that tolerates Caddy's own background work.
+func goroutineBaseline(t testing.TB) func() {
+	t.Helper()
+	base := runtime.NumGoroutine()
+	return func() {
+		t.Helper()
+		const slack = 5
+		deadline := time.Now().Add(5 * time.Second)
+		var n int
+		for time.Now().Before(deadline) {
+			n = runtime.NumGoroutine()
+			if n <= base+slack {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		t.Errorf("goroutines: %d, baseline %d (+%d slack); stacks:\n%s", n, base, slack, buf)
+	}
+}

@@ -1,0 +1,102 @@
+package tokens
+
+import (
+	"context"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+// warmBody builds the benchmark request: about 1 MB of OpenAI chat history
+// (large tool results), then a newest tool result of 20 KB made from seed.
+type warmBody struct {
+	hist []msg
+}
+
+func newWarmBody() warmBody {
+	return warmBody{hist: history(rand.New(rand.NewPCG(7, 8)), 1000_000)}
+}
+
+func (w warmBody) with(seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, 99))
+	msgs := append(slices.Clip(w.hist), msg{Role: "tool", ToolCallID: "call_new", Content: genToolResult(r, 20_000)})
+	return chatBody("gpt-4o", msgs)
+}
+
+// reportLatency adds p50/p90/max of the per-op durations to the benchmark.
+func reportLatency(b *testing.B, d []time.Duration) {
+	slices.Sort(d)
+	ms := func(q float64) float64 { return float64(d[int(q*float64(len(d)-1))]) / 1e6 }
+	b.ReportMetric(ms(0.5), "p50-ms")
+	b.ReportMetric(ms(0.9), "p90-ms")
+	b.ReportMetric(ms(1), "max-ms")
+}
+
+// BenchmarkCountWarm1MB: the history was counted before (an earlier request
+// of the conversation), only the newest 20 KB tool result is new, and it is
+// different in every iteration.
+func BenchmarkCountWarm1MB(b *testing.B) {
+	w := newWarmBody()
+	c, err := New(Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	prev := chatBody("gpt-4o", w.hist) // the previous request: history only
+	for c.Count(ctx, "gpt-4o", prev).Status != StatusExact {
+		time.Sleep(10 * time.Millisecond) // first call builds the encoder
+	}
+	var d []time.Duration
+	b.SetBytes(int64(len(prev)))
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		body := w.with(uint64(i))
+		b.StartTimer()
+		t0 := time.Now()
+		tc := c.Count(ctx, "gpt-4o", body)
+		d = append(d, time.Since(t0))
+		if tc.Status != StatusExact {
+			b.Fatalf("status %q", tc.Status)
+		}
+	}
+	b.StopTimer()
+	reportLatency(b, d)
+}
+
+// BenchmarkCountCold1MB: nothing cached (a fresh Counter each time; the
+// process-wide encoder is built). With the default 250ms budget a cold 1 MB
+// body is counted or skipped within the budget; "counted" reports the
+// fraction counted. Work left past the budget is drained between ops.
+func BenchmarkCountCold1MB(b *testing.B) {
+	body := newWarmBody().with(1)
+	if _, err := encodingNamed("o200k_base").get(); err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	var d []time.Duration
+	counted := 0
+	b.SetBytes(int64(len(body)))
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		c, err := New(Config{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		t0 := time.Now()
+		tc := c.Count(ctx, "gpt-4o", body)
+		d = append(d, time.Since(t0))
+		b.StopTimer()
+		if tc.Status == StatusExact {
+			counted++
+		}
+		for c.backlog.Load() > 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	reportLatency(b, d)
+	b.ReportMetric(float64(counted)/float64(b.N), "counted")
+}

@@ -1,0 +1,276 @@
+package tokens
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pkoukk/tiktoken-go"
+	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
+
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
+)
+
+func init() {
+	// The default loader downloads BPE files; the offline one reads the
+	// copies embedded in the binary. Counting must never touch the network.
+	tiktoken.SetBpeLoader(tiktoken_loader.NewOfflineLoader())
+}
+
+// Statuses of a compiler.TokenCount.
+const (
+	StatusExact    = "exact"
+	StatusEstimate = "estimate"
+	StatusNone     = "none"
+	StatusBudget   = "budget"
+)
+
+// Defaults of Config.
+const (
+	DefaultBudget     = 250 * time.Millisecond
+	DefaultCacheBytes = 64 << 20
+)
+
+// maxBacklog bounds the bytes being tokenized at once. Work a request gave up
+// on (past its budget) keeps running so that the resent body is warm next
+// time; under a flood of new content, requests that would queue behind more
+// than this skip counting at once instead of piling up goroutines.
+const maxBacklog = 16 << 20
+
+// Config configures a Counter. Zero values mean defaults.
+type Config struct {
+	Tokenizer  string        // "auto" (default), "o200k_base", "cl100k_base", "off"
+	Budget     time.Duration // default 250ms: counting never delays a request longer; past it Status "budget"
+	CacheBytes int64         // default 64 MiB: memory bound of the piece-count cache
+}
+
+// Counter counts tokens of request bodies. It is safe for concurrent use.
+type Counter struct {
+	fixed   *encoding // nil for auto
+	off     bool
+	budget  time.Duration
+	cache   *cache
+	backlog atomic.Int64 // bytes queued or being tokenized
+}
+
+var _ compiler.TokenCounter = (*Counter)(nil)
+
+// New returns a Counter for cfg.
+func New(cfg Config) (*Counter, error) {
+	c := &Counter{budget: cfg.Budget}
+	switch t := strings.ToLower(strings.TrimSpace(cfg.Tokenizer)); t {
+	case "", "auto":
+	case "off":
+		c.off = true
+	default:
+		if c.fixed = encodingNamed(t); c.fixed == nil {
+			return nil, fmt.Errorf("tokens: unknown tokenizer %q (want auto, o200k_base, cl100k_base or off)", cfg.Tokenizer)
+		}
+	}
+	if cfg.Budget < 0 || cfg.CacheBytes < 0 {
+		return nil, fmt.Errorf("tokens: negative budget %v or cache size %d", cfg.Budget, cfg.CacheBytes)
+	}
+	if c.budget == 0 {
+		c.budget = DefaultBudget
+	}
+	size := cfg.CacheBytes
+	if size == 0 {
+		size = DefaultCacheBytes
+	}
+	c.cache = newCache(size)
+	return c, nil
+}
+
+// encoding is one tiktoken encoding, built once per process on first use:
+// tiktoken.GetEncoding rebuilds its maps (~0.1-0.3 s) on every call.
+type encoding struct {
+	name string
+	id   uint8
+	once sync.Once
+	tk   *tiktoken.Tiktoken
+	err  error
+}
+
+var encodings = []*encoding{
+	{name: "o200k_base", id: 0},
+	{name: "cl100k_base", id: 1},
+}
+
+func encodingNamed(name string) *encoding {
+	for _, e := range encodings {
+		if e.name == name {
+			return e
+		}
+	}
+	return nil
+}
+
+func (e *encoding) get() (*tiktoken.Tiktoken, error) {
+	e.once.Do(func() { e.tk, e.err = tiktoken.GetEncoding(e.name) })
+	return e.tk, e.err
+}
+
+// EncodingFor returns the encoding of model's own tokenizer, "" if none is
+// known. A "provider/" prefix is ignored ("openai/gpt-4o" is gpt-4o).
+func EncodingFor(model string) string {
+	m := strings.ToLower(strings.TrimSpace(model))
+	m = m[strings.LastIndexByte(m, '/')+1:]
+	for _, p := range []string{"gpt-4o", "gpt-4.1", "gpt-5", "o1", "o3", "o4"} {
+		if strings.HasPrefix(m, p) {
+			return "o200k_base"
+		}
+	}
+	for _, p := range []string{"gpt-4", "gpt-3.5"} {
+		if strings.HasPrefix(m, p) {
+			return "cl100k_base"
+		}
+	}
+	return ""
+}
+
+// Count counts the tokens of body as the tokenizer for model sees it. It
+// returns within the budget (or when ctx is done) with Status "budget" if
+// counting has not finished; the unfinished work still completes in the
+// background and fills the cache, so a resent body is counted next time.
+func (c *Counter) Count(ctx context.Context, model string, body []byte) compiler.TokenCount {
+	if c.off {
+		return compiler.TokenCount{Status: StatusNone}
+	}
+	own := EncodingFor(model)
+	enc := c.fixed
+	if enc == nil {
+		if enc = encodingNamed(own); enc == nil {
+			return compiler.TokenCount{Status: StatusNone}
+		}
+	}
+	// Stop waiting budget/8 early: when every P is tokenizing, the timer's
+	// goroutine can wait for a preemption or a GC mark phase before it runs
+	// again (measured up to ~25 ms on 2 cores), and the budget is a ceiling.
+	deadline := time.Now().Add(c.budget - c.budget/8)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	n, ok := c.count(ctx, enc, body, deadline)
+	if !ok {
+		return compiler.TokenCount{Encoding: enc.name, Status: StatusBudget}
+	}
+	if enc.name == own {
+		return compiler.TokenCount{N: n, Encoding: enc.name, Exact: true, Status: StatusExact}
+	}
+	return compiler.TokenCount{N: n, Encoding: enc.name, Status: StatusEstimate}
+}
+
+// count sums cached piece counts and tokenizes the missing pieces in
+// parallel; false when the deadline or ctx came first.
+func (c *Counter) count(ctx context.Context, enc *encoding, body []byte, deadline time.Time) (int, bool) {
+	total := 0
+	j := &job{enc: enc, cache: c.cache, backlog: &c.backlog}
+	var seen map[key]bool // pieces repeated inside this body are counted once
+	split(body, minPiece, avgBits, func(p []byte) {
+		k := keyOf(enc.id, p)
+		if n, ok := c.cache.get(k); ok {
+			total += n
+			return
+		}
+		if seen == nil {
+			seen = map[key]bool{}
+		}
+		if !seen[k] {
+			seen[k] = true
+			j.keys = append(j.keys, k)
+			j.pieces = append(j.pieces, p)
+			j.bytes += int64(len(p))
+		}
+		j.refs = append(j.refs, k)
+	})
+	if len(j.refs) == 0 {
+		return total, true
+	}
+	if ctx.Err() != nil || !time.Now().Before(deadline) {
+		return 0, false
+	}
+	if pending := c.backlog.Add(j.bytes); pending > maxBacklog && pending > j.bytes {
+		c.backlog.Add(-j.bytes)
+		return 0, false
+	}
+	// Workers may outlive this call, and the caller may reuse body then:
+	// they work on a copy, so a count is always stored under its own key.
+	buf := make([]byte, 0, j.bytes)
+	for i, p := range j.pieces {
+		buf = append(buf, p...)
+		j.pieces[i] = buf[len(buf)-len(p):]
+	}
+	j.counts = make([]int, len(j.pieces))
+	j.left.Store(int64(len(j.pieces)))
+	j.done = make(chan struct{})
+	for range min(len(j.pieces), runtime.GOMAXPROCS(0)) {
+		go j.work()
+	}
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	select {
+	case <-j.done:
+	case <-timer.C:
+		return 0, false
+	case <-ctx.Done():
+		return 0, false
+	}
+	if j.err != nil {
+		return 0, false
+	}
+	counts := make(map[key]int, len(j.keys))
+	for i, k := range j.keys {
+		counts[k] = j.counts[i]
+	}
+	for _, k := range j.refs {
+		total += counts[k]
+	}
+	return total, true
+}
+
+// job tokenizes the pieces of one body that were not cached. Its workers
+// outlive the request if it gives up; they only write the cache and the
+// job's own fields.
+type job struct {
+	enc     *encoding
+	cache   *cache
+	backlog *atomic.Int64
+	pieces  [][]byte // distinct missing pieces, copied out of the body
+	keys    []key
+	refs    []key // missing pieces in body order, repeats included
+	bytes   int64
+	counts  []int
+	next    atomic.Int64
+	left    atomic.Int64
+	err     error // written before done is closed
+	done    chan struct{}
+}
+
+func (j *job) work() {
+	tk, err := j.enc.get()
+	for {
+		i := int(j.next.Add(1) - 1)
+		if i >= len(j.pieces) {
+			return
+		}
+		if err == nil {
+			// EncodeOrdinary: special-token text is ordinary text, as in
+			// Encode(text, nil, nil), without its extra scan.
+			j.counts[i] = len(tk.EncodeOrdinary(string(j.pieces[i])))
+			j.cache.put(j.keys[i], j.counts[i])
+		}
+		j.backlog.Add(-int64(len(j.pieces[i])))
+		if j.left.Add(-1) == 0 {
+			j.err = err
+			close(j.done)
+		}
+		// Pieces take about a millisecond; yielding between them lets
+		// timers fire and waiting requests go on at once rather than at
+		// the next preemption (10 ms) when all Ps are tokenizing.
+		runtime.Gosched()
+	}
+}

@@ -1,0 +1,196 @@
+package tokens
+
+import (
+	"context"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
+)
+
+func TestEncodingFor(t *testing.T) {
+	for model, want := range map[string]string{
+		"gpt-4o": "o200k_base", "gpt-4o-mini-2024-07-18": "o200k_base", "gpt-4.1-nano": "o200k_base",
+		"gpt-5": "o200k_base", "gpt-5-2025-08-07": "o200k_base", "o1": "o200k_base", "o1-mini": "o200k_base",
+		"o3-mini": "o200k_base", "o4-mini": "o200k_base", "openai/gpt-4o": "o200k_base",
+		"azure/gpt-5-mini": "o200k_base", "openrouter/openai/o3": "o200k_base", "GPT-4O": "o200k_base",
+		"gpt-4": "cl100k_base", "gpt-4-turbo": "cl100k_base", "gpt-4-0613": "cl100k_base",
+		"gpt-3.5-turbo": "cl100k_base", "openai/gpt-3.5-turbo-16k": "cl100k_base",
+		"": "", "claude-sonnet-4-5-20250929": "", "anthropic/claude-3-5-haiku": "", "gemini-2.5-pro": "",
+		"kimi-k2-instruct-0905": "", "accounts/fireworks/models/qwen3-coder-480b": "", "llama-3-70b": "",
+		"o2": "", "gpt-3": "", "text-davinci-003": "", "openai/": "", "gpt-4o/other": "",
+	} {
+		if got := EncodingFor(model); got != want {
+			t.Errorf("EncodingFor(%q) = %q, want %q", model, got, want)
+		}
+	}
+}
+
+func TestNewConfig(t *testing.T) {
+	for _, tok := range []string{"", "auto", "off", "o200k_base", "cl100k_base", " O200K_BASE "} {
+		if _, err := New(Config{Tokenizer: tok}); err != nil {
+			t.Errorf("%q: %v", tok, err)
+		}
+	}
+	for _, cfg := range []Config{{Tokenizer: "p50k_base"}, {Tokenizer: "gpt-4o"}, {Tokenizer: "o200k"}} {
+		_, err := New(cfg)
+		if err == nil || !strings.Contains(err.Error(), cfg.Tokenizer) {
+			t.Errorf("%q: error %v should name the bad value", cfg.Tokenizer, err)
+		}
+	}
+	if _, err := New(Config{Budget: -1}); err == nil {
+		t.Error("negative budget accepted")
+	}
+	c, err := New(Config{})
+	if err != nil || c.budget != DefaultBudget {
+		t.Fatalf("defaults: %v %v", c.budget, err)
+	}
+	if n := c.cache.shard[0].max * shards * entryBytes; n > DefaultCacheBytes || n < DefaultCacheBytes*9/10 {
+		t.Errorf("default cache holds %d bytes of entries", n)
+	}
+}
+
+func TestStatuses(t *testing.T) {
+	body := []byte(`{"model":"x","messages":[{"role":"user","content":"Hello there, don't panic."}]}`)
+	o200k, cl100k := direct(t, "o200k_base", string(body)), direct(t, "cl100k_base", string(body))
+	for _, c := range []struct {
+		tokenizer, model string
+		want             compiler.TokenCount
+	}{
+		{"auto", "gpt-4o", compiler.TokenCount{N: o200k, Encoding: "o200k_base", Exact: true, Status: "exact"}},
+		{"auto", "openai/gpt-5", compiler.TokenCount{N: o200k, Encoding: "o200k_base", Exact: true, Status: "exact"}},
+		{"auto", "gpt-3.5-turbo", compiler.TokenCount{N: cl100k, Encoding: "cl100k_base", Exact: true, Status: "exact"}},
+		{"auto", "claude-sonnet-4", compiler.TokenCount{Status: "none"}},
+		{"auto", "", compiler.TokenCount{Status: "none"}},
+		{"o200k_base", "gpt-4o", compiler.TokenCount{N: o200k, Encoding: "o200k_base", Exact: true, Status: "exact"}},
+		{"o200k_base", "gpt-4", compiler.TokenCount{N: o200k, Encoding: "o200k_base", Status: "estimate"}},
+		{"o200k_base", "claude-sonnet-4", compiler.TokenCount{N: o200k, Encoding: "o200k_base", Status: "estimate"}},
+		{"cl100k_base", "azure/gpt-4-turbo", compiler.TokenCount{N: cl100k, Encoding: "cl100k_base", Exact: true, Status: "exact"}},
+		{"cl100k_base", "gpt-4o", compiler.TokenCount{N: cl100k, Encoding: "cl100k_base", Status: "estimate"}},
+		{"off", "gpt-4o", compiler.TokenCount{Status: "none"}},
+	} {
+		got := newCounter(t, c.tokenizer).Count(context.Background(), c.model, body)
+		if got != c.want {
+			t.Errorf("%s %q: %+v, want %+v", c.tokenizer, c.model, got, c.want)
+		}
+	}
+}
+
+// TestBudget: a counting that cannot finish returns "budget" within the
+// budget, the work still fills the cache, and the same body is then exact.
+func TestBudget(t *testing.T) {
+	body := chatBody("gpt-4o", history(rand.New(rand.NewPCG(11, 12)), 300_000))
+	if _, err := encodingNamed("o200k_base").get(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(Config{Budget: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	got := c.Count(context.Background(), "gpt-4o", body)
+	if d := time.Since(t0); got.Status != StatusBudget || got.Encoding != "o200k_base" || got.N != 0 || got.Exact || d > 50*time.Millisecond {
+		t.Fatalf("%+v after %v", got, d)
+	}
+	want := direct(t, "o200k_base", string(body))
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		got = c.Count(context.Background(), "gpt-4o", body)
+		if got.Status == StatusExact {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("background counting never filled the cache")
+		}
+	}
+	if got.N != want {
+		t.Fatalf("warm count %d, direct %d", got.N, want)
+	}
+}
+
+// TestContextDone: a done context ends the wait at once.
+func TestContextDone(t *testing.T) {
+	body := chatBody("gpt-4o", history(rand.New(rand.NewPCG(13, 14)), 200_000))
+	c := newCounter(t, "auto")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if got := c.Count(ctx, "gpt-4o", body); got.Status != StatusBudget {
+		t.Fatalf("canceled: %+v", got)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 2*time.Millisecond)
+	defer cancel()
+	t0 := time.Now()
+	if got := c.Count(ctx, "gpt-4o", append(body, ' ')); got.Status != StatusBudget || time.Since(t0) > 50*time.Millisecond {
+		t.Fatalf("deadline: %+v after %v", got, time.Since(t0))
+	}
+}
+
+// TestBodyReuse: the caller may overwrite its body once Count returned,
+// even while abandoned work continues; no wrong count may be cached.
+func TestBodyReuse(t *testing.T) {
+	orig := chatBody("gpt-4o", history(rand.New(rand.NewPCG(15, 16)), 200_000))
+	body := append([]byte(nil), orig...)
+	c, err := New(Config{Budget: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Count(context.Background(), "gpt-4o", body)
+	for i := range body {
+		body[i] = 'x'
+	}
+	for c.backlog.Load() > 0 {
+		time.Sleep(time.Millisecond)
+	}
+	c.budget = time.Minute
+	if got, want := c.Count(context.Background(), "gpt-4o", orig).N, direct(t, "o200k_base", string(orig)); got != want {
+		t.Fatalf("after reuse: %d, direct %d", got, want)
+	}
+}
+
+// TestConcurrent: many goroutines count bodies sharing long prefixes (the
+// same conversation at different steps) with overlapping pieces in flight;
+// run with -race.
+func TestConcurrent(t *testing.T) {
+	r := rand.New(rand.NewPCG(17, 18))
+	hist := history(r, 120_000)
+	var bodies [][]byte
+	var want []int
+	for i := 2; i <= len(hist); i += 2 {
+		b := chatBody("gpt-4o", hist[:i])
+		bodies = append(bodies, b)
+		want = append(want, direct(t, "o200k_base", string(b)))
+	}
+	c, err := New(Config{Budget: time.Minute, CacheBytes: 40 * entryBytes * shards}) // small: evictions too
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			for k := range 3 * len(bodies) {
+				i := (g + k) % len(bodies)
+				if got := c.Count(context.Background(), "openai/gpt-4o", bodies[i]); got.N != want[i] || got.Status != StatusExact {
+					t.Errorf("body %d: %+v, direct %d", i, got, want[i])
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// TestVetoSignal: a rewrite smaller in bytes can hold more tokens (a long
+// run that tokenizes into few tokens replaced by a receipt full of hex); the
+// counter measures it so the compiler's gate can veto it.
+func TestVetoSignal(t *testing.T) {
+	c := newCounter(t, "auto")
+	raw := chatBody("gpt-4o", []msg{{Role: "tool", ToolCallID: "call_1", Content: strings.Repeat(" ", 8000)}})
+	out := chatBody("gpt-4o", []msg{{Role: "tool", ToolCallID: "call_1", Content: "[Token Terminator artifact a_" +
+		"3f9a0c1e7b2d4f6a8c0e1b3d5f7a9c2e | tool=bash | chars=8000 | sha256=9c1e7b2d4f6a8c0e…]"}})
+	rt, st := c.Count(context.Background(), "gpt-4o", raw), c.Count(context.Background(), "gpt-4o", out)
+	if len(out) >= len(raw) || st.N <= rt.N {
+		t.Fatalf("raw %d bytes %d tokens, rewrite %d bytes %d tokens: not a veto case", len(raw), rt.N, len(out), st.N)
+	}
+	t.Logf("raw %d bytes %d tokens, rewrite %d bytes %d tokens", len(raw), rt.N, len(out), st.N)
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package tokens
+
+const raceEnabled = false

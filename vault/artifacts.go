@@ -1,0 +1,414 @@
+package vault
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"unsafe"
+
+	"github.com/dgraph-io/badger/v4"
+	"go.uber.org/zap"
+
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
+)
+
+const (
+	// writeChunk bounds the artifacts per write transaction so a request never
+	// hits Badger's batch limit (15% of a memtable); values above 1 KiB cost
+	// only a pointer there. One chunk covers any realistic request.
+	writeChunk = 256
+	// evictChunk bounds deletions per eviction transaction.
+	evictChunk = 128
+)
+
+// Persist makes arts durable for scope.Tenant before their receipts go out.
+// New artifacts are written in one transaction, synced once and read back;
+// artifacts already stored are only checked present (their last-seen time is
+// bumped when stale, which keeps them inside the retention window).
+func (s *Store) Persist(ctx context.Context, scope compiler.Scope, arts []compiler.Artifact) error {
+	if len(arts) == 0 {
+		return nil
+	}
+	release, err := s.enter()
+	if err != nil {
+		return err
+	}
+	defer release()
+	uniq, err := s.validate(arts)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	now := s.now().UnixNano()
+	missing, err := s.verify(ctx, scope.Tenant, uniq, now)
+	if err != nil {
+		return err
+	}
+	s.verified.Add(uint64(len(uniq) - len(missing)))
+	if len(missing) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.write(ctx, scope.Tenant, missing, now)
+}
+
+// stringBytes views s as bytes without copying, for read-only use: hashing
+// every artifact of a warm request is the hot path's main cost, and a copy
+// would add a megabyte of garbage per request.
+func stringBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
+func artSize(a *compiler.Artifact) int64 { return int64(len(a.Text)) + int64(len(a.Raw)) }
+
+// validate enforces the per-artifact cap and Digest == sha256(Text): a wrong
+// digest would file content under a receipt that names something else. It
+// also drops repeated digests (the first copy wins).
+func (s *Store) validate(arts []compiler.Artifact) ([]*compiler.Artifact, error) {
+	uniq := make([]*compiler.Artifact, 0, len(arts))
+	seen := make(map[compiler.Digest]struct{}, len(arts))
+	for i := range arts {
+		a := &arts[i]
+		if n := artSize(a); n > s.maxArt {
+			return nil, fmt.Errorf("%w: %d bytes, cap %d", ErrTooLarge, n, s.maxArt)
+		}
+		if sha256.Sum256(stringBytes(a.Text)) != a.Digest {
+			return nil, fmt.Errorf("%w: artifact %x is not sha256 of its text", ErrDigest, a.Digest[:8])
+		}
+		if _, dup := seen[a.Digest]; dup {
+			continue
+		}
+		seen[a.Digest] = struct{}{}
+		uniq = append(uniq, a)
+	}
+	return uniq, nil
+}
+
+// verify returns the artifacts not stored for tenant. Present ones are checked
+// against their metadata, and their last-seen time is bumped in the same
+// transaction when older than touchAfter, so a concurrent eviction either
+// sees the bump or makes this transaction retry and find them missing.
+func (s *Store) verify(ctx context.Context, tenant string, arts []*compiler.Artifact, now int64) ([]*compiler.Artifact, error) {
+	var missing []*compiler.Artifact
+	err := s.update(ctx, func(txn *badger.Txn) error {
+		missing = missing[:0]
+		for _, a := range arts {
+			ok, err := s.touch(txn, tenant, a.Digest, now)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				missing = append(missing, a)
+				continue
+			}
+			// Metadata and content are written and deleted together; check
+			// the content key anyway (an index lookup, no value read).
+			if _, err := txn.Get(artKey(tenant, a.Digest)); err != nil {
+				return fmt.Errorf("vault: artifact %x content: %w", a.Digest[:8], err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("vault: verify: %w", err)
+	}
+	return missing, nil
+}
+
+// touch reports whether tenant has artifact d and bumps its last-seen time
+// when stale.
+func (s *Store) touch(txn *badger.Txn, tenant string, d compiler.Digest, now int64) (bool, error) {
+	mk := metaKey(tenant, d)
+	item, err := txn.Get(mk)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	var m meta
+	if err := item.Value(m.decode); err != nil {
+		return false, err
+	}
+	if m.Digest != d {
+		return false, fmt.Errorf("%w: record filed under %x", ErrDigest, d[:8])
+	}
+	if now-m.LastSeen < int64(s.touchAfter) {
+		return true, nil
+	}
+	m.LastSeen = now
+	return true, txn.Set(mk, m.encode())
+}
+
+// write stores arts (not present at verify time) within the byte cap, syncs
+// once and reads everything back.
+func (s *Store) write(ctx context.Context, tenant string, arts []*compiler.Artifact, now int64) error {
+	var need int64
+	for _, a := range arts {
+		need += artSize(a)
+	}
+	if err := s.reserve(need); err != nil {
+		return err
+	}
+	reserved := need
+	defer func() { s.bytes.Add(-reserved) }() // give back what was not stored
+
+	// ours lists artifacts this call wrote; others were stored by a
+	// concurrent Persist between verify and write, so only their presence is
+	// checked (the other writer compares their content).
+	var ours, others []*compiler.Artifact
+	for chunk := range slices.Chunk(arts, writeChunk) {
+		var wrote, skipped []*compiler.Artifact
+		err := s.update(ctx, func(txn *badger.Txn) error {
+			wrote, skipped = wrote[:0], skipped[:0]
+			for _, a := range chunk {
+				mk := metaKey(tenant, a.Digest)
+				_, err := txn.Get(mk)
+				if err == nil {
+					skipped = append(skipped, a)
+					continue
+				}
+				if !errors.Is(err, badger.ErrKeyNotFound) {
+					return err
+				}
+				m := meta{Digest: a.Digest, Chars: a.Chars, TextBytes: len(a.Text), RawBytes: len(a.Raw), Created: now, LastSeen: now}
+				if err := txn.Set(artKey(tenant, a.Digest), encodeContent(a)); err != nil {
+					return err
+				}
+				if err := txn.Set(mk, m.encode()); err != nil {
+					return err
+				}
+				wrote = append(wrote, a)
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("vault: write: %w", err)
+		}
+		for _, a := range wrote {
+			reserved -= artSize(a)
+		}
+		s.count.Add(int64(len(wrote)))
+		s.written.Add(uint64(len(wrote)))
+		ours = append(ours, wrote...)
+		others = append(others, skipped...)
+	}
+	// Sync even when everything was written concurrently by others: their
+	// sync may not have happened yet, and our receipts depend on it.
+	if err := s.db.Sync(); err != nil {
+		return fmt.Errorf("vault: sync: %w", err)
+	}
+	return s.readBack(tenant, ours, others)
+}
+
+// readBack compares freshly written content byte for byte and checks that
+// concurrently written artifacts exist.
+func (s *Store) readBack(tenant string, ours, others []*compiler.Artifact) error {
+	return s.db.View(func(txn *badger.Txn) error {
+		for _, a := range others {
+			if _, err := txn.Get(artKey(tenant, a.Digest)); err != nil {
+				return fmt.Errorf("vault: read back %x: %w", a.Digest[:8], err)
+			}
+		}
+		for _, a := range ours {
+			item, err := txn.Get(artKey(tenant, a.Digest))
+			if err != nil {
+				return fmt.Errorf("vault: read back %x: %w", a.Digest[:8], err)
+			}
+			same := false
+			if err := item.Value(func(v []byte) error { same = sameContent(v, a); return nil }); err != nil {
+				return fmt.Errorf("vault: read back %x: %w", a.Digest[:8], err)
+			}
+			if !same {
+				return fmt.Errorf("%w: artifact %x", ErrReadBack, a.Digest[:8])
+			}
+		}
+		return nil
+	})
+}
+
+// reserve claims n bytes under the cap, evicting once if they do not fit.
+func (s *Store) reserve(n int64) error {
+	if s.tryReserve(n) {
+		return nil
+	}
+	if n > s.maxBytes {
+		return fmt.Errorf("%w: need %d bytes, cap %d", ErrFull, n, s.maxBytes)
+	}
+	// Free a little more than needed so a nearly full vault does not evict
+	// on every request.
+	s.evict(n, s.maxBytes/20)
+	if s.tryReserve(n) {
+		return nil
+	}
+	return fmt.Errorf("%w: need %d bytes, %d of %d in use", ErrFull, n, s.bytes.Load(), s.maxBytes)
+}
+
+func (s *Store) tryReserve(n int64) bool {
+	for {
+		cur := s.bytes.Load()
+		if cur+n > s.maxBytes {
+			return false
+		}
+		if s.bytes.CompareAndSwap(cur, cur+n) {
+			return true
+		}
+	}
+}
+
+// evict deletes artifacts whose last-seen time is outside the retention
+// window, least recently seen first, until need more bytes fit with slack
+// to spare. Artifacts seen within Retention are never deleted, so a vault
+// full of live artifacts stays full and Persist reports ErrFull.
+func (s *Store) evict(need, slack int64) {
+	s.evictMu.Lock()
+	defer s.evictMu.Unlock()
+	target := s.maxBytes - need - slack
+	if s.bytes.Load() <= target {
+		return // a concurrent eviction already made room
+	}
+	now := s.now().UnixNano()
+	if now < s.nextEvict.Load() {
+		return // nothing can have left its retention window since the last scan
+	}
+	cutoff := now - int64(s.retention)
+
+	type cand struct {
+		key  []byte
+		seen int64
+		size int64
+	}
+	var cands []cand
+	oldestKept := int64(math.MaxInt64)
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 256, Prefix: []byte("m/")})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			var m meta
+			if err := it.Item().Value(m.decode); err != nil {
+				return err
+			}
+			if m.LastSeen < cutoff {
+				cands = append(cands, cand{it.Item().KeyCopy(nil), m.LastSeen, m.size()})
+			} else {
+				oldestKept = min(oldestKept, m.LastSeen)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		s.log.Warn("vault eviction scan failed", zap.Error(err))
+		return
+	}
+	slices.SortFunc(cands, func(a, b cand) int { return cmp.Compare(a.seen, b.seen) })
+	// Take just enough of the oldest to reach the target.
+	excess := s.bytes.Load() - target
+	var take int
+	for sum := int64(0); take < len(cands) && sum < excess; take++ {
+		sum += cands[take].size
+	}
+
+	var evicted, freed int64
+	for chunk := range slices.Chunk(cands[:take], evictChunk) {
+		var n, b int64
+		err := s.update(context.Background(), func(txn *badger.Txn) error {
+			n, b = 0, 0
+			for _, c := range chunk {
+				item, err := txn.Get(c.key)
+				if errors.Is(err, badger.ErrKeyNotFound) {
+					continue
+				}
+				if err != nil {
+					return err
+				}
+				var m meta
+				if err := item.Value(m.decode); err != nil {
+					return err
+				}
+				if m.LastSeen >= cutoff {
+					continue // seen again since the scan
+				}
+				ak := append([]byte("a"), c.key[1:]...)
+				if err := txn.Delete(c.key); err != nil {
+					return err
+				}
+				if err := txn.Delete(ak); err != nil {
+					return err
+				}
+				n++
+				b += m.size()
+			}
+			return nil
+		})
+		if err != nil {
+			s.log.Warn("vault eviction failed", zap.Error(err))
+			break
+		}
+		s.bytes.Add(-b)
+		s.count.Add(-n)
+		s.evicted.Add(uint64(n))
+		evicted += n
+		freed += b
+	}
+	if evicted > 0 {
+		s.log.Info("vault evicted", zap.Int64("artifacts", evicted), zap.Int64("bytes", freed))
+	}
+	if s.bytes.Load() > target && oldestKept != math.MaxInt64 {
+		// Every artifact left is inside its window; the earliest can leave
+		// it at oldestKept+retention, and last-seen times only grow.
+		s.nextEvict.Store(oldestKept + int64(s.retention))
+	}
+}
+
+// Get returns tenant's artifact d, for recovery and tests. It does not count
+// as a sighting.
+func (s *Store) Get(ctx context.Context, tenant string, d compiler.Digest) (compiler.Artifact, bool, error) {
+	release, err := s.enter()
+	if err != nil {
+		return compiler.Artifact{}, false, err
+	}
+	defer release()
+	if err := ctx.Err(); err != nil {
+		return compiler.Artifact{}, false, err
+	}
+	a := compiler.Artifact{Digest: d}
+	found := false
+	err = s.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(artKey(tenant, d))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := item.Value(func(v []byte) error { return decodeContent(v, &a) }); err != nil {
+			return err
+		}
+		if item, err = txn.Get(metaKey(tenant, d)); err != nil {
+			return err
+		}
+		var m meta
+		if err := item.Value(m.decode); err != nil {
+			return err
+		}
+		a.Chars = m.Chars
+		found = true
+		return nil
+	})
+	if err != nil {
+		return compiler.Artifact{}, false, fmt.Errorf("vault: get: %w", err)
+	}
+	if !found {
+		return compiler.Artifact{}, false, nil
+	}
+	if sha256.Sum256(stringBytes(a.Text)) != d {
+		return compiler.Artifact{}, false, fmt.Errorf("%w: stored artifact %x", ErrDigest, d[:8])
+	}
+	return a, true, nil
+}

@@ -1,0 +1,240 @@
+package vault
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"slices"
+
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
+)
+
+// Values are a version byte followed by varint-prefixed fields: compact,
+// allocation-light and stable, so an identical Record writes identical bytes.
+const codecV1 = 1
+
+var errCodec = errors.New("vault: corrupt record")
+
+func artKey(tenant string, d compiler.Digest) []byte  { return digestKey("a/", tenant, d) }
+func metaKey(tenant string, d compiler.Digest) []byte { return digestKey("m/", tenant, d) }
+
+// digestKey builds prefix + tenant + "/" + hex(d). The digest has a fixed
+// length at the end, so any tenant string yields an unambiguous key.
+func digestKey(prefix, tenant string, d compiler.Digest) []byte {
+	k := make([]byte, 0, len(prefix)+len(tenant)+1+2*len(d))
+	k = append(k, prefix...)
+	k = append(k, tenant...)
+	k = append(k, '/')
+	return hex.AppendEncode(k, d[:])
+}
+
+// scopePrefix is "l/<scope key>/": lineage is private to tenant and session.
+func scopePrefix(sc compiler.Scope) []byte {
+	h := sha256.Sum256([]byte(sc.Tenant + "\x00" + sc.Session))
+	k := make([]byte, 0, 2+32+1+64)
+	k = append(k, "l/"...)
+	k = hex.AppendEncode(k, h[:16])
+	return append(k, '/')
+}
+
+// meta is the small per-artifact record read by eviction and size scans.
+type meta struct {
+	Digest    compiler.Digest
+	Chars     int
+	TextBytes int
+	RawBytes  int
+	Created   int64 // unix nanoseconds
+	LastSeen  int64 // unix nanoseconds
+}
+
+func (m *meta) size() int64 { return int64(m.TextBytes) + int64(m.RawBytes) }
+
+func (m *meta) encode() []byte {
+	b := make([]byte, 0, 1+32+4*binary.MaxVarintLen64)
+	b = append(b, codecV1)
+	b = append(b, m.Digest[:]...)
+	b = binary.AppendUvarint(b, uint64(m.Chars))
+	b = binary.AppendUvarint(b, uint64(m.TextBytes))
+	b = binary.AppendUvarint(b, uint64(m.RawBytes))
+	b = binary.AppendVarint(b, m.Created)
+	return binary.AppendVarint(b, m.LastSeen)
+}
+
+func (m *meta) decode(b []byte) error {
+	r := reader{b: b}
+	if r.byte() != codecV1 {
+		return errCodec
+	}
+	copy(m.Digest[:], r.bytes(32))
+	m.Chars = int(r.uvarint())
+	m.TextBytes = int(r.uvarint())
+	m.RawBytes = int(r.uvarint())
+	m.Created = r.varint()
+	m.LastSeen = r.varint()
+	return r.done()
+}
+
+func encodeContent(a *compiler.Artifact) []byte {
+	n := 1 + 4*binary.MaxVarintLen64 + len(a.Text) + len(a.Raw) + len(a.Tool) + len(a.Args)
+	b := make([]byte, 0, n)
+	b = append(b, codecV1)
+	b = appendString(b, a.Text)
+	b = appendString(b, string(a.Raw))
+	b = appendString(b, a.Tool)
+	return appendString(b, a.Args)
+}
+
+// decodeContent fills Text, Raw, Tool and Args, copying out of b (Badger's
+// value buffers are only valid inside the transaction).
+func decodeContent(b []byte, a *compiler.Artifact) error {
+	r := reader{b: b}
+	if r.byte() != codecV1 {
+		return errCodec
+	}
+	a.Text = string(r.field())
+	a.Raw = bytes.Clone(r.field())
+	a.Tool = string(r.field())
+	a.Args = string(r.field())
+	return r.done()
+}
+
+// sameContent compares an encoded value with an artifact without allocating.
+func sameContent(b []byte, a *compiler.Artifact) bool {
+	r := reader{b: b}
+	return r.byte() == codecV1 &&
+		string(r.field()) == a.Text &&
+		bytes.Equal(r.field(), a.Raw) &&
+		string(r.field()) == a.Tool &&
+		string(r.field()) == a.Args &&
+		r.done() == nil
+}
+
+// node is a stored lineage record.
+type node struct {
+	Length    int
+	Parent    compiler.Digest
+	HasParent bool
+	Time      int64
+	Exposures map[compiler.Digest]int
+}
+
+func (n *node) encode() []byte {
+	keys := make([]compiler.Digest, 0, len(n.Exposures))
+	for d := range n.Exposures {
+		keys = append(keys, d)
+	}
+	slices.SortFunc(keys, func(a, b compiler.Digest) int { return bytes.Compare(a[:], b[:]) })
+	b := make([]byte, 0, 1+3*binary.MaxVarintLen64+33+len(keys)*(32+binary.MaxVarintLen64))
+	b = append(b, codecV1)
+	b = binary.AppendUvarint(b, uint64(n.Length))
+	if n.HasParent {
+		b = append(b, 1)
+		b = append(b, n.Parent[:]...)
+	} else {
+		b = append(b, 0)
+	}
+	b = binary.AppendVarint(b, n.Time)
+	b = binary.AppendUvarint(b, uint64(len(keys)))
+	for _, d := range keys {
+		b = append(b, d[:]...)
+		b = binary.AppendVarint(b, int64(n.Exposures[d]))
+	}
+	return b
+}
+
+func (n *node) decode(b []byte) error {
+	r := reader{b: b}
+	if r.byte() != codecV1 {
+		return errCodec
+	}
+	n.Length = int(r.uvarint())
+	if n.HasParent = r.byte() == 1; n.HasParent {
+		copy(n.Parent[:], r.bytes(32))
+	}
+	n.Time = r.varint()
+	cnt := r.uvarint()
+	if cnt > uint64(len(b))/33 { // each entry takes at least 33 bytes
+		return errCodec
+	}
+	n.Exposures = make(map[compiler.Digest]int, cnt)
+	for range cnt {
+		var d compiler.Digest
+		copy(d[:], r.bytes(32))
+		n.Exposures[d] = int(r.varint())
+	}
+	return r.done()
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// reader decodes sequentially and remembers the first error, so decoders
+// read straight through and check once at the end.
+type reader struct {
+	b   []byte
+	bad bool
+}
+
+func (r *reader) byte() byte {
+	if len(r.b) < 1 {
+		r.bad = true
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+func (r *reader) bytes(n int) []byte {
+	if n < 0 || len(r.b) < n {
+		r.bad = true
+		r.b = nil
+		return nil
+	}
+	p := r.b[:n:n]
+	r.b = r.b[n:]
+	return p
+}
+
+func (r *reader) uvarint() uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.bad = true
+		r.b = nil
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) varint() int64 {
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.bad = true
+		r.b = nil
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) field() []byte {
+	n := r.uvarint()
+	if n > uint64(len(r.b)) {
+		r.bad = true
+		r.b = nil
+		return nil
+	}
+	return r.bytes(int(n))
+}
+
+func (r *reader) done() error {
+	if r.bad || len(r.b) != 0 {
+		return errCodec
+	}
+	return nil
+}

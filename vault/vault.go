@@ -1,0 +1,386 @@
+package vault
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"go.uber.org/zap"
+
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
+)
+
+// Defaults applied by Open to zero (or negative) Config fields.
+const (
+	DefaultMaxBytes         int64 = 512 << 20
+	DefaultMaxArtifactBytes int64 = 8 << 20
+	DefaultRetention              = 7 * 24 * time.Hour
+)
+
+// maxArtifactLimit clamps MaxArtifactBytes so that one artifact always fits a
+// value-log file (Badger refuses values larger than ValueLogFileSize, which
+// itself must stay below 2 GiB).
+const maxArtifactLimit int64 = 256 << 20
+
+var (
+	// ErrFull means the vault has no room for new artifacts even after
+	// evicting everything not protected by retention. Callers pass the
+	// request through unchanged.
+	ErrFull = errors.New("vault: full")
+	// ErrTooLarge means one artifact exceeds Config.MaxArtifactBytes.
+	ErrTooLarge = errors.New("vault: artifact too large")
+	// ErrDigest means an artifact's Digest is not sha256(Text), or a stored
+	// record does not match the digest it is filed under.
+	ErrDigest = errors.New("vault: digest mismatch")
+	// ErrReadBack means a freshly written artifact did not read back
+	// byte for byte.
+	ErrReadBack = errors.New("vault: read-back mismatch")
+	// ErrClosed is returned by every operation after Close.
+	ErrClosed = errors.New("vault: closed")
+)
+
+// Config configures Open.
+type Config struct {
+	// Dir is the database directory. It is created with mode 0700, and an
+	// existing directory is chmod'ed to 0700: it holds tool output.
+	Dir string
+	// MaxBytes caps the total stored artifact bytes (Text+Raw). Default 512 MiB.
+	MaxBytes int64
+	// MaxArtifactBytes caps one artifact (Text+Raw). Default 8 MiB; values
+	// above 256 MiB are clamped (and logged) to fit a value-log file.
+	MaxArtifactBytes int64
+	// Retention is the lineage TTL and the window in which a seen artifact is
+	// never evicted. Default 7 days.
+	Retention time.Duration
+	// Logger receives warnings and errors (Badger's included). Nil means none.
+	Logger *zap.Logger
+
+	// Test hooks.
+	now           func() time.Time
+	maintainEvery time.Duration
+}
+
+// Stats is a snapshot of the vault's size and activity. It holds no content.
+type Stats struct {
+	Artifacts int64  // artifacts stored, all tenants
+	Bytes     int64  // Text+Raw bytes of those artifacts
+	MaxBytes  int64  // configured cap
+	Written   uint64 // artifacts written since Open
+	Verified  uint64 // artifacts found already present by Persist since Open
+	Evicted   uint64 // artifacts evicted since Open
+	LSMBytes  int64  // on-disk LSM size as Badger estimates it
+	VlogBytes int64  // on-disk value-log size as Badger estimates it
+}
+
+// Store is the Badger-backed vault. It implements compiler.Store and is safe
+// for concurrent use.
+type Store struct {
+	db         *badger.DB
+	log        *zap.Logger
+	hmacKey    []byte
+	maxBytes   int64
+	maxArt     int64
+	retention  time.Duration
+	touchAfter time.Duration
+	now        func() time.Time
+
+	bytes    atomic.Int64 // stored Text+Raw bytes, including reservations in flight
+	count    atomic.Int64
+	written  atomic.Uint64
+	verified atomic.Uint64
+	evicted  atomic.Uint64
+	// nextEvict is the earliest unix-nano time at which any stored artifact
+	// can leave its retention window; until then a full vault fails fast
+	// instead of rescanning metadata on every request.
+	nextEvict atomic.Int64
+	evictMu   sync.Mutex
+
+	mu     sync.RWMutex // held for reading by operations, for writing by Close
+	closed bool
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+var _ compiler.Store = (*Store)(nil)
+
+const keyHMAC = "s/hmac"
+
+// badgerOptions tunes Badger for a small, steady footprint rather than
+// throughput; the vault sees one small batch per request.
+//
+//   - MemTableSize 16 MiB, NumMemtables 2: at most ~32 MiB of memtables
+//     (default 64 MiB x 5). A batch is capped at 15% of a memtable (2.4 MiB),
+//     which is ample because large values live in the value log.
+//   - NumLevelZeroTables 2, NumLevelZeroTablesStall 4: flush small L0 early.
+//   - BlockCacheSize 16 MiB, IndexCacheSize 8 MiB: bounded caches (default
+//     256 MiB block cache, unbounded index cache). Lookups are point reads
+//     of metadata and lineage keys; bloom filters make misses cheap.
+//   - ValueThreshold 1 KiB: artifact content (normally >= 8000 chars) goes to
+//     the value log and the LSM holds only keys, metadata and lineage, so
+//     compaction never rewrites content.
+//   - ValueLogFileSize 64 MiB (raised to 2x MaxArtifactBytes if needed):
+//     small files let value-log GC reclaim evicted content in small steps.
+//   - NumCompactors 2: the minimum Badger supports; the host has few cores.
+//   - SyncWrites false: Persist calls db.Sync once per request after its
+//     batch, so lineage records and last-seen bumps never pay for an fsync.
+//   - MetricsEnabled false: no global expvar maps.
+//   - Logger: Badger's warnings and errors go to zap; info/debug dropped.
+func badgerOptions(dir string, maxArt int64, log *zap.Logger) badger.Options {
+	vlog := int64(64 << 20)
+	if 2*maxArt > vlog {
+		vlog = 2 * maxArt
+	}
+	return badger.DefaultOptions(dir).
+		WithMemTableSize(16 << 20).
+		WithNumMemtables(2).
+		WithNumLevelZeroTables(2).
+		WithNumLevelZeroTablesStall(4).
+		WithBlockCacheSize(16 << 20).
+		WithIndexCacheSize(8 << 20).
+		WithValueThreshold(1 << 10).
+		WithValueLogFileSize(vlog).
+		WithNumCompactors(2).
+		WithSyncWrites(false).
+		WithMetricsEnabled(false).
+		WithLogger(badgerLogger{log.Sugar()})
+}
+
+// Open opens (creating if needed) the vault in cfg.Dir. Only one Store may
+// have a directory open at a time; Badger holds a directory lock.
+func Open(cfg Config) (*Store, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("vault: no directory")
+	}
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = DefaultMaxBytes
+	}
+	if cfg.MaxArtifactBytes <= 0 {
+		cfg.MaxArtifactBytes = DefaultMaxArtifactBytes
+	}
+	if cfg.Retention <= 0 {
+		cfg.Retention = DefaultRetention
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.MaxArtifactBytes > maxArtifactLimit {
+		// Callers derive this from a body-size limit; larger artifacts are
+		// refused with ErrTooLarge rather than refusing to start.
+		cfg.Logger.Warn("vault max artifact bytes clamped",
+			zap.Int64("configured", cfg.MaxArtifactBytes), zap.Int64("limit", maxArtifactLimit))
+		cfg.MaxArtifactBytes = maxArtifactLimit
+	}
+	if cfg.now == nil {
+		cfg.now = time.Now
+	}
+	if cfg.maintainEvery <= 0 {
+		cfg.maintainEvery = 10 * time.Minute
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("vault: %w", err)
+	}
+	// MkdirAll leaves an existing directory's mode alone.
+	if err := os.Chmod(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("vault: %w", err)
+	}
+	db, err := badger.Open(badgerOptions(cfg.Dir, cfg.MaxArtifactBytes, cfg.Logger))
+	if err != nil {
+		return nil, fmt.Errorf("vault: open %s: %w", cfg.Dir, err)
+	}
+	s := &Store{
+		db:        db,
+		log:       cfg.Logger,
+		maxBytes:  cfg.MaxBytes,
+		maxArt:    cfg.MaxArtifactBytes,
+		retention: cfg.Retention,
+		// Bumping last-seen on every hit would turn each warm request into a
+		// write; a coarse bump is enough while it stays well inside Retention.
+		touchAfter: min(time.Minute, cfg.Retention/4),
+		now:        cfg.now,
+		stop:       make(chan struct{}),
+		done:       make(chan struct{}),
+	}
+	if err := s.loadHMACKey(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if err := s.scanSizes(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	go s.maintain(cfg.maintainEvery)
+	return s, nil
+}
+
+// loadHMACKey reads the tenant key, creating and syncing it on first open.
+func (s *Store) loadHMACKey() error {
+	err := s.update(context.Background(), func(txn *badger.Txn) error {
+		item, err := txn.Get([]byte(keyHMAC))
+		if err == nil {
+			s.hmacKey, err = item.ValueCopy(nil)
+			return err
+		}
+		if !errors.Is(err, badger.ErrKeyNotFound) {
+			return err
+		}
+		key := make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			return err
+		}
+		s.hmacKey = key
+		return txn.Set([]byte(keyHMAC), key)
+	})
+	if err == nil && len(s.hmacKey) != 32 {
+		err = fmt.Errorf("bad key length %d", len(s.hmacKey))
+	}
+	if err == nil {
+		err = s.db.Sync()
+	}
+	if err != nil {
+		return fmt.Errorf("vault: hmac key: %w", err)
+	}
+	return nil
+}
+
+// scanSizes recomputes the in-memory totals from metadata only.
+func (s *Store) scanSizes() error {
+	var n, total int64
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 256, Prefix: []byte("m/")})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			var m meta
+			if err := it.Item().Value(func(v []byte) error { return m.decode(v) }); err != nil {
+				return err
+			}
+			n++
+			total += m.size()
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("vault: scan: %w", err)
+	}
+	s.count.Store(n)
+	s.bytes.Store(total)
+	return nil
+}
+
+// Close stops background maintenance and closes the database. Operations
+// running when Close is called finish first; later ones get ErrClosed.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	close(s.stop)
+	<-s.done
+	return s.db.Close()
+}
+
+// enter guards an operation against a concurrent Close.
+func (s *Store) enter() (func(), error) {
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return nil, ErrClosed
+	}
+	return s.mu.RUnlock, nil
+}
+
+// Tenant maps a credential to its opaque tenant id: the first 32 hex chars of
+// HMAC-SHA-256 under the vault's own key, so ids are stable across restarts
+// of one vault but useless for guessing credentials. "" is "anonymous".
+func (s *Store) Tenant(credential string) string {
+	if credential == "" {
+		return "anonymous"
+	}
+	m := hmac.New(sha256.New, s.hmacKey)
+	m.Write([]byte(credential))
+	return hex.EncodeToString(m.Sum(nil))[:32]
+}
+
+// Stats returns a snapshot of sizes and counters.
+func (s *Store) Stats() Stats {
+	st := Stats{
+		Artifacts: s.count.Load(),
+		Bytes:     s.bytes.Load(),
+		MaxBytes:  s.maxBytes,
+		Written:   s.written.Load(),
+		Verified:  s.verified.Load(),
+		Evicted:   s.evicted.Load(),
+	}
+	if release, err := s.enter(); err == nil {
+		st.LSMBytes, st.VlogBytes = s.db.Size()
+		release()
+	}
+	return st
+}
+
+// maxRetries bounds optimistic-transaction retries on ErrConflict.
+const maxRetries = 8
+
+// update runs fn in a read-write transaction, retrying on conflicts. fn must
+// be safe to run again from scratch.
+func (s *Store) update(ctx context.Context, fn func(*badger.Txn) error) error {
+	for attempt := 0; ; attempt++ {
+		err := s.db.Update(fn)
+		if !errors.Is(err, badger.ErrConflict) || attempt == maxRetries {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+}
+
+// maintain evicts expired artifacts down to 90% of the cap and runs
+// value-log GC, periodically, until Close.
+func (s *Store) maintain(every time.Duration) {
+	defer close(s.done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		s.evict(0, s.maxBytes/10)
+		for s.db.RunValueLogGC(0.5) == nil {
+			select {
+			case <-s.stop:
+				return
+			default:
+			}
+		}
+	}
+}
+
+// badgerLogger forwards Badger's warnings and errors to zap. Badger's messages
+// name files and key counts, never values.
+type badgerLogger struct{ l *zap.SugaredLogger }
+
+func (b badgerLogger) Errorf(f string, a ...any) {
+	b.l.Error(strings.TrimSpace(fmt.Sprintf(f, a...)))
+}
+
+func (b badgerLogger) Warningf(f string, a ...any) {
+	b.l.Warn(strings.TrimSpace(fmt.Sprintf(f, a...)))
+}
+
+func (badgerLogger) Infof(string, ...any)  {}
+func (badgerLogger) Debugf(string, ...any) {}
