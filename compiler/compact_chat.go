@@ -62,3 +62,9 @@ func anyText(src []byte, n *jsonv.Node, partType string) string {
 	}
 	return out
 }
+
+// rules checks chat tool pairing on its own.
+func (chatFormat) rules(d *doc) error {
+	_, err := chatPairing(d)
+	return err
+}
