@@ -131,8 +131,8 @@ func (anthropicFormat) check(orig, out *doc) error {
 		}
 	}
 	var co, cn []string
-	cacheBreakpoints(orig.src, orig.root, "", &co)
-	cacheBreakpoints(out.src, out.root, "", &cn)
+	cacheBreakpoints(orig.src, orig.root, nil, &co)
+	cacheBreakpoints(out.src, out.root, nil, &cn)
 	if strings.Join(co, ",") != strings.Join(cn, ",") {
 		return fmt.Errorf("anthropic: cache_control breakpoints changed (%d -> %d)", len(co), len(cn))
 	}
@@ -225,21 +225,40 @@ func anthPairing(src []byte, msgs *jsonv.Node) (int, error) {
 }
 
 // cacheBreakpoints appends the path of every object that holds a
-// cache_control member, in document order.
-func cacheBreakpoints(src []byte, n *jsonv.Node, path string, out *[]string) {
+// cache_control member, in document order. path is the stack of keys
+// (idx < 0) and indexes leading to n; it is rendered only for a hit.
+func cacheBreakpoints(src []byte, n *jsonv.Node, path []pathStep, out *[]string) {
 	switch n.Kind {
 	case jsonv.Object:
 		for _, m := range n.Members {
 			if m.Key == "cache_control" {
-				*out = append(*out, path)
+				var b strings.Builder
+				for _, p := range path {
+					b.WriteByte('/')
+					if p.idx < 0 {
+						b.WriteString(strconv.Quote(p.key))
+					} else {
+						b.WriteString(strconv.Itoa(p.idx))
+					}
+				}
+				*out = append(*out, b.String())
 			}
 		}
 		for _, m := range n.Members {
-			cacheBreakpoints(src, m.Value, path+"/"+strconv.Quote(m.Key), out)
+			if m.Value.Kind == jsonv.Object || m.Value.Kind == jsonv.Array {
+				cacheBreakpoints(src, m.Value, append(path, pathStep{key: m.Key, idx: -1}), out)
+			}
 		}
 	case jsonv.Array:
 		for i, e := range n.Elems {
-			cacheBreakpoints(src, e, path+"/"+strconv.Itoa(i), out)
+			if e.Kind == jsonv.Object || e.Kind == jsonv.Array {
+				cacheBreakpoints(src, e, append(path, pathStep{idx: i}), out)
+			}
 		}
 	}
+}
+
+type pathStep struct {
+	key string
+	idx int
 }

@@ -43,7 +43,7 @@ func anthropicConversation(n int, mixed bool) []byte {
 		msgs = append(msgs, map[string]any{"role": "user", "content": "Thanks, go on."})
 	}
 	b, _ := json.Marshal(map[string]any{"model": "claude-sonnet-4-5", "max_tokens": 1024,
-		"system": []any{map[string]any{"type": "text", "text": "You are Claude Code.", "cache_control": map[string]any{"type": "ephemeral"}}},
+		"system":   []any{map[string]any{"type": "text", "text": "You are Claude Code.", "cache_control": map[string]any{"type": "ephemeral"}}},
 		"messages": msgs})
 	return b
 }

@@ -144,7 +144,7 @@ func TestBadInputsForwardedByteIdentical(t *testing.T) {
 	g := startGateway(t, defaultSnippet, up)
 	// warm up (first-use allocations, listeners) before the leak baseline
 	g.post(chatPath, []byte(`{}`))
-	checkLeaks := goroutineBaseline(t)
+	checkLeaks := goroutineBaseline(t, up)
 
 	for name, body := range badInputs() {
 		t.Run(name, func(t *testing.T) {
@@ -192,7 +192,7 @@ func TestHugeBodyStreamsThrough(t *testing.T) {
 		return nil, err
 	}
 	g := startGateway(t, defaultSnippet, up)
-	checkLeaks := goroutineBaseline(t)
+	checkLeaks := goroutineBaseline(t, up)
 
 	const size = 50 << 20
 	body := make([]byte, size)

@@ -1,0 +1,116 @@
+package compiler
+
+import (
+	"strings"
+	"testing"
+)
+
+// The format checks on their own (without sameExcept in front of them):
+// every provider rule the issue names must be caught when broken, and a
+// rewrite that only replaces slot contents must pass.
+func TestFormatChecks(t *testing.T) {
+	anth := `{"system":[{"type":"text","text":"sys","cache_control":{"type":"ephemeral"}}],"tools":[{"name":"Read"}],"messages":[` +
+		`{"role":"user","content":"go"},` +
+		`{"role":"assistant","content":[{"type":"thinking","thinking":"hm","signature":"SIG"},{"type":"redacted_thinking","data":"RED"},{"type":"server_tool_use","id":"srv","name":"web_search","input":{}},{"type":"web_search_tool_result","tool_use_id":"srv","content":[]},{"type":"tool_use","id":"t1","name":"Read","input":{}},{"type":"tool_use","id":"t2","name":"Read","input":{}}]},` +
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","is_error":true,"content":"OUT1"},{"type":"tool_result","tool_use_id":"t2","content":[{"type":"text","text":"OUT2"}],"cache_control":{"type":"ephemeral"}},{"type":"text","text":"next"}]}]}`
+	resp := `{"instructions":"be good","input":[{"role":"user","content":"go"},` +
+		`{"type":"compaction","id":"cmp","encrypted_content":"CMP"},` +
+		`{"type":"reasoning","id":"rs_1","encrypted_content":"ENC"},` +
+		`{"type":"function_call","id":"fc_1","call_id":"c1","name":"shell","arguments":"{}"},` +
+		`{"type":"function_call_output","call_id":"c1","output":"OUT1"},` +
+		`{"type":"custom_tool_call","call_id":"c2","name":"patch","input":"x"},` +
+		`{"type":"custom_tool_call_output","call_id":"c2","output":[{"type":"input_text","text":"OUT2"}]}]}`
+	tests := []struct {
+		name    string
+		f       format
+		orig    string
+		from    string // replaced once in orig to make out
+		to      string
+		wantErr string
+	}{
+		{"anthropic string slot", anthropicFormat{}, anth, `"OUT1"`, `"receipt"`, ""},
+		{"anthropic list slot", anthropicFormat{}, anth, `[{"type":"text","text":"OUT2"}]`, `"receipt"`, ""},
+		{"thinking signature", anthropicFormat{}, anth, `"SIG"`, `"SIH"`, "block 0 changed"},
+		{"redacted thinking", anthropicFormat{}, anth, `"RED"`, `"REE"`, "block 1 changed"},
+		{"server tool use", anthropicFormat{}, anth, `"name":"web_search"`, `"name":"web_fetch"`, "block 2 changed"},
+		{"server tool result", anthropicFormat{}, anth, `"content":[]}`, `"content":"x"}`, "block 3 changed"},
+		{"is_error", anthropicFormat{}, anth, `"is_error":true`, `"is_error":false`, "is_error changed"},
+		{"tool_use_id", anthropicFormat{}, anth, `"tool_use_id":"t1"`, `"tool_use_id":"t3"`, "tool_use_id changed"},
+		{"cache_control removed", anthropicFormat{}, anth, `"OUT2"}],"cache_control"`, `"OUT2"}],"cache_contrl"`, "changed keys"},
+		{"system", anthropicFormat{}, anth, `"sys"`, `"SYS"`, "system changed"},
+		{"tools", anthropicFormat{}, anth, `"name":"Read"}]`, `"name":"Write"}]`, "tools changed"},
+		{"text before results", anthropicFormat{}, anth, `{"type":"tool_result","tool_use_id":"t1","is_error":true,"content":"OUT1"}`, `{"type":"text","text":"early"}`, "changed shape"},
+		{"cache breakpoint moved in slot", anthropicFormat{}, anth, `[{"type":"text","text":"OUT2"}]`, `[{"type":"text","text":"OUT2","cache_control":{"type":"ephemeral"}}]`, "cache_control breakpoints changed"},
+		{"responses string slot", responsesFormat{}, resp, `"OUT1"`, `"receipt"`, ""},
+		{"responses parts slot", responsesFormat{}, resp, `[{"type":"input_text","text":"OUT2"}]`, `"receipt"`, ""},
+		{"encrypted content", responsesFormat{}, resp, `"ENC"`, `"ENX"`, "opaque item 2 changed"},
+		{"compaction", responsesFormat{}, resp, `"CMP"`, `"CMX"`, "opaque item 1 changed"},
+		{"reasoning loses its item", responsesFormat{}, resp, `{"type":"function_call","id":"fc_1"`, `{"type":"function_call","id":"fc_2"`, "lost its following item"},
+		{"call id", responsesFormat{}, resp, `"call_id":"c1","output"`, `"call_id":"c9","output"`, "pairing changed"},
+		{"instructions", responsesFormat{}, resp, `"be good"`, `"be bad"`, "instructions changed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if strings.Count(tt.orig, tt.from) != 1 {
+				t.Fatalf("fixture: %q occurs %d times", tt.from, strings.Count(tt.orig, tt.from))
+			}
+			out := strings.Replace(tt.orig, tt.from, tt.to, 1)
+			po, reason := parseDoc(tt.f, []byte(tt.orig))
+			if reason != "" {
+				t.Fatalf("orig: %s", reason)
+			}
+			pn, reason := parseDoc(tt.f, []byte(out))
+			if reason != "" {
+				t.Fatalf("out: %s", reason)
+			}
+			err := tt.f.check(po.doc, pn.doc)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("error %v, want %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestAnthropicPairingRules(t *testing.T) {
+	use := func(ids ...string) string {
+		var b []string
+		for _, id := range ids {
+			b = append(b, `{"type":"tool_use","id":"`+id+`","name":"x","input":{}}`)
+		}
+		return `{"role":"assistant","content":[{"type":"text","text":"t"},` + strings.Join(b, ",") + `]}`
+	}
+	res := func(id string) string { return `{"type":"tool_result","tool_use_id":"` + id + `","content":"r"}` }
+	user := func(blocks ...string) string { return `{"role":"user","content":[` + strings.Join(blocks, ",") + `]}` }
+	text := `{"type":"text","text":"hi"}`
+	tests := []struct {
+		name   string
+		msgs   string
+		paired int
+		ok     bool
+	}{
+		{"paired", user(text) + "," + use("a", "b") + "," + user(res("a"), res("b"), text), 2, true},
+		{"reused id across turns", use("a") + "," + user(res("a")) + "," + use("a") + "," + user(res("a")), 2, true},
+		{"text first", use("a") + "," + user(text, res("a")), 0, false},
+		{"missing result", use("a", "b") + "," + user(res("a")), 0, false},
+		{"not immediately after", use("a") + "," + user(text) + "," + user(res("a")), 0, false},
+		{"orphan result", user(res("a")), 0, false},
+		{"string reply", use("a") + `,{"role":"user","content":"no"}`, 0, false},
+		{"duplicate result", use("a") + "," + user(res("a"), res("a")), 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src := []byte(`{"messages":[` + tt.msgs + `]}`)
+			p, reason := parseDoc(anthropicFormat{}, src)
+			if reason != "" {
+				t.Fatal(reason)
+			}
+			n, err := anthPairing(src, p.root.Get("messages"))
+			if (err == nil) != tt.ok || n != tt.paired {
+				t.Fatalf("got %d, %v; want %d, ok=%v", n, err, tt.paired, tt.ok)
+			}
+		})
+	}
+}

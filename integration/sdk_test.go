@@ -1,0 +1,325 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/compiler/compilertest"
+)
+
+// TestOfficialSDKs drives the official openai and @anthropic-ai/sdk npm
+// packages (Chat Completions, Responses and Messages, plain and streaming)
+// through Caddy with the module to a local fake provider. The SDKs must get
+// their responses, and the provider must receive the compiled bodies: each
+// request carries a tool result duplicated in the same request, which must
+// arrive as exactly one receipt with the newest copy inline.
+//
+// Skipped with -short or when node/npm are missing. The npm install is
+// cached under os.UserCacheDir()/token-terminator-sdk-test.
+func TestOfficialSDKs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("SDK test skipped in -short mode")
+	}
+	for _, tool := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not found", tool)
+		}
+	}
+	modules := installSDKs(t)
+
+	prov := newFakeProvider(t)
+	g := startGateway(t, corpusSnippet, prov.upstream)
+
+	// Bodies with one tool output delivered twice (same request).
+	out := compilertest.ToolOutput(900, 12000)
+	dup := []compilertest.ChatTurn{
+		{Tool: "bash", Args: `{"command":"cat big.py"}`, Output: out},
+		{Tool: "bash", Args: `{"command":"ls"}`, Output: compilertest.ToolOutput(901, 300)},
+		{Tool: "bash", Args: `{"command":"cat big.py"}`, Output: out},
+	}
+	reqs := map[string]json.RawMessage{
+		"chat":      compilertest.ChatBody("gpt-4o", dup, "go on"),
+		"responses": compilertest.ResponsesBody("gpt-5", dup, "go on", compilertest.ResponsesOptions{Reasoning: true}),
+		"messages":  compilertest.AnthropicBody("claude-sonnet-4-5", dup, "go on", compilertest.AnthropicOptions{System: true, Thinking: true, CacheLast: true}),
+	}
+	work := t.TempDir()
+	if err := os.Symlink(modules, filepath.Join(work, "node_modules")); err != nil {
+		t.Fatal(err)
+	}
+	bodies, _ := json.Marshal(reqs)
+	if err := os.WriteFile(filepath.Join(work, "bodies.json"), bodies, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(work, "drive.mjs"), []byte(sdkScript), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "drive.mjs", g.URL, filepath.Join(work, "bodies.json"))
+	cmd.Dir = work
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("node: %v\nstdout: %s\nstderr: %s", err, stdout.String(), stderr.String())
+	}
+	var got map[string]string
+	if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
+		t.Fatalf("node output: %v\n%s\nstderr: %s", err, stdout.String(), stderr.String())
+	}
+	t.Logf("SDK versions: %s", got["versions"])
+	for _, call := range []string{"chat", "chat_stream", "responses", "responses_stream", "messages", "messages_stream"} {
+		if want := "compiled:receipts=1"; got[call] != want {
+			t.Errorf("%s: SDK got %q, want %q", call, got[call], want)
+		}
+	}
+
+	// What the provider received: six requests, each with exactly one
+	// receipt where the older copy was, the newest copy inline, and the
+	// receipt in a tool-result slot.
+	seen := prov.all()
+	if len(seen) != 6 {
+		t.Fatalf("provider got %d requests, want 6", len(seen))
+	}
+	for _, r := range seen {
+		path := r.Path
+		if n := bytes.Count(r.Body, []byte(compiler.ReceiptPrefix)); n != 1 {
+			t.Errorf("%s: %d receipts in the body the provider got", path, n)
+		}
+		if !bytes.Contains(r.Body, jsonString(out)) {
+			t.Errorf("%s: newest copy not inline", path)
+		}
+		if r.ContentLength != int64(len(r.Body)) {
+			t.Errorf("%s: Content-Length %d for %d bytes", path, r.ContentLength, len(r.Body))
+		}
+		var auth string
+		switch {
+		case strings.HasSuffix(path, "/messages"):
+			auth = r.Header.Get("Authorization") + r.Header.Get("X-Api-Key")
+		default:
+			auth = r.Header.Get("Authorization")
+		}
+		if !strings.Contains(auth, "sk-test") {
+			t.Errorf("%s: credential not forwarded", path)
+		}
+	}
+}
+
+// fakeProvider answers like OpenAI and Anthropic would, in JSON or SSE
+// depending on the body's "stream", with a text that reports how many
+// receipts it received.
+type fakeProvider struct {
+	*upstream
+}
+
+func newFakeProvider(t *testing.T) *fakeProvider {
+	u := &upstream{}
+	p := &fakeProvider{u}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		u.mu.Lock()
+		u.reqs = append(u.reqs, received{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body, ContentLength: r.ContentLength})
+		u.mu.Unlock()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		var req struct {
+			Stream bool   `json:"stream"`
+			Model  string `json:"model"`
+		}
+		if err := json.Unmarshal(body, &req); err != nil {
+			http.Error(w, `{"error":{"message":"invalid JSON"}}`, http.StatusBadRequest)
+			return
+		}
+		text := fmt.Sprintf("compiled:receipts=%d", bytes.Count(body, []byte(compiler.ReceiptPrefix)))
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/chat/completions"):
+			chatReply(w, req.Model, text, req.Stream)
+		case strings.HasSuffix(r.URL.Path, "/responses"):
+			responsesReply(w, req.Model, text, req.Stream)
+		case strings.HasSuffix(r.URL.Path, "/messages"):
+			messagesReply(w, req.Model, text, req.Stream)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(u.Close)
+	return p
+}
+
+func sse(w http.ResponseWriter, events ...[2]string) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	fl, _ := w.(http.Flusher)
+	for _, e := range events {
+		if e[0] != "" {
+			fmt.Fprintf(w, "event: %s\n", e[0])
+		}
+		fmt.Fprintf(w, "data: %s\n\n", e[1])
+		if fl != nil {
+			fl.Flush()
+		}
+	}
+}
+
+func jsonReply(w http.ResponseWriter, v string) {
+	w.Header().Set("Content-Type", "application/json")
+	io.WriteString(w, v)
+}
+
+func chatReply(w http.ResponseWriter, model, text string, stream bool) {
+	if !stream {
+		jsonReply(w, fmt.Sprintf(`{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":%q},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12}}`, model, text))
+		return
+	}
+	half := len(text) / 2
+	chunk := func(delta, finish string) [2]string {
+		return [2]string{"", fmt.Sprintf(`{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":%q,"choices":[{"index":0,"delta":%s,"finish_reason":%s}]}`, model, delta, finish)}
+	}
+	sse(w, chunk(fmt.Sprintf(`{"role":"assistant","content":%q}`, text[:half]), "null"),
+		chunk(fmt.Sprintf(`{"content":%q}`, text[half:]), "null"),
+		chunk(`{}`, `"stop"`), [2]string{"", "[DONE]"})
+}
+
+func responsesReply(w http.ResponseWriter, model, text string, stream bool) {
+	resp := func(status, out string) string {
+		return fmt.Sprintf(`{"id":"resp_1","object":"response","created_at":1,"status":%q,"model":%q,"output":[%s],"parallel_tool_calls":true,"tool_choice":"auto","tools":[],"usage":{"input_tokens":10,"output_tokens":2,"total_tokens":12,"input_tokens_details":{"cached_tokens":0},"output_tokens_details":{"reasoning_tokens":0}}}`, status, model, out)
+	}
+	msg := fmt.Sprintf(`{"type":"message","id":"msg_1","status":"completed","role":"assistant","content":[{"type":"output_text","text":%q,"annotations":[]}]}`, text)
+	if !stream {
+		jsonReply(w, resp("completed", msg))
+		return
+	}
+	half := len(text) / 2
+	delta := func(seq int, d string) [2]string {
+		return [2]string{"response.output_text.delta", fmt.Sprintf(`{"type":"response.output_text.delta","sequence_number":%d,"item_id":"msg_1","output_index":0,"content_index":0,"delta":%q}`, seq, d)}
+	}
+	sse(w,
+		[2]string{"response.created", fmt.Sprintf(`{"type":"response.created","sequence_number":0,"response":%s}`, resp("in_progress", ""))},
+		delta(1, text[:half]), delta(2, text[half:]),
+		[2]string{"response.completed", fmt.Sprintf(`{"type":"response.completed","sequence_number":3,"response":%s}`, resp("completed", msg))})
+}
+
+func messagesReply(w http.ResponseWriter, model, text string, stream bool) {
+	if !stream {
+		jsonReply(w, fmt.Sprintf(`{"id":"msg_1","type":"message","role":"assistant","model":%q,"content":[{"type":"text","text":%q}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":10,"output_tokens":2}}`, model, text))
+		return
+	}
+	half := len(text) / 2
+	delta := func(d string) [2]string {
+		return [2]string{"content_block_delta", fmt.Sprintf(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":%q}}`, d)}
+	}
+	sse(w,
+		[2]string{"message_start", fmt.Sprintf(`{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":%q,"content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":10,"output_tokens":0}}}`, model)},
+		[2]string{"content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`},
+		delta(text[:half]), delta(text[half:]),
+		[2]string{"content_block_stop", `{"type":"content_block_stop","index":0}`},
+		[2]string{"message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":2}}`},
+		[2]string{"message_stop", `{"type":"message_stop"}`})
+}
+
+// The user's cache directory, taken before TestMain points HOME at a
+// temporary directory.
+var userCacheDir, userCacheErr = os.UserCacheDir()
+
+// installSDKs returns a node_modules directory holding openai and
+// @anthropic-ai/sdk: the cached one when complete, else a fresh npm install
+// (into the cache when it is writable, else into a temp dir).
+func installSDKs(t *testing.T) string {
+	t.Helper()
+	complete := func(dir string) bool {
+		for _, p := range []string{"openai/package.json", "@anthropic-ai/sdk/package.json"} {
+			if _, err := os.Stat(filepath.Join(dir, "node_modules", p)); err != nil {
+				return false
+			}
+		}
+		return true
+	}
+	var cache string
+	if base, err := userCacheDir, userCacheErr; err == nil {
+		cache = filepath.Join(base, "token-terminator-sdk-test")
+		if complete(cache) {
+			return filepath.Join(cache, "node_modules")
+		}
+	}
+	// Install into a fresh directory, then move it into place whole, so an
+	// interrupted install never leaves a half cache behind.
+	tmp := t.TempDir()
+	if cache != "" {
+		if err := os.MkdirAll(filepath.Dir(cache), 0o755); err == nil {
+			if d, err := os.MkdirTemp(filepath.Dir(cache), "token-terminator-sdk-test-*"); err == nil {
+				tmp = d
+				defer os.RemoveAll(d) // no-op after a successful rename
+			}
+		}
+	}
+	if err := os.WriteFile(filepath.Join(tmp, "package.json"), []byte(`{"name":"tt-sdk-test","private":true}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "npm", "install", "--no-audit", "--no-fund", "--loglevel=error", "openai", "@anthropic-ai/sdk")
+	cmd.Dir = tmp
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Skipf("npm install failed (registry unreachable?): %v\n%s", err, out)
+	}
+	if !complete(tmp) {
+		t.Fatalf("npm install did not produce both packages")
+	}
+	if cache != "" && strings.HasPrefix(tmp, filepath.Dir(cache)) {
+		os.RemoveAll(cache)
+		if err := os.Rename(tmp, cache); err == nil {
+			return filepath.Join(cache, "node_modules")
+		}
+	}
+	return filepath.Join(tmp, "node_modules")
+}
+
+// sdkScript drives the SDKs: argv[2] is the gateway URL, argv[3] the
+// bodies. It prints a JSON object with the text each call got back.
+const sdkScript = `
+import fs from 'node:fs';
+import OpenAI from 'openai';
+import Anthropic from '@anthropic-ai/sdk';
+
+const [gw, file] = process.argv.slice(2);
+const bodies = JSON.parse(fs.readFileSync(file, 'utf8'));
+const versions = ['openai', '@anthropic-ai/sdk']
+  .map((p) => p + '@' + JSON.parse(fs.readFileSync('node_modules/' + p + '/package.json', 'utf8')).version).join(' ');
+
+const openai = new OpenAI({ apiKey: 'sk-test-openai', baseURL: gw + '/v1', maxRetries: 0 });
+const anthropic = new Anthropic({ apiKey: 'sk-test-ant', baseURL: gw, maxRetries: 0 });
+const out = { versions };
+
+out.chat = (await openai.chat.completions.create(bodies.chat)).choices[0].message.content;
+let s = '';
+for await (const c of await openai.chat.completions.create({ ...bodies.chat, stream: true })) {
+  s += c.choices[0]?.delta?.content ?? '';
+}
+out.chat_stream = s;
+
+out.responses = (await openai.responses.create(bodies.responses)).output_text;
+s = '';
+for await (const e of await openai.responses.create({ ...bodies.responses, stream: true })) {
+  if (e.type === 'response.output_text.delta') s += e.delta;
+}
+out.responses_stream = s;
+
+out.messages = (await anthropic.messages.create(bodies.messages)).content[0].text;
+const fin = await anthropic.messages.stream(bodies.messages).finalMessage();
+out.messages_stream = fin.content[0].text;
+
+process.stdout.write(JSON.stringify(out));
+`
