@@ -1,5 +1,3 @@
-//go:build !ttstub
-
 package caddymodule
 
 import (

@@ -63,6 +63,32 @@ func TestCacheMemoryBound(t *testing.T) {
 	}
 }
 
+// TestMemoMemoryBound checks memoEntryBytes the same way, with parts of
+// typical length (tool output words are 2 to 20 bytes).
+func TestMemoMemoryBound(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("allocates an 8 MiB memo")
+	}
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	const bound = 8 << 20
+	before := heap()
+	m := newMemo(bound)
+	for i := 0; m.old == nil || m.size < m.max-100; i++ { // fill both generations
+		m.put(fmt.Sprintf(" word%0*d", i%16, i), int32(i))
+	}
+	used := heap() - before
+	runtime.KeepAlive(m)
+	t.Logf("%d entries use %d bytes", len(m.cur)+len(m.old), used)
+	if used > bound {
+		t.Fatalf("memo holds %d bytes, bound %d", used, bound)
+	}
+}
+
 func TestCacheConcurrent(t *testing.T) {
 	c := newCache(50 * entryBytes * shards)
 	var wg sync.WaitGroup

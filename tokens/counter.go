@@ -54,14 +54,18 @@ type Counter struct {
 	off     bool
 	budget  time.Duration
 	cache   *cache
+	memos   []*memo      // by encoding id
 	backlog atomic.Int64 // bytes queued or being tokenized
+
+	mu       sync.Mutex
+	inflight map[key]*flight // pieces being counted
 }
 
 var _ compiler.TokenCounter = (*Counter)(nil)
 
 // New returns a Counter for cfg.
 func New(cfg Config) (*Counter, error) {
-	c := &Counter{budget: cfg.Budget}
+	c := &Counter{budget: cfg.Budget, inflight: map[key]*flight{}}
 	switch t := strings.ToLower(strings.TrimSpace(cfg.Tokenizer)); t {
 	case "", "auto":
 	case "off":
@@ -81,7 +85,11 @@ func New(cfg Config) (*Counter, error) {
 	if size == 0 {
 		size = DefaultCacheBytes
 	}
-	c.cache = newCache(size)
+	// The memos get 1/8 of the memory, split between the encodings.
+	c.cache = newCache(size - size/8)
+	for range encodings {
+		c.memos = append(c.memos, newMemo(size/8/int64(len(encodings))))
+	}
 	return c, nil
 }
 
@@ -168,34 +176,113 @@ func (c *Counter) Count(ctx context.Context, model string, body []byte) compiler
 // parallel; false when the deadline or ctx came first.
 func (c *Counter) count(ctx context.Context, enc *encoding, body []byte, deadline time.Time) (int, bool) {
 	total := 0
-	j := &job{enc: enc, cache: c.cache, backlog: &c.backlog}
-	var seen map[key]bool // pieces repeated inside this body are counted once
+	var waits []*flight      // missing pieces in body order, repeats included
+	var mine map[key]*flight // pieces repeated inside this body are counted once
+	j := &job{c: c, enc: enc}
 	split(body, minPiece, avgBits, func(p []byte) {
 		k := keyOf(enc.id, p)
 		if n, ok := c.cache.get(k); ok {
 			total += n
 			return
 		}
-		if seen == nil {
-			seen = map[key]bool{}
+		f := mine[k]
+		if f == nil {
+			var owned bool
+			if f, owned = c.join(k); owned {
+				j.flights = append(j.flights, f)
+				j.pieces = append(j.pieces, p)
+				j.bytes += int64(len(p))
+			}
+			if mine == nil {
+				mine = map[key]*flight{}
+			}
+			mine[k] = f
 		}
-		if !seen[k] {
-			seen[k] = true
-			j.keys = append(j.keys, k)
-			j.pieces = append(j.pieces, p)
-			j.bytes += int64(len(p))
-		}
-		j.refs = append(j.refs, k)
+		waits = append(waits, f)
 	})
-	if len(j.refs) == 0 {
+	if len(waits) == 0 {
 		return total, true
 	}
-	if ctx.Err() != nil || !time.Now().Before(deadline) {
+	if len(j.flights) > 0 && !c.start(j) {
 		return 0, false
 	}
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	for _, f := range waits {
+		select {
+		case <-f.done:
+			if !f.ok {
+				return 0, false
+			}
+			total += f.n
+		case <-timer.C:
+			return 0, false
+		case <-ctx.Done():
+			return 0, false
+		}
+	}
+	return total, true
+}
+
+// flight is the counting of one piece, shared by every request that needs
+// it meanwhile, so a resent or concurrent body never doubles the work.
+type flight struct {
+	k    key
+	done chan struct{} // closed when n and ok are set
+	n    int
+	ok   bool
+}
+
+// join returns the flight counting k and whether the caller must count it
+// (no one else is).
+func (c *Counter) join(k key) (*flight, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f := c.inflight[k]; f != nil {
+		return f, false
+	}
+	f := &flight{k: k, done: make(chan struct{})}
+	if n, ok := c.cache.get(k); ok { // landed since the caller looked
+		f.n, f.ok = n, true
+		close(f.done)
+		return f, false
+	}
+	c.inflight[k] = f
+	return f, true
+}
+
+// land resolves f and lets later requests find its count in the cache.
+func (c *Counter) land(f *flight, n int, ok bool) {
+	if ok {
+		c.cache.put(f.k, n)
+	}
+	c.mu.Lock()
+	delete(c.inflight, f.k)
+	c.mu.Unlock()
+	f.n, f.ok = n, ok
+	close(f.done)
+}
+
+// job tokenizes the pieces one request found neither cached nor in flight.
+// Its workers outlive the request if it gives up and finish filling the
+// cache, so the resent body is counted next time.
+type job struct {
+	c       *Counter
+	enc     *encoding
+	flights []*flight
+	pieces  [][]byte
+	bytes   int64
+	next    atomic.Int64
+}
+
+// start runs j's workers, or fails its flights when the backlog is full.
+func (c *Counter) start(j *job) bool {
 	if pending := c.backlog.Add(j.bytes); pending > maxBacklog && pending > j.bytes {
 		c.backlog.Add(-j.bytes)
-		return 0, false
+		for _, f := range j.flights {
+			c.land(f, 0, false)
+		}
+		return false
 	}
 	// Workers may outlive this call, and the caller may reuse body then:
 	// they work on a copy, so a count is always stored under its own key.
@@ -204,50 +291,10 @@ func (c *Counter) count(ctx context.Context, enc *encoding, body []byte, deadlin
 		buf = append(buf, p...)
 		j.pieces[i] = buf[len(buf)-len(p):]
 	}
-	j.counts = make([]int, len(j.pieces))
-	j.left.Store(int64(len(j.pieces)))
-	j.done = make(chan struct{})
 	for range min(len(j.pieces), runtime.GOMAXPROCS(0)) {
 		go j.work()
 	}
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
-	select {
-	case <-j.done:
-	case <-timer.C:
-		return 0, false
-	case <-ctx.Done():
-		return 0, false
-	}
-	if j.err != nil {
-		return 0, false
-	}
-	counts := make(map[key]int, len(j.keys))
-	for i, k := range j.keys {
-		counts[k] = j.counts[i]
-	}
-	for _, k := range j.refs {
-		total += counts[k]
-	}
-	return total, true
-}
-
-// job tokenizes the pieces of one body that were not cached. Its workers
-// outlive the request if it gives up; they only write the cache and the
-// job's own fields.
-type job struct {
-	enc     *encoding
-	cache   *cache
-	backlog *atomic.Int64
-	pieces  [][]byte // distinct missing pieces, copied out of the body
-	keys    []key
-	refs    []key // missing pieces in body order, repeats included
-	bytes   int64
-	counts  []int
-	next    atomic.Int64
-	left    atomic.Int64
-	err     error // written before done is closed
-	done    chan struct{}
+	return true
 }
 
 func (j *job) work() {
@@ -257,17 +304,12 @@ func (j *job) work() {
 		if i >= len(j.pieces) {
 			return
 		}
+		n := 0
 		if err == nil {
-			// EncodeOrdinary: special-token text is ordinary text, as in
-			// Encode(text, nil, nil), without its extra scan.
-			j.counts[i] = len(tk.EncodeOrdinary(string(j.pieces[i])))
-			j.cache.put(j.keys[i], j.counts[i])
+			n = j.c.memos[j.enc.id].count(tk, j.pieces[i])
 		}
-		j.backlog.Add(-int64(len(j.pieces[i])))
-		if j.left.Add(-1) == 0 {
-			j.err = err
-			close(j.done)
-		}
+		j.c.land(j.flights[i], n, err == nil)
+		j.c.backlog.Add(-int64(len(j.pieces[i])))
 		// Pieces take about a millisecond; yielding between them lets
 		// timers fire and waiting requests go on at once rather than at
 		// the next preemption (10 ms) when all Ps are tokenizing.

@@ -48,8 +48,12 @@ func TestNewConfig(t *testing.T) {
 	if err != nil || c.budget != DefaultBudget {
 		t.Fatalf("defaults: %v %v", c.budget, err)
 	}
-	if n := c.cache.shard[0].max * shards * entryBytes; n > DefaultCacheBytes || n < DefaultCacheBytes*9/10 {
-		t.Errorf("default cache holds %d bytes of entries", n)
+	n := c.cache.shard[0].max * shards * entryBytes
+	for _, m := range c.memos {
+		n += 2 * m.max // two generations
+	}
+	if n > DefaultCacheBytes || n < DefaultCacheBytes*9/10 {
+		t.Errorf("default cache and memos account %d bytes", n)
 	}
 }
 

@@ -1,0 +1,88 @@
+package tokens
+
+import (
+	"sync"
+
+	"github.com/pkoukk/tiktoken-go"
+)
+
+// memo counts a new piece faster than tiktoken alone: it cuts the piece at
+// every allowed position (split with minSize 1, bits 0; exact for the same
+// reason as the pieces themselves) into word-sized parts, and remembers
+// their counts. Tool output repeats its words, identifiers and indentation, so on
+// the corpus about half the bytes of a body never reach tiktoken, even cold.
+//
+// Two generations bound it: entries go to cur; when cur is full it becomes
+// old and a new cur starts; a hit in old is copied to cur.
+type memo struct {
+	mu       sync.Mutex
+	cur, old map[string]int32
+	size     int // accounted bytes in cur
+	max      int // per generation
+}
+
+// memoEntryBytes is the accounted overhead of a memo entry besides its text:
+// string header, value and map slot with growth slack, string allocation
+// rounding. TestMemoMemoryBound measures it.
+const memoEntryBytes = 64
+
+// maxMemoLen keeps long parts out: they rarely repeat exactly, and the piece
+// cache holds the piece they came from.
+const maxMemoLen = 128
+
+func newMemo(bytes int64) *memo {
+	return &memo{cur: map[string]int32{}, max: max(int(bytes/2), 1)}
+}
+
+func (m *memo) get(b []byte) (int, bool) {
+	if n, ok := m.cur[string(b)]; ok {
+		return int(n), true
+	}
+	n, ok := m.old[string(b)]
+	if ok {
+		m.put(string(b), n)
+	}
+	return int(n), ok
+}
+
+func (m *memo) put(s string, n int32) {
+	if m.size >= m.max {
+		m.old, m.cur, m.size = m.cur, map[string]int32{}, 0
+	}
+	m.cur[s] = n
+	m.size += len(s) + memoEntryBytes
+}
+
+// count returns the token count of piece, tokenizing only unknown parts.
+func (m *memo) count(tk *tiktoken.Tiktoken, piece []byte) int {
+	var words, miss [][]byte
+	split(piece, 1, 0, func(w []byte) { words = append(words, w) })
+	total := 0
+	m.mu.Lock()
+	for _, b := range words {
+		if n, ok := m.get(b); ok {
+			total += n
+		} else {
+			miss = append(miss, b)
+		}
+	}
+	m.mu.Unlock()
+	if len(miss) == 0 {
+		return total
+	}
+	counts := make([]int32, len(miss))
+	for i, b := range miss {
+		// EncodeOrdinary: special-token text is ordinary text, as in
+		// Encode(text, nil, nil), without its extra scan.
+		counts[i] = int32(len(tk.EncodeOrdinary(string(b))))
+		total += int(counts[i])
+	}
+	m.mu.Lock()
+	for i, b := range miss {
+		if len(b) <= maxMemoLen {
+			m.put(string(b), counts[i])
+		}
+	}
+	m.mu.Unlock()
+	return total
+}
