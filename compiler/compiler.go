@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -13,7 +12,8 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/compiler/jsonv"
 )
 
-// Pass-through reasons reported in Result.Reason.
+// Pass-through reasons reported in Result.Reason. The gate's token figures
+// and every reason are safe to log: none carries request content.
 const (
 	ReasonOff           = "off"
 	ReasonNotCandidate  = "not_candidate"
@@ -30,12 +30,14 @@ const (
 	// context_management; the provider edits that context itself.
 	ReasonProviderContextManagement = "provider_context_management"
 
-	ReasonNotSmaller    = "not_smaller"
-	ReasonMoreTokens    = "not_fewer_tokens"
-	ReasonTimeout       = "timeout"
-	ReasonPanic         = "panic"
-	ReasonInternal      = "internal_error"
-	ReasonShadow        = ""
+	ReasonNotSmaller = "not_smaller"
+	ReasonMoreTokens = "not_fewer_tokens"
+	ReasonTimeout    = "timeout"
+	ReasonPanic      = "panic"
+	ReasonInternal   = "internal_error"
+)
+
+const (
 	defaultMinChars     = 8000
 	defaultMaxChars     = 2000000
 	defaultTimeout      = 2 * time.Second
@@ -91,9 +93,10 @@ func (c *Compiler) Compile(ctx context.Context, req Request) (res Result) {
 	res = Result{Body: req.Body, Decision: Passthrough, RawBytes: len(req.Body), SentBytes: len(req.Body)}
 	defer func() {
 		if r := recover(); r != nil {
+			// The reason is reported; the panic value is not, since it may
+			// quote request content.
 			res = Result{Body: req.Body, Decision: Passthrough, Reason: ReasonPanic, Format: res.Format,
 				RawBytes: len(req.Body), SentBytes: len(req.Body)}
-			_ = debug.Stack // the caller logs the reason; content never leaves here
 		}
 		res.Total = time.Since(start)
 	}()

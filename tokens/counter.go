@@ -45,7 +45,7 @@ const maxBacklog = 16 << 20
 type Config struct {
 	Tokenizer  string        // "auto" (default), "o200k_base", "cl100k_base", "off"
 	Budget     time.Duration // default 250ms: counting never delays a request longer; past it Status "budget"
-	CacheBytes int64         // default 64 MiB: memory bound of the piece-count cache
+	CacheBytes int64         // default 64 MiB: memory bound of the count caches (pieces, and 1/8 for the word memo)
 }
 
 // Counter counts tokens of request bodies. It is safe for concurrent use.
@@ -304,13 +304,13 @@ func (j *job) work() {
 		if i >= len(j.pieces) {
 			return
 		}
-		n := 0
+		n, ok := 0, false
 		if err == nil {
-			n = j.c.memos[j.enc.id].count(tk, j.pieces[i])
+			n, ok = j.c.memos[j.enc.id].count(tk, j.pieces[i])
 		}
-		j.c.land(j.flights[i], n, err == nil)
+		j.c.land(j.flights[i], n, ok)
 		j.c.backlog.Add(-int64(len(j.pieces[i])))
-		// Pieces take about a millisecond; yielding between them lets
+		// A piece takes a millisecond or less; yielding between them lets
 		// timers fire and waiting requests go on at once rather than at
 		// the next preemption (10 ms) when all Ps are tokenizing.
 		runtime.Gosched()

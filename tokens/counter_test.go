@@ -198,3 +198,29 @@ func TestVetoSignal(t *testing.T) {
 	}
 	t.Logf("raw %d bytes %d tokens, rewrite %d bytes %d tokens", len(raw), rt.N, len(out), st.N)
 }
+
+// TestLongPreToken: tiktoken-go's BPE is quadratic in a pre-token's length,
+// so a body with a pre-token longer than maxPreToken is not counted (at
+// once, without burning CPU in the background); shorter ones are exact.
+func TestLongPreToken(t *testing.T) {
+	c := newCounter(t, "auto")
+	for _, run := range []string{" ", "a", "=", "日"} {
+		short := chatBody("gpt-4o", []msg{{Role: "tool", Content: "x " + strings.Repeat(run, 4000/len(run)) + " y"}})
+		if got, want := c.Count(context.Background(), "gpt-4o", short), direct(t, "o200k_base", string(short)); got.N != want {
+			t.Errorf("%q run: %+v, direct %d", run, got, want)
+		}
+		long := chatBody("gpt-4o", []msg{{Role: "tool", Content: "x " + strings.Repeat(run, 200_000/len(run)) + " y"}})
+		t0 := time.Now()
+		if got := c.Count(context.Background(), "gpt-4o", long); got.Status != StatusBudget || time.Since(t0) > time.Second {
+			t.Errorf("%q run of 200 KB: %+v after %v", run, got, time.Since(t0))
+		}
+	}
+	for _, c := range []struct {
+		s    string
+		want int
+	}{{"", 0}, {"abc def", 11}, {"a  =  b", 9}, {"12345", 1}, {"日本語。", 17}, {"don't", 11}} {
+		if got := longestRun([]byte(c.s)); got != c.want {
+			t.Errorf("longestRun(%q) = %d, want %d", c.s, got, c.want)
+		}
+	}
+}

@@ -2,6 +2,8 @@ package tokens
 
 import (
 	"sync"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/pkoukk/tiktoken-go"
 )
@@ -53,8 +55,9 @@ func (m *memo) put(s string, n int32) {
 	m.size += len(s) + memoEntryBytes
 }
 
-// count returns the token count of piece, tokenizing only unknown parts.
-func (m *memo) count(tk *tiktoken.Tiktoken, piece []byte) int {
+// count returns the token count of piece, tokenizing only unknown parts;
+// false if a part may hold a pre-token too long to encode in reasonable time.
+func (m *memo) count(tk *tiktoken.Tiktoken, piece []byte) (int, bool) {
 	var words, miss [][]byte
 	split(piece, 1, 0, func(w []byte) { words = append(words, w) })
 	total := 0
@@ -68,7 +71,12 @@ func (m *memo) count(tk *tiktoken.Tiktoken, piece []byte) int {
 	}
 	m.mu.Unlock()
 	if len(miss) == 0 {
-		return total
+		return total, true
+	}
+	for _, b := range miss {
+		if len(b) > maxPreToken && longestRun(b) > maxPreToken {
+			return 0, false
+		}
 	}
 	counts := make([]int32, len(miss))
 	for i, b := range miss {
@@ -84,5 +92,39 @@ func (m *memo) count(tk *tiktoken.Tiktoken, piece []byte) int {
 		}
 	}
 	m.mu.Unlock()
-	return total
+	return total, true
+}
+
+// maxPreToken bounds the pre-tokens we let tiktoken-go encode: its BPE merge
+// is quadratic in the pre-token's length (16 KB of spaces take ~0.15 s, 1 MB
+// would take minutes), so a body holding a longer one is not counted.
+const maxPreToken = 16 << 10
+
+// longestRun bounds the longest pre-token of b in bytes. Both regexes keep a
+// pre-token inside one run of letters and marks (plus one leading character
+// and a contraction: +8) or inside one run of whitespace and punctuation;
+// digits come in threes.
+func longestRun(b []byte) int {
+	longest, run, class := 0, 0, -1
+	for len(b) > 0 {
+		r, size := utf8.DecodeRune(b)
+		b = b[size:]
+		c := 0 // whitespace, punctuation, symbols
+		switch {
+		case unicode.IsLetter(r) || unicode.IsMark(r):
+			c = 1
+		case unicode.IsNumber(r):
+			c = 2
+		}
+		if c != class || c == 2 {
+			class, run = c, 0
+		}
+		run += size
+		if c == 1 {
+			longest = max(longest, run+8)
+		} else {
+			longest = max(longest, run)
+		}
+	}
+	return longest
 }

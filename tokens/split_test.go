@@ -36,8 +36,18 @@ func FuzzComposedEqualsDirect(f *testing.F) {
 	for range 8 {
 		f.Add([]byte(genText(r, 300)))
 	}
+	counters := map[string]*Counter{}
+	for _, enc := range encNames {
+		counters[enc] = newCounter(f, enc) // shared: the cache and memo fill up
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		checkComposition(t, b)
+		for enc, c := range counters { // pieces, memo parts, cache, workers
+			got := c.Count(context.Background(), "", b)
+			if want := direct(t, enc, string(b)); got.N != want && got.Status != StatusBudget {
+				t.Fatalf("%s: counter %+v, direct %d, input %q", enc, got, want, b)
+			}
+		}
 	})
 }
 
