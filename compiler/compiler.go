@@ -323,12 +323,20 @@ func (c *Compiler) gate(ctx context.Context, model string, raw, out []byte, res 
 	if c.tokens == nil {
 		return ""
 	}
+	// Both bodies are counted at once, so the gate waits for at most one
+	// token budget (the counter never waits longer than its budget).
+	var st TokenCount
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		st = c.tokens.Count(ctx, model, out)
+	}()
 	rt := c.tokens.Count(ctx, model, raw)
+	<-done
 	res.Tokens = TokenReport{Status: rt.Status, Encoding: rt.Encoding, Raw: rt.N, Sent: rt.N}
 	if rt.Status != "exact" && rt.Status != "estimate" {
 		return ""
 	}
-	st := c.tokens.Count(ctx, model, out)
 	if st.Status != rt.Status {
 		res.Tokens = TokenReport{Status: st.Status, Encoding: st.Encoding}
 		return ""

@@ -3,6 +3,7 @@ package tokens
 import (
 	"context"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -99,4 +100,34 @@ func BenchmarkCountCold1MB(b *testing.B) {
 	}
 	reportLatency(b, d)
 	b.ReportMetric(float64(counted)/float64(b.N), "counted")
+}
+
+// BenchmarkCountColdCorpus: real agent text (less repetitive than the
+// generator's) counted cold, the largest corpus body, with a budget long
+// enough to finish so that the full cold cost is measured.
+func BenchmarkCountColdCorpus(b *testing.B) {
+	body, err := os.ReadFile(corpusDir + "/claude-code-sessions/4a6ca08a-a0fa-47ba-a4d3-94f3e7093db1.last.json")
+	if err != nil {
+		b.Skip("corpus absent:", err)
+	}
+	if _, err := encodingNamed("o200k_base").get(); err != nil {
+		b.Fatal(err)
+	}
+	var d []time.Duration
+	b.SetBytes(int64(len(body)))
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		c, err := New(Config{Budget: time.Minute})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		t0 := time.Now()
+		if tc := c.Count(context.Background(), "gpt-4o", body); tc.Status != StatusExact {
+			b.Fatalf("status %q", tc.Status)
+		}
+		d = append(d, time.Since(t0))
+	}
+	reportLatency(b, d)
 }
