@@ -79,6 +79,11 @@ type Store interface {
 	// itself (chain[len-1]) is never an ancestor, so a retried request sees
 	// the same ancestry as its first attempt.
 	Ancestor(ctx context.Context, scope Scope, chain []Digest) (Lineage, error)
+	// Missing confirms which of a tenant's artifacts are stored and returns
+	// those that are not. A confirmed artifact must stay retrievable for the
+	// retention window (the confirmation counts as a use), so its receipt may
+	// go out without sending its content to the store again.
+	Missing(ctx context.Context, scope Scope, digests []Digest) ([]Digest, error)
 	// Persist makes artifacts durable before any receipt naming them is
 	// forwarded: written (one batch), synced, read back and compared. An
 	// artifact already stored is only verified present. Any failure,

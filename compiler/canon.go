@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"hash"
 	"sort"
-	"unicode/utf8"
 	"unsafe"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler/jsonv"
@@ -16,11 +15,24 @@ import (
 // conversation chain and the artifact identity.
 const longString = 1024
 
-// text is a decoded string value with its digest and size.
+// text is a string value with its digest and size. The decoded string is
+// made only when it is needed (an artifact being stored, a summary), since
+// a warm request needs only digests.
 type text struct {
-	s      string
 	digest Digest
 	chars  int
+	s      string
+	node   *jsonv.Node // decoded on demand from src, when set
+	src    []byte
+}
+
+// str returns the decoded string.
+func (t *text) str() string {
+	if t.node != nil {
+		t.s, _ = t.node.Text(t.src)
+		t.node = nil
+	}
+	return t.s
 }
 
 // hasher computes canonical message hashes. The canonical form ignores key
@@ -28,30 +40,45 @@ type text struct {
 // clients move on every step), so a conversation is recognised however its
 // client serialises it.
 type hasher struct {
-	src  []byte
-	h    hash.Hash
-	buf  [8]byte
-	long map[*jsonv.Node]*text
+	src   []byte
+	h     hash.Hash
+	buf   [8]byte
+	long  map[*jsonv.Node]*text
+	cache *textCache // may be nil
 }
 
-func newHasher(src []byte) *hasher {
-	return &hasher{src: src, h: sha256.New(), long: make(map[*jsonv.Node]*text)}
+func newHasher(src []byte, cache *textCache) *hasher {
+	return &hasher{src: src, h: sha256.New(), long: make(map[*jsonv.Node]*text), cache: cache}
 }
 
-// textOf decodes a string node, memoising long ones with their digest.
+// textOf returns the digest and size of a string node, memoised for long
+// strings, from the process cache when this exact raw string was seen.
 func (c *hasher) textOf(n *jsonv.Node) *text {
 	if t, ok := c.long[n]; ok {
 		return t
 	}
+	raw := n.Raw(c.src)
+	long := len(raw) >= longString
+	var k textKey
+	if long && c.cache != nil {
+		k = c.cache.key(raw)
+		if v, ok := c.cache.get(k); ok {
+			t := &text{digest: v.digest, chars: v.chars, node: n, src: c.src}
+			c.long[n] = t
+			return t
+		}
+	}
 	b := n.TextBytes(c.src)
 	// b is fresh and never written again, so the string may share it.
-	s := unsafe.String(unsafe.SliceData(b), len(b))
-	t := &text{s: s, digest: sha256.Sum256(b), chars: len(s)}
+	t := &text{s: unsafe.String(unsafe.SliceData(b), len(b)), digest: sha256.Sum256(b), chars: len(b)}
 	if !n.ASCII || n.Escaped {
-		t.chars = utf8.RuneCountInString(s)
+		t.chars = runeCount(b)
 	}
-	if len(s) >= longString {
+	if long {
 		c.long[n] = t
+		if c.cache != nil {
+			c.cache.put(k, textVal{t.digest, t.chars})
+		}
 	}
 	return t
 }

@@ -31,7 +31,7 @@ func verify(f format, p *plan, out []byte) error {
 		return err
 	}
 	nd := &doc{src: out, root: root}
-	if reason := f.parse(nd, newHasher(out)); reason != "" {
+	if reason := f.parse(nd, newHasher(out, nil)); reason != "" {
 		return fmt.Errorf("rewrite is %s", reason)
 	}
 	if rf, ok := f.(ruleFormat); ok && rf.rules(orig) == nil {
@@ -56,7 +56,7 @@ func verify(f format, p *plan, out []byte) error {
 	if err != nil {
 		return err
 	}
-	pd, reason := parseDoc(f, projected)
+	pd, reason := parseDoc(f, projected, nil)
 	if reason != "" {
 		return fmt.Errorf("folded original is %s", reason)
 	}

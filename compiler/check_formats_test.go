@@ -55,11 +55,11 @@ func TestFormatChecks(t *testing.T) {
 				t.Fatalf("fixture: %q occurs %d times", tt.from, strings.Count(tt.orig, tt.from))
 			}
 			out := strings.Replace(tt.orig, tt.from, tt.to, 1)
-			po, reason := parseDoc(tt.f, []byte(tt.orig))
+			po, reason := parseDoc(tt.f, []byte(tt.orig), nil)
 			if reason != "" {
 				t.Fatalf("orig: %s", reason)
 			}
-			pn, reason := parseDoc(tt.f, []byte(out))
+			pn, reason := parseDoc(tt.f, []byte(out), nil)
 			if reason != "" {
 				t.Fatalf("out: %s", reason)
 			}
@@ -103,7 +103,7 @@ func TestAnthropicPairingRules(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			src := []byte(`{"messages":[` + tt.msgs + `]}`)
-			p, reason := parseDoc(anthropicFormat{}, src)
+			p, reason := parseDoc(anthropicFormat{}, src, nil)
 			if reason != "" {
 				t.Fatal(reason)
 			}

@@ -55,6 +55,7 @@ type Compiler struct {
 	opts   Options
 	store  Store
 	tokens TokenCounter
+	texts  *textCache
 	// invalid counts rewrites the validity check refused (invalid_output).
 	invalid atomic.Uint64
 }
@@ -83,7 +84,7 @@ func New(opts Options, store Store, tokens TokenCounter) (*Compiler, error) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = defaultTimeout
 	}
-	return &Compiler{opts: opts, store: store, tokens: tokens}, nil
+	return &Compiler{opts: opts, store: store, tokens: tokens, texts: newTextCache()}, nil
 }
 
 // Compile compiles one request. It never fails: every problem yields a
@@ -129,6 +130,7 @@ type plan struct {
 	// Built from the decisions by build:
 	edits    []edit
 	arts     []Artifact // unique artifacts named by receipts and summaries
+	texts    []*text    // per art: its text, decoded only if it must be stored
 	receipt  []bool     // per slot: goes out as a receipt
 	gone     []bool     // per slot: folded away with its turn
 	receipts int
@@ -147,10 +149,11 @@ func (p *plan) build() {
 	p.receipt = make([]bool, len(slots))
 	p.gone = make([]bool, len(slots))
 	named := map[Digest]bool{}
-	add := func(a Artifact) {
+	add := func(a Artifact, t *text) {
 		if !named[a.Digest] {
 			named[a.Digest] = true
 			p.arts = append(p.arts, a)
+			p.texts = append(p.texts, t)
 		}
 	}
 	cp := p.compaction
@@ -166,17 +169,17 @@ func (p *plan) build() {
 		p.receipts++
 		r := Receipt(s.text.digest, s.tool, s.text.chars)
 		p.edits = append(p.edits, edit{start: s.value.Start, end: s.value.End, repl: jsonv.AppendString(nil, r)})
-		add(Artifact{Digest: s.text.digest, Text: s.text.s, Raw: s.value.Raw(p.d.src), Tool: s.tool, Args: s.args, Chars: s.text.chars})
+		add(Artifact{Digest: s.text.digest, Raw: s.value.Raw(p.d.src), Tool: s.tool, Args: s.args, Chars: s.text.chars}, s.text)
 	}
 	for _, f := range p.folds() {
 		p.edits = append(p.edits, f.edits...)
-		add(f.art)
+		add(f.art, &text{s: f.art.Text})
 	}
 }
 
 func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Result) {
 	t0 := time.Now()
-	d, reason := parseDoc(f, req.Body)
+	d, reason := parseDoc(f, req.Body, c.texts)
 	res.Parse = time.Since(t0)
 	if reason != "" {
 		res.Reason = reason
@@ -241,7 +244,7 @@ type parsed struct {
 	hasher *hasher
 }
 
-func parseDoc(f format, src []byte) (parsed, string) {
+func parseDoc(f format, src []byte, cache *textCache) (parsed, string) {
 	if len(src) == 0 {
 		return parsed{}, ReasonInvalidJSON
 	}
@@ -253,7 +256,7 @@ func parseDoc(f format, src []byte) (parsed, string) {
 		return parsed{}, ReasonInvalidJSON
 	}
 	d := &doc{src: src, root: root}
-	h := newHasher(src)
+	h := newHasher(src, cache)
 	if reason := f.parse(d, h); reason != "" {
 		return parsed{}, reason
 	}
@@ -302,7 +305,7 @@ func (c *Compiler) rewrite(ctx context.Context, f format, p *plan, req Request, 
 	// Shadow mode forwards no receipt, so it stores nothing.
 	if req.Mode != ModeShadow {
 		tv := time.Now()
-		err := c.store.Persist(ctx, req.Scope, p.arts)
+		err := c.persist(ctx, req.Scope, p)
 		res.Vault += time.Since(tv)
 		if err != nil {
 			return nil, vaultReason(ctx, err)
@@ -312,6 +315,32 @@ func (c *Compiler) rewrite(ctx context.Context, f format, p *plan, req Request, 
 		return nil, ReasonTimeout
 	}
 	return out, ""
+}
+
+// persist makes every artifact the rewrite names durable. Artifacts the
+// store confirms it has are not sent again; only the missing ones are
+// decoded and written (one synced batch, read back).
+func (c *Compiler) persist(ctx context.Context, scope Scope, p *plan) error {
+	digests := make([]Digest, len(p.arts))
+	for i, a := range p.arts {
+		digests[i] = a.Digest
+	}
+	missing, err := c.store.Missing(ctx, scope, digests)
+	if err != nil || len(missing) == 0 {
+		return err
+	}
+	want := make(map[Digest]bool, len(missing))
+	for _, d := range missing {
+		want[d] = true
+	}
+	arts := make([]Artifact, 0, len(missing))
+	for i, a := range p.arts {
+		if want[a.Digest] {
+			a.Text = p.texts[i].str()
+			arts = append(arts, a)
+		}
+	}
+	return c.store.Persist(ctx, scope, arts)
 }
 
 // gate is the strict final gate: the rewrite goes out only if it is strictly
@@ -329,6 +358,9 @@ func (c *Compiler) gate(ctx context.Context, model string, raw, out []byte, res 
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		// Compile's recover does not reach this goroutine; a failed count
+		// leaves st empty, which skips the token veto.
+		defer func() { _ = recover() }()
 		st = c.tokens.Count(ctx, model, out)
 	}()
 	rt := c.tokens.Count(ctx, model, raw)

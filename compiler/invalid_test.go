@@ -24,6 +24,9 @@ func (s *countStore) Persist(_ context.Context, _ Scope, a []Artifact) error {
 	return nil
 }
 func (*countStore) Record(context.Context, Scope, Record) error { return nil }
+func (*countStore) Missing(_ context.Context, _ Scope, d []Digest) ([]Digest, error) {
+	return d, nil
+}
 
 // brokenFormat is chat whose provider check always fails, standing in for
 // any rewrite the checker refuses.

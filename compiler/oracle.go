@@ -21,7 +21,7 @@ func CheckRewrite(path string, orig, out []byte) error {
 	if f == nil {
 		return fmt.Errorf("not a candidate path, yet the body changed")
 	}
-	d, reason := parseDoc(f, orig)
+	d, reason := parseDoc(f, orig, nil)
 	if reason != "" {
 		return fmt.Errorf("original is %s, yet the body changed", reason)
 	}

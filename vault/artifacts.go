@@ -68,6 +68,35 @@ func (s *Store) Persist(ctx context.Context, scope compiler.Scope, arts []compil
 	return s.write(ctx, scope.Tenant, missing, now)
 }
 
+// Missing returns the digests tenant has no artifact for. The others are
+// confirmed present and their last-seen time is bumped when stale, in the
+// same transaction, so eviction cannot take them while their receipts are
+// in flight.
+func (s *Store) Missing(ctx context.Context, scope compiler.Scope, digests []compiler.Digest) ([]compiler.Digest, error) {
+	if len(digests) == 0 {
+		return nil, nil
+	}
+	release, err := s.enter()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	probe := make([]*compiler.Artifact, len(digests))
+	for i, d := range digests {
+		probe[i] = &compiler.Artifact{Digest: d}
+	}
+	missing, err := s.verify(ctx, scope.Tenant, probe, s.now().UnixNano())
+	if err != nil {
+		return nil, err
+	}
+	s.verified.Add(uint64(len(digests) - len(missing)))
+	out := make([]compiler.Digest, len(missing))
+	for i, a := range missing {
+		out[i] = a.Digest
+	}
+	return out, nil
+}
+
 // stringBytes views s as bytes without copying, for read-only use: hashing
 // every artifact of a warm request is the hot path's main cost, and a copy
 // would add a megabyte of garbage per request.

@@ -719,3 +719,31 @@ func TestCodec(t *testing.T) {
 		}
 	}
 }
+
+func TestMissing(t *testing.T) {
+	s := openTest(t, Config{})
+	ctx := context.Background()
+	a, b := mkArt("stored artifact"), mkArt("never stored")
+	if err := s.Persist(ctx, compiler.Scope{Tenant: "A"}, []compiler.Artifact{a}); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		tenant string
+		ask    []compiler.Digest
+		want   []compiler.Digest
+	}{
+		{"A", []compiler.Digest{a.Digest, b.Digest}, []compiler.Digest{b.Digest}},
+		{"A", []compiler.Digest{a.Digest}, nil},
+		{"B", []compiler.Digest{a.Digest}, []compiler.Digest{a.Digest}}, // another tenant's artifact is not there
+		{"A", nil, nil},
+	}
+	for _, tt := range tests {
+		got, err := s.Missing(ctx, compiler.Scope{Tenant: tt.tenant}, tt.ask)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+			t.Errorf("Missing(%s) = %x, want %x", tt.tenant, got, tt.want)
+		}
+	}
+}

@@ -48,6 +48,22 @@ func (m *MemStore) Ancestor(_ context.Context, s compiler.Scope, chain []compile
 	return compiler.Lineage{}, nil
 }
 
+// Missing implements compiler.Store.
+func (m *MemStore) Missing(_ context.Context, s compiler.Scope, ds []compiler.Digest) ([]compiler.Digest, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.Fail != nil {
+		return nil, m.Fail
+	}
+	var out []compiler.Digest
+	for _, d := range ds {
+		if _, ok := m.arts[artKey(s.Tenant, d)]; !ok {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
 // Persist implements compiler.Store.
 func (m *MemStore) Persist(_ context.Context, s compiler.Scope, arts []compiler.Artifact) error {
 	m.mu.Lock()
