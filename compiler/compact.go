@@ -129,34 +129,49 @@ func (c *Compiler) compact(p *plan, tf turnFormat) *compaction {
 	for foldTurns > 0 && !cleanBoundary(infos, turns[foldTurns-1].last+1) {
 		foldTurns--
 	}
+	// A turn shorter than its summary stays inline: that depends only on the
+	// turn's own bytes, so the decision is as sticky as folding itself.
+	folded := make([]bool, foldTurns)
 	for t := 0; t < foldTurns; t++ {
-		cp.folds = append(cp.folds, c.foldTurn(d, list, infos, turns[t]))
+		f := c.foldTurn(d, list, infos, turns[t])
+		if len(f.summary) < turns[t].size(list) {
+			folded[t] = true
+			cp.folds = append(cp.folds, f)
+		}
 	}
-	if len(cp.folds) > 0 {
-		foldedEnd := turns[foldTurns-1].last
-		for i, s := range d.slots {
-			if el := s.unit - offset; el >= 0 && el <= foldedEnd {
+	if len(cp.folds) == 0 {
+		return cp
+	}
+	for i, s := range d.slots {
+		el := s.unit - offset
+		for t := 0; t < foldTurns; t++ {
+			if folded[t] && el >= turns[t].first && el <= turns[t].last {
 				cp.inFolded[i] = true
 				cp.vaulted[i] = false
 			}
 		}
-		// The output history: the preamble, then per folded turn its summary
-		// and its pinned messages, then everything after unchanged.
-		cp.keep = seq(turns[0].first)
-		for t := 0; t < foldTurns; t++ {
+	}
+	// The output history: the preamble, then per folded turn its summary
+	// and its pinned messages, every other element unchanged.
+	cp.keep = seq(turns[0].first)
+	for t := 0; t < foldTurns; t++ {
+		if folded[t] {
 			cp.keep = append(cp.keep, -1)
-			for i := turns[t].first; i <= turns[t].last; i++ {
-				if infos[i].pinned {
-					cp.keep = append(cp.keep, i)
-				}
+		}
+		for i := turns[t].first; i <= turns[t].last; i++ {
+			if !folded[t] || infos[i].pinned {
+				cp.keep = append(cp.keep, i)
 			}
 		}
-		for i := foldedEnd + 1; i < len(list.Elems); i++ {
-			cp.keep = append(cp.keep, i)
-		}
+	}
+	for i := turns[foldTurns-1].last + 1; i < len(list.Elems); i++ {
+		cp.keep = append(cp.keep, i)
 	}
 	return cp
 }
+
+// size is the number of source bytes a turn spans.
+func (t turn) size(list *jsonv.Node) int { return list.Elems[t.last].End - list.Elems[t.first].Start }
 
 func seq(n int) []int {
 	s := make([]int, n)

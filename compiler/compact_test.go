@@ -268,3 +268,28 @@ func TestCompactionNeverTouchesUnansweredResults(t *testing.T) {
 	}
 	_ = context.Background
 }
+
+// A turn shorter than its summary stays inline; the turns around it fold.
+func TestCompactionKeepsSmallTurns(t *testing.T) {
+	body := conversation(12, 5000, func(msgs []any) []any {
+		msgs[3].(map[string]any)["content"] = "ok" // turn 0's tool result
+		return msgs
+	})
+	c := newCompiler(t, compactOpts(5, 6), compilertest.NewMemStore(), nil)
+	res := compile(c, "t", body)
+	if res.Folded != 5 {
+		t.Fatalf("folded %d (%s), want 5", res.Folded, res.Reason)
+	}
+	if err := compiler.CheckCompacted(chatPath, body, res.Body); err != nil {
+		t.Fatal(err)
+	}
+	out, orig := messagesOf(t, res.Body), messagesOf(t, body)
+	for i := 0; i < 5; i++ { // system and the whole of turn 0, unchanged
+		if out[i].Role != orig[i].Role || !bytes.Equal(out[i].Content, orig[i].Content) {
+			t.Fatalf("message %d changed", i)
+		}
+	}
+	if !strings.HasPrefix(contentString(out[5]), compiler.FoldPrefix) {
+		t.Fatal("turn 1 not folded")
+	}
+}
