@@ -5,17 +5,19 @@
 //
 // Usage:
 //
-//	go run ./cmd/tt-replay [-corpus ../shared/corpus] [-match substring]
+//	go run ./cmd/tt-replay [-corpus ../shared/corpus] [-match substring] [-tokenizer auto]
 //
 // The cache-adjusted cost prices each step as a provider with exact-prefix
 // prompt caching would: the part of the forwarded body that repeats the
 // previous step's forwarded body as a prefix is a cache read (0.1x), the
 // rest a cache write (1.25x). It is computed for the raw session and for
-// the compiled one, in bytes.
+// the compiled one, in bytes, and in tokens where the model's own tokenizer
+// is known (OpenAI models; Claude and open models show "none").
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -26,6 +28,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/tokens"
 	"github.com/tokenterminator/caddy-token-terminator/vault"
 )
 
@@ -35,6 +38,7 @@ func main() {
 	match := flag.String("match", "", "only sessions whose file name contains this")
 	leases := flag.Int("inline_leases", 1, "inline leases (0 = off)")
 	compaction := flag.Bool("compaction", true, "context compaction")
+	tokenizer := flag.String("tokenizer", "auto", "token gate and token figures: auto|o200k_base|cl100k_base|off")
 	flag.Parse()
 	if *dir == "" {
 		fmt.Fprintln(os.Stderr, "tt-replay: no corpus folder (use -corpus)")
@@ -66,14 +70,21 @@ func main() {
 	opts := DefaultOptions()
 	opts.InlineLeases = *leases
 	opts.Compaction.Enabled = *compaction
-	c, err := compiler.New(opts, store, nil)
+	// Offline, the replay can wait for exact counts: a long budget means
+	// no request is judged or reported without them.
+	counter, err := tokens.New(tokens.Config{Tokenizer: *tokenizer, Budget: time.Minute})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tt-replay:", err)
+		os.Exit(2)
+	}
+	c, err := compiler.New(opts, store, counter)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "tt-replay:", err)
 		os.Exit(1)
 	}
 	var rows []Row
 	for _, s := range pick {
-		rows = append(rows, Replay(c, s))
+		rows = append(rows, Replay(c, counter, s))
 	}
 	Print(os.Stdout, rows)
 }
@@ -97,11 +108,16 @@ type Row struct {
 	P50, P99          time.Duration
 	RawCost, SentCost float64
 	Invalid           int
+
+	// Token figures, where the model's own tokenizer applies to every step.
+	Tokens                  bool
+	RawTokens, SentTokens   int
+	RawTokCost, SentTokCost float64
 }
 
 // Replay compiles every step of a session in order, as one tenant.
-func Replay(c *compiler.Compiler, s compilertest.CorpusFile) Row {
-	r := Row{Name: s.Name, Format: s.Format, Steps: len(s.Requests), Reasons: map[string]int{}}
+func Replay(c *compiler.Compiler, tc compiler.TokenCounter, s compilertest.CorpusFile) Row {
+	r := Row{Name: s.Name, Format: s.Format, Steps: len(s.Requests), Reasons: map[string]int{}, Tokens: true}
 	var durs []time.Duration
 	var prevRaw, prevSent []byte
 	for _, req := range s.Requests {
@@ -125,6 +141,16 @@ func Replay(c *compiler.Compiler, s compilertest.CorpusFile) Row {
 		}
 		r.RawCost += CacheCost(prevRaw, body)
 		r.SentCost += CacheCost(prevSent, res.Body)
+		if r.Tokens {
+			model := modelOf(body)
+			rawCost, rawN, ok1 := TokenCacheCost(tc, model, prevRaw, body)
+			sentCost, sentN, ok2 := TokenCacheCost(tc, model, prevSent, res.Body)
+			r.Tokens = ok1 && ok2
+			r.RawTokens += rawN
+			r.SentTokens += sentN
+			r.RawTokCost += rawCost
+			r.SentTokCost += sentCost
+		}
 		prevRaw, prevSent = body, res.Body
 	}
 	slices.Sort(durs)
@@ -144,10 +170,40 @@ func CacheCost(prev, cur []byte) float64 {
 	return 0.1*float64(n) + 1.25*float64(len(cur)-n)
 }
 
+// TokenCacheCost is CacheCost in tokens: the tokens of the shared prefix
+// are read at 0.1x, the rest of the body's tokens written at 1.25x. ok is
+// false when no exact tokenizer applies to the model.
+func TokenCacheCost(tc compiler.TokenCounter, model string, prev, cur []byte) (cost float64, n int, ok bool) {
+	ctx := context.Background()
+	all := tc.Count(ctx, model, cur)
+	if all.Status != "exact" {
+		return 0, 0, false
+	}
+	p := 0
+	for p < len(prev) && p < len(cur) && prev[p] == cur[p] {
+		p++
+	}
+	read := 0
+	if p > 0 {
+		pc := tc.Count(ctx, model, cur[:p])
+		if pc.Status != "exact" {
+			return 0, 0, false
+		}
+		read = min(pc.N, all.N)
+	}
+	return 0.1*float64(read) + 1.25*float64(all.N-read), all.N, true
+}
+
+func modelOf(body []byte) string {
+	var v struct{ Model string }
+	_ = json.Unmarshal(body, &v)
+	return v.Model
+}
+
 // Print writes the rows as a Markdown table with a total line.
 func Print(w io.Writer, rows []Row) {
-	fmt.Fprintln(w, "| session | format | steps | raw bytes | sent bytes | reduction | receipts | folded | accepted | p50 ms | p99 ms | cache cost raw | cache cost sent | cost change |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| session | format | steps | raw bytes | sent bytes | reduction | receipts | folded | accepted | p50 ms | p99 ms | cache cost raw | cache cost sent | cost change | raw tokens | sent tokens | token cache cost change |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	var tot Row
 	for _, r := range rows {
 		printRow(w, shortName(r.Name), r)
@@ -160,7 +216,14 @@ func Print(w io.Writer, rows []Row) {
 		tot.RawCost += r.RawCost
 		tot.SentCost += r.SentCost
 		tot.Invalid += r.Invalid
+		if r.Tokens {
+			tot.RawTokens += r.RawTokens
+			tot.SentTokens += r.SentTokens
+			tot.RawTokCost += r.RawTokCost
+			tot.SentTokCost += r.SentTokCost
+		}
 	}
+	tot.Tokens = tot.RawTokens > 0
 	printRow(w, "**total**", tot)
 	if tot.Invalid > 0 {
 		fmt.Fprintf(w, "\nWARNING: %d forwarded bodies failed the validity oracle\n", tot.Invalid)
@@ -168,9 +231,17 @@ func Print(w io.Writer, rows []Row) {
 }
 
 func printRow(w io.Writer, name string, r Row) {
-	fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %.1f%% | %d | %d | %d | %.2f | %.2f | %.0f | %.0f | %+.1f%% |\n",
+	timing := "| | "
+	if r.Format != "" {
+		timing = fmt.Sprintf("| %.2f | %.2f ", ms(r.P50), ms(r.P99))
+	}
+	toks := "| none | none | none |"
+	if r.Tokens {
+		toks = fmt.Sprintf("| %d | %d | %+.1f%% |", r.RawTokens, r.SentTokens, 100*(r.SentTokCost-r.RawTokCost)/r.RawTokCost)
+	}
+	fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %.1f%% | %d | %d | %d %s| %.0f | %.0f | %+.1f%% %s\n",
 		name, r.Format, r.Steps, r.Raw, r.Sent, pct(r.Raw-r.Sent, r.Raw), r.Receipts, r.Folded, r.Accepted,
-		ms(r.P50), ms(r.P99), r.RawCost, r.SentCost, pct(int(r.SentCost-r.RawCost), int(r.RawCost)))
+		timing, r.RawCost, r.SentCost, pct(int(r.SentCost-r.RawCost), int(r.RawCost)), toks)
 }
 
 func shortName(n string) string {
