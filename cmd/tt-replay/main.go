@@ -139,8 +139,8 @@ func Replay(c *compiler.Compiler, tc compiler.TokenCounter, s compilertest.Corpu
 		} else {
 			r.Reasons[res.Reason]++
 		}
-		r.RawCost += CacheCost(prevRaw, body)
-		r.SentCost += CacheCost(prevSent, res.Body)
+		r.RawCost += compilertest.CacheCost(prevRaw, body)
+		r.SentCost += compilertest.CacheCost(prevSent, res.Body)
 		if r.Tokens {
 			model := modelOf(body)
 			rawCost, rawN, ok1 := TokenCacheCost(tc, model, prevRaw, body)
@@ -159,17 +159,6 @@ func Replay(c *compiler.Compiler, tc compiler.TokenCounter, s compilertest.Corpu
 	return r
 }
 
-// CacheCost prices one step with exact-prefix caching, in byte units: the
-// prefix shared with the previous step is read from cache at 0.1x, the rest
-// written at 1.25x.
-func CacheCost(prev, cur []byte) float64 {
-	n := 0
-	for n < len(prev) && n < len(cur) && prev[n] == cur[n] {
-		n++
-	}
-	return 0.1*float64(n) + 1.25*float64(len(cur)-n)
-}
-
 // TokenCacheCost is CacheCost in tokens: the tokens of the shared prefix
 // are read at 0.1x, the rest of the body's tokens written at 1.25x. ok is
 // false when no exact tokenizer applies to the model.
@@ -179,10 +168,7 @@ func TokenCacheCost(tc compiler.TokenCounter, model string, prev, cur []byte) (c
 	if all.Status != "exact" {
 		return 0, 0, false
 	}
-	p := 0
-	for p < len(prev) && p < len(cur) && prev[p] == cur[p] {
-		p++
-	}
+	p := compilertest.CommonPrefix(prev, cur)
 	read := 0
 	if p > 0 {
 		pc := tc.Count(ctx, model, cur[:p])

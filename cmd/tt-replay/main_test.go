@@ -20,7 +20,7 @@ func TestCacheCost(t *testing.T) {
 		{"abcdef", "ab", 0.2},
 	}
 	for _, tt := range tests {
-		if got := CacheCost([]byte(tt.prev), []byte(tt.cur)); got < tt.want-1e-9 || got > tt.want+1e-9 {
+		if got := compilertest.CacheCost([]byte(tt.prev), []byte(tt.cur)); got < tt.want-1e-9 || got > tt.want+1e-9 {
 			t.Errorf("CacheCost(%q, %q) = %v, want %v", tt.prev, tt.cur, got, tt.want)
 		}
 	}
