@@ -18,14 +18,7 @@ import (
 // same bytes, and no rewrite may be refused by the checker. It logs the
 // per-file reduction table.
 func TestCorpus(t *testing.T) {
-	dir, ok := compilertest.CorpusDir()
-	if !ok {
-		t.Skip("shared corpus not found (../shared/corpus)")
-	}
-	files, err := compilertest.LoadCorpus(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	files := compilertest.Corpus(t)
 	var table strings.Builder
 	fmt.Fprintf(&table, "\n%-80s %-18s %5s %10s %10s %7s %8s\n", "file", "format", "reqs", "raw", "sent", "red%", "receipts")
 	var totRaw, totSent, totRec int
@@ -71,14 +64,7 @@ func TestCorpusDerivedSessions(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		t.Skip("derived sessions (100 MB of bodies) skipped in -short mode and under -race")
 	}
-	dir, ok := compilertest.CorpusDir()
-	if !ok {
-		t.Skip("shared corpus not found (../shared/corpus)")
-	}
-	files, err := compilertest.LoadCorpus(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	files := compilertest.Corpus(t)
 	var table strings.Builder
 	fmt.Fprintf(&table, "\n%-80s %-18s %5s %10s %10s %7s %8s\n", "derived from", "format", "steps", "raw", "sent", "red%", "receipts")
 	var totRaw, totSent, totRec int

@@ -8,12 +8,20 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/compiler/jsonv"
 )
 
-// CheckRewrite is the validity check as a test oracle: it reports an error
-// unless out is orig itself, or orig with some tool-result slot values of
-// the format selected by path replaced by receipts, passing every check the
-// compiler runs before forwarding (structure, the format's provider rules).
-// It recomputes which values were replaced from the two bodies alone.
-func CheckRewrite(path string, orig, out []byte) error {
+// CheckCompacted is the validity check as a test oracle for any rewrite,
+// compacted or not: out must be orig itself, or orig whose history has some
+// runs of elements replaced by folded-turn summaries and some tool-result
+// slots replaced by receipts, and must pass the checks the compiler runs
+// before forwarding (structure, the format's provider rules). It recovers
+// which values were replaced, and the alignment of the history, from the
+// two bodies alone.
+func CheckCompacted(path string, orig, out []byte) error { return check(path, orig, out, true) }
+
+// CheckRewrite is CheckCompacted for a rewrite that may only replace slot
+// values with receipts: a folded turn is an error.
+func CheckRewrite(path string, orig, out []byte) error { return check(path, orig, out, false) }
+
+func check(path string, orig, out []byte, folding bool) error {
 	if bytes.Equal(orig, out) {
 		return nil
 	}
@@ -25,49 +33,111 @@ func CheckRewrite(path string, orig, out []byte) error {
 	if reason != "" {
 		return fmt.Errorf("original is %s, yet the body changed", reason)
 	}
+	tf := f.(turnFormat) // every format knows its history
 	root, err := jsonv.Parse(out, maxDepthForRequests)
 	if err != nil {
 		return fmt.Errorf("rewrite does not parse: %w", err)
+	}
+	list, _ := tf.history(d.doc)
+	var outList *jsonv.Node
+	for i, m := range d.root.Members {
+		if m.Value == list && i < len(root.Members) && root.Members[i].Key == m.Key {
+			outList = root.Members[i].Value
+		}
+	}
+	if list == nil || !outList.Is(jsonv.Array) {
+		// No history list (a Responses string input): nothing may change
+		// but slots, and there are none.
+		return fmt.Errorf("body changed without a history to rewrite")
 	}
 	slotAt := make(map[int]bool, len(d.slots))
 	for _, s := range d.slots {
 		slotAt[s.value.Start] = true
 	}
+	// Greedy alignment: every kept element equals (up to receipts in its
+	// slots) a later original element; summaries stand for what is skipped.
+	var keep []int
+	folds := 0
+	oi := 0
+	for _, e := range outList.Elems {
+		if strings.HasPrefix(foldedText(out, e), FoldPrefix) {
+			if !folding {
+				return fmt.Errorf("history element at %d is a folded turn", e.Start)
+			}
+			keep = append(keep, -1)
+			folds++
+			continue
+		}
+		for oi < len(list.Elems) && sameExcept(orig, list.Elems[oi], out, e, slotAt) != nil {
+			oi++
+		}
+		if oi == len(list.Elems) {
+			return fmt.Errorf("history element at %d matches no original element", e.Start)
+		}
+		keep = append(keep, oi)
+		oi++
+	}
+	if folds == 0 && len(keep) != len(list.Elems) {
+		return fmt.Errorf("history lost elements without a summary")
+	}
+	// Every slot value that changed must now be a receipt.
 	var edits []edit
-	var walk func(a, b *jsonv.Node)
-	walk = func(a, b *jsonv.Node) {
-		if b.Kind == jsonv.String && !bytes.Equal(a.Raw(orig), b.Raw(out)) {
-			if s, _ := b.Text(out); strings.HasPrefix(s, ReceiptPrefix) {
-				edits = append(edits, edit{start: a.Start, end: a.End})
-				return
+	for _, s := range d.slots {
+		for j, k := range keep {
+			if k < 0 || s.unit-d.units0(list) != k {
+				continue
+			}
+			b := valueAt(list.Elems[k], s.value, outList.Elems[j])
+			if b == nil || bytes.Equal(s.value.Raw(orig), b.Raw(out)) {
+				continue
+			}
+			if t, _ := b.Text(out); !strings.HasPrefix(t, ReceiptPrefix) {
+				return fmt.Errorf("slot at %d changed into something other than a receipt", s.value.Start)
+			}
+			edits = append(edits, edit{start: s.value.Start, end: s.value.End})
+		}
+	}
+	if len(edits) == 0 && folds == 0 {
+		return fmt.Errorf("body changed without any receipt or summary")
+	}
+	p := &plan{d: d.doc, edits: edits}
+	if folds > 0 {
+		p.compaction = &compaction{list: list, keep: keep, folds: make([]fold, folds)}
+	}
+	return verify(f, p, out)
+}
+
+// units0 is the index in d.units of the first element of list.
+func (d *doc) units0(list *jsonv.Node) int {
+	for i, u := range d.units {
+		if len(list.Elems) > 0 && u == list.Elems[0] {
+			return i
+		}
+	}
+	return 0
+}
+
+// valueAt finds in b the node at the same path as target within a.
+func valueAt(a, target, b *jsonv.Node) *jsonv.Node {
+	if a == target {
+		return b
+	}
+	if a.Kind != b.Kind {
+		return nil
+	}
+	switch a.Kind {
+	case jsonv.Object:
+		for i := range a.Members {
+			if i < len(b.Members) && a.Members[i].Value.Start <= target.Start && target.End <= a.Members[i].Value.End {
+				return valueAt(a.Members[i].Value, target, b.Members[i].Value)
 			}
 		}
-		if a.Kind != b.Kind {
-			return
-		}
-		switch a.Kind {
-		case jsonv.Object:
-			for i := range a.Members {
-				if i < len(b.Members) {
-					walk(a.Members[i].Value, b.Members[i].Value)
-				}
-			}
-		case jsonv.Array:
-			for i := range a.Elems {
-				if i < len(b.Elems) {
-					walk(a.Elems[i], b.Elems[i])
-				}
+	case jsonv.Array:
+		for i := range a.Elems {
+			if i < len(b.Elems) && a.Elems[i].Start <= target.Start && target.End <= a.Elems[i].End {
+				return valueAt(a.Elems[i], target, b.Elems[i])
 			}
 		}
 	}
-	walk(d.root, root)
-	if len(edits) == 0 {
-		return fmt.Errorf("body changed without any receipt")
-	}
-	for _, e := range edits {
-		if !slotAt[e.start] {
-			return fmt.Errorf("receipt at offset %d is not in a tool-result slot", e.start)
-		}
-	}
-	return verify(f, &plan{d: d.doc, edits: edits}, out)
+	return nil
 }

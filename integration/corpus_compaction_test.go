@@ -18,17 +18,7 @@ import (
 // cache-adjusted cost (cache reads 0.1x, writes 1.25x), and fails if any
 // session costs more with the gateway than without it.
 func TestCorpusCompactedThroughCaddy(t *testing.T) {
-	if testing.Short() {
-		t.Skip("corpus replay skipped in -short mode")
-	}
-	dir, ok := compilertest.CorpusDir()
-	if !ok {
-		t.Skip("shared corpus not found (../shared/corpus)")
-	}
-	files, err := compilertest.LoadCorpus(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	files := compilertest.Corpus(t)
 	up := newUpstream(t)
 	g := startGateway(t, `
 	token_terminator {

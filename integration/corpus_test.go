@@ -34,17 +34,7 @@ const corpusSnippet = `
 // replaced values; a pass-through must be byte-identical. It logs the
 // per-file reduction table.
 func TestCorpusThroughCaddy(t *testing.T) {
-	if testing.Short() {
-		t.Skip("corpus replay skipped in -short mode")
-	}
-	dir, ok := compilertest.CorpusDir()
-	if !ok {
-		t.Skip("shared corpus not found (../shared/corpus)")
-	}
-	files, err := compilertest.LoadCorpus(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	files := compilertest.Corpus(t)
 	up := newUpstream(t)
 	g := startGateway(t, corpusSnippet, up)
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"testing"
 )
 
 // CorpusRequest is one request of the shared corpus: the URL path it is
@@ -50,6 +51,24 @@ func CorpusDir() (string, bool) {
 		return "", false
 	}
 	return c, true
+}
+
+// Corpus loads the shared corpus for a test, or skips the test when the
+// corpus is absent (as in a user's clone) or in -short mode.
+func Corpus(t testing.TB) []CorpusFile {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("corpus skipped in -short mode")
+	}
+	dir, ok := CorpusDir()
+	if !ok {
+		t.Skip("shared corpus not found (../shared/corpus)")
+	}
+	files, err := LoadCorpus(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
 }
 
 // corpusFormats maps the index's format names to compiler formats and paths.
