@@ -57,8 +57,19 @@ func (m *memo) put(s string, n int32) {
 
 // count returns the token count of piece, tokenizing only unknown parts;
 // false if a part may hold a pre-token too long to encode in reasonable time.
+var wordPool = sync.Pool{New: func() any { w := make([][]byte, 0, 1024); return &w }}
+
 func (m *memo) count(tk *tiktoken.Tiktoken, piece []byte) (int, bool) {
-	var words, miss [][]byte
+	// The word list is pooled: a cold megabyte has ~100k words, and a
+	// fresh list per piece was a third of all the gateway's allocation.
+	wp := wordPool.Get().(*[][]byte)
+	words := (*wp)[:0]
+	defer func() {
+		clear(words) // drop references into the caller's body
+		*wp = words[:0]
+		wordPool.Put(wp)
+	}()
+	var miss [][]byte
 	split(piece, 1, 0, func(w []byte) { words = append(words, w) })
 	total := 0
 	m.mu.Lock()

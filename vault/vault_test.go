@@ -1,6 +1,7 @@
 package vault
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -744,6 +745,31 @@ func TestMissing(t *testing.T) {
 		}
 		if fmt.Sprint(got) != fmt.Sprint(tt.want) {
 			t.Errorf("Missing(%s) = %x, want %x", tt.tenant, got, tt.want)
+		}
+	}
+}
+
+// Stored content is compressed, and an artifact's text and JSON value (near
+// copies) cost little more than one of them.
+func TestContentCompressed(t *testing.T) {
+	a := mkArt(text("compress", 50000))
+	b := encodeContent(&a)
+	if len(b) >= len(a.Text) {
+		t.Fatalf("encoded %d bytes for %d of text and %d of JSON", len(b), len(a.Text), len(a.Raw))
+	}
+	var a2 compiler.Artifact
+	if err := decodeContent(b, &a2); err != nil || a2.Text != a.Text || string(a2.Raw) != string(a.Raw) {
+		t.Fatal("round trip")
+	}
+	// Any flipped byte is caught.
+	for i := range b {
+		c := bytes.Clone(b)
+		c[i] ^= 0x40
+		if decodeContent(c, &a2) == nil && a2.Text == a.Text && string(a2.Raw) == string(a.Raw) {
+			continue // a flip in a place s2 ignores would still decode to the same content
+		}
+		if sameContent(c, &a) {
+			t.Fatalf("flip at %d not detected", i)
 		}
 	}
 }
