@@ -5,7 +5,7 @@ import (
 	"encoding/binary"
 	"hash"
 	"sort"
-	"unsafe"
+	"sync"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler/jsonv"
 )
@@ -47,6 +47,8 @@ type hasher struct {
 	cache *textCache // may be nil
 }
 
+var decodeBuf = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
+
 func newHasher(src []byte, cache *textCache) *hasher {
 	return &hasher{src: src, h: sha256.New(), long: make(map[*jsonv.Node]*text), cache: cache}
 }
@@ -68,12 +70,16 @@ func (c *hasher) textOf(n *jsonv.Node) *text {
 			return t
 		}
 	}
-	b := n.TextBytes(c.src)
-	// b is fresh and never written again, so the string may share it.
-	t := &text{s: unsafe.String(unsafe.SliceData(b), len(b)), digest: sha256.Sum256(b), chars: len(b)}
+	// Decode into a pooled buffer: only the digest and size are kept; the
+	// string itself is decoded again if it is ever stored.
+	bp := decodeBuf.Get().(*[]byte)
+	b := n.AppendText((*bp)[:0], c.src)
+	t := &text{digest: sha256.Sum256(b), chars: len(b), node: n, src: c.src}
 	if !n.ASCII || n.Escaped {
 		t.chars = runeCount(b)
 	}
+	*bp = b[:0]
+	decodeBuf.Put(bp)
 	if long {
 		c.long[n] = t
 		if c.cache != nil {

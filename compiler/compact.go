@@ -71,31 +71,84 @@ type compaction struct {
 	keep     []int // for each output history element: original index, or -1 for a summary
 }
 
-// compact plans context compaction: old large tool results become receipts
-// and turns older than CollapseAfterTurns become summaries. The last
-// InlineRecentTurns turns, and any tool result the model has not answered
-// yet, are never touched.
-func (c *Compiler) compact(p *plan, tf turnFormat) *compaction {
-	opt := c.opts.Compaction
-	d := p.d
+// history is the described conversation list of a request.
+type history struct {
+	list          *jsonv.Node
+	offset        int // index of list.Elems[0] in doc.units
+	infos         []msgInfo
+	turns         []turn
+	lastAssistant int    // index of the last element produced by the model, -1 if none
+	clean         []bool // clean[p]: no tool call opened before element p is answered at or after it
+}
+
+// describeHistory reads the history list of a request once; leases and
+// compaction both use it. It returns nil when the request has none.
+func describeHistory(d *doc, tf turnFormat) *history {
 	list, offset := tf.history(d)
 	if list == nil || len(list.Elems) == 0 {
 		return nil
 	}
-	infos := make([]msgInfo, len(list.Elems))
-	var turns []turn
-	lastAssistant := -1
+	h := &history{list: list, offset: offset, infos: make([]msgInfo, len(list.Elems)), lastAssistant: -1}
 	for i, m := range list.Elems {
-		infos[i] = tf.describe(d, m)
-		if infos[i].turnStart {
-			turns = append(turns, turn{first: i, last: i})
-		} else if len(turns) > 0 {
-			turns[len(turns)-1].last = i
+		in := tf.describe(d, m)
+		h.infos[i] = in
+		if in.turnStart {
+			h.turns = append(h.turns, turn{first: i, last: i})
+		} else if len(h.turns) > 0 {
+			h.turns[len(h.turns)-1].last = i
 		}
-		if infos[i].assistant {
-			lastAssistant = i
+		if in.assistant {
+			h.lastAssistant = i
 		}
 	}
+	h.clean = cleanBoundaries(h.infos)
+	return h
+}
+
+// unanswered reports whether a slot is a tool result the model has not
+// responded to yet (after the last assistant message): such a result is
+// always sent inline, whatever leases and compaction would say.
+func (h *history) unanswered(s slot) bool {
+	return h != nil && s.unit-h.offset > h.lastAssistant
+}
+
+// cleanBoundaries marks, for every position p in [0, n], whether no tool call
+// opened before element p is answered at or after it: the places where a
+// run of folded elements may start or end. One pass: each answered call
+// dirties the positions after its call up to its result.
+func cleanBoundaries(infos []msgInfo) []bool {
+	n := len(infos)
+	diff := make([]int, n+2)
+	open := map[string]int{} // call id -> element that opened it (latest)
+	for i, in := range infos {
+		for _, id := range in.results {
+			if o, ok := open[id]; ok {
+				diff[o+1]++
+				diff[i+1]--
+				delete(open, id)
+			}
+		}
+		for _, id := range in.calls {
+			open[id] = i
+		}
+	}
+	clean := make([]bool, n+1)
+	depth := 0
+	for p := 0; p <= n; p++ {
+		depth += diff[p]
+		clean[p] = depth == 0
+	}
+	return clean
+}
+
+// compact plans context compaction: old large tool results become receipts
+// and turns older than CollapseAfterTurns become summaries. The last
+// InlineRecentTurns turns, and any tool result the model has not answered
+// yet, are never touched.
+func (c *Compiler) compact(p *plan, h *history) *compaction {
+	opt := c.opts.Compaction
+	d := p.d
+	turns, list, offset := h.turns, h.list, h.offset
 	if len(turns) == 0 {
 		return nil
 	}
@@ -111,7 +164,7 @@ func (c *Compiler) compact(p *plan, tf turnFormat) *compaction {
 		end := turns[vaultTurns-1].last // last element of the vaulted turns
 		for i, s := range d.slots {
 			el := s.unit - offset
-			if el < 0 || el > end || el > lastAssistant || p.replace[i] {
+			if el < 0 || el > end || h.unanswered(s) || p.replace[i] {
 				continue
 			}
 			if s.text.chars >= opt.MinVaultChars && s.text.chars <= c.opts.MaxArtifactChars {
@@ -120,23 +173,46 @@ func (c *Compiler) compact(p *plan, tf turnFormat) *compaction {
 		}
 	}
 
-	// Old turns: fold a prefix of turns, never splitting a tool call from
-	// its result (a turn that answers the previous turn's calls goes with it).
+	// Old turns: fold a prefix of turns that ends at a clean boundary, so a
+	// tool call never leaves without its result.
 	foldTurns := 0
-	if opt.CollapseAfterTurns > 0 {
+	if opt.CollapseAfterTurns > 0 && h.clean[turns[0].first] {
 		foldTurns = max(0, aligned-opt.CollapseAfterTurns)
 	}
-	for foldTurns > 0 && !cleanBoundary(infos, turns[foldTurns-1].last+1) {
+	for foldTurns > 0 && !h.clean[turns[foldTurns-1].last+1] {
 		foldTurns--
 	}
-	// A turn shorter than its summary stays inline: that depends only on the
-	// turn's own bytes, so the decision is as sticky as folding itself.
+	// A turn shorter than its summary stays inline (that depends only on
+	// the turn's own bytes, so it is as sticky as folding itself), unless a
+	// tool call crosses its boundary: then it folds with its neighbour.
 	folded := make([]bool, foldTurns)
+	folds := make([]fold, foldTurns)
 	for t := 0; t < foldTurns; t++ {
-		f := c.foldTurn(d, list, infos, turns[t])
-		if len(f.summary) < turns[t].size(list) {
+		if turns[t].size(list) > c.opts.MaxArtifactChars {
+			continue // too large to vault; a neighbour must then stay too
+		}
+		folds[t] = c.foldTurn(d, list, h.infos, turns[t])
+		folded[t] = len(folds[t].summary) < turns[t].size(list)
+	}
+	for t := 0; t < foldTurns; t++ {
+		if !folded[t] && folds[t].summary != nil && (!h.clean[turns[t].first] || !h.clean[turns[t].last+1]) {
 			folded[t] = true
-			cp.folds = append(cp.folds, f)
+		}
+	}
+	// A turn that could not be folded (too large) next to a dirty boundary
+	// pins its neighbours: stop folding at the first such turn.
+	for t := 0; t < foldTurns; t++ {
+		if folds[t].summary == nil && (!h.clean[turns[t].first] || !h.clean[turns[t].last+1]) {
+			foldTurns = t
+			for foldTurns > 0 && !h.clean[turns[foldTurns-1].last+1] {
+				foldTurns--
+			}
+			break
+		}
+	}
+	for t := 0; t < foldTurns; t++ {
+		if folded[t] {
+			cp.folds = append(cp.folds, folds[t])
 		}
 	}
 	if len(cp.folds) == 0 {
@@ -159,7 +235,7 @@ func (c *Compiler) compact(p *plan, tf turnFormat) *compaction {
 			cp.keep = append(cp.keep, -1)
 		}
 		for i := turns[t].first; i <= turns[t].last; i++ {
-			if !folded[t] || infos[i].pinned {
+			if !folded[t] || h.infos[i].pinned {
 				cp.keep = append(cp.keep, i)
 			}
 		}
@@ -179,34 +255,6 @@ func seq(n int) []int {
 		s[i] = i
 	}
 	return s
-}
-
-// cleanBoundary reports whether no tool call opened before element at is
-// answered at or after it.
-func cleanBoundary(infos []msgInfo, at int) bool {
-	open := map[string]bool{}
-	for i := 0; i < at && i < len(infos); i++ {
-		for _, id := range infos[i].calls {
-			open[id] = true
-		}
-		for _, id := range infos[i].results {
-			delete(open, id)
-		}
-	}
-	if len(open) == 0 {
-		return true
-	}
-	for i := at; i < len(infos); i++ {
-		for _, id := range infos[i].results {
-			if open[id] {
-				return false
-			}
-		}
-		for _, id := range infos[i].calls {
-			delete(open, id) // a reused id opens a new call
-		}
-	}
-	return true
 }
 
 // foldTurn vaults a turn's exact messages and builds its summary and edits.

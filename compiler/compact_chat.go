@@ -1,6 +1,10 @@
 package compiler
 
-import "github.com/tokenterminator/caddy-token-terminator/compiler/jsonv"
+import (
+	"strings"
+
+	"github.com/tokenterminator/caddy-token-terminator/compiler/jsonv"
+)
 
 func (chatFormat) history(d *doc) (*jsonv.Node, int) { return d.root.Get("messages"), 0 }
 
@@ -42,25 +46,39 @@ func (chatFormat) describe(d *doc, m *jsonv.Node) msgInfo {
 	return in
 }
 
-// anyText returns the text of a string, or the text parts of a list of
-// parts of partType (others, like images, are skipped).
+// anyText returns the start of the text of a string, or of the text parts
+// of a list of parts of partType (others, like images, are skipped). Only
+// the start is ever shown in a summary, so reading stops at describeChars.
 func anyText(src []byte, n *jsonv.Node, partType string) string {
-	if s, ok := n.Text(src); ok {
-		return s
-	}
-	var out string
-	if n.Is(jsonv.Array) {
+	var b textStart
+	if n.Is(jsonv.String) {
+		b.add(src, n)
+	} else if n.Is(jsonv.Array) {
 		for _, p := range n.Elems {
 			if p.Get("type").StringIs(src, partType) {
-				s, _ := p.Get("text").Text(src)
-				if out != "" {
-					out += " "
-				}
-				out += s
+				b.add(src, p.Get("text"))
 			}
 		}
 	}
-	return out
+	return b.String()
+}
+
+// describeChars bounds the text describe keeps of a message, in bytes.
+const describeChars = 1024
+
+// textStart collects the start of several texts, space separated, decoding
+// no more than describeChars of them.
+type textStart struct{ strings.Builder }
+
+func (b *textStart) add(src []byte, n *jsonv.Node) {
+	if !n.Is(jsonv.String) || b.Len() >= describeChars {
+		return
+	}
+	if b.Len() > 0 {
+		b.WriteByte(' ')
+	}
+	t := n.TextPrefix(src, describeChars)
+	b.WriteString(t[:min(len(t), describeChars)])
 }
 
 // rules checks chat tool pairing on its own.

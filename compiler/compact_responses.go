@@ -35,7 +35,10 @@ func (responsesFormat) describe(d *doc, it *jsonv.Node) msgInfo {
 	case role.StringIs(src, "assistant"):
 		in.assistant = true
 		in.text = anyText(src, it.Get("content"), "output_text")
+	case typ.StringIs(src, respReasoning):
+		in.assistant = true // model output: earlier results have been read
 	case typ.StringIs(src, respFunctionCall), typ.StringIs(src, respCustomCall):
+		in.assistant = true
 		name, _ := it.Get("name").Text(src)
 		id, _ := it.Get("call_id").Text(src)
 		in.tools = append(in.tools, name)

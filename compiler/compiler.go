@@ -19,6 +19,7 @@ const (
 	ReasonNotCandidate  = "not_candidate"
 	ReasonInvalidJSON   = "invalid_json"
 	ReasonTooDeep       = "too_deep"
+	ReasonTooComplex    = "too_complex"
 	ReasonUnknownShape  = "unknown_shape"
 	ReasonNoSlots       = "no_candidates"
 	ReasonNothingToDo   = "nothing_to_replace"
@@ -88,32 +89,51 @@ func New(opts Options, store Store, tokens TokenCounter) (*Compiler, error) {
 }
 
 // Compile compiles one request. It never fails: every problem yields a
-// pass-through Result whose Body is req.Body itself.
-func (c *Compiler) Compile(ctx context.Context, req Request) (res Result) {
+// pass-through Result whose Body is req.Body itself. It returns by the
+// timeout whatever the compile is doing: an abandoned compile finishes in
+// the background and records nothing.
+func (c *Compiler) Compile(ctx context.Context, req Request) Result {
 	start := time.Now()
-	res = Result{Body: req.Body, Decision: Passthrough, RawBytes: len(req.Body), SentBytes: len(req.Body)}
-	defer func() {
-		if r := recover(); r != nil {
-			// The reason is reported; the panic value is not, since it may
-			// quote request content.
-			res = Result{Body: req.Body, Decision: Passthrough, Reason: ReasonPanic, Format: res.Format,
-				RawBytes: len(req.Body), SentBytes: len(req.Body)}
-		}
-		res.Total = time.Since(start)
-	}()
-	if req.Mode == ModeOff {
-		res.Reason = ReasonOff
-		return res
-	}
+	res := Result{Body: req.Body, Decision: Passthrough, RawBytes: len(req.Body), SentBytes: len(req.Body)}
 	f := formatFor("POST", req.Path)
-	if f == nil {
+	switch {
+	case req.Mode == ModeOff:
+		res.Reason = ReasonOff
+	case f == nil:
 		res.Reason = ReasonNotCandidate
-		return res
+	default:
+		res.Format = f.name()
+		ctx, cancel := context.WithTimeout(ctx, c.opts.Timeout)
+		defer cancel()
+		type outcome struct {
+			res    Result
+			commit func() time.Duration
+		}
+		done := make(chan outcome, 1)
+		go func(base Result) {
+			o := outcome{res: base}
+			defer func() {
+				if r := recover(); r != nil {
+					// The reason is reported; the panic value is not, since
+					// it may quote request content.
+					o = outcome{res: base}
+					o.res.Reason = ReasonPanic
+				}
+				done <- o
+			}()
+			o.commit = c.compile(ctx, f, req, &o.res)
+		}(res)
+		select {
+		case o := <-done:
+			res = o.res
+			if o.commit != nil {
+				res.Vault += o.commit()
+			}
+		case <-ctx.Done():
+			res.Reason = ReasonTimeout
+		}
 	}
-	res.Format = f.name()
-	ctx, cancel := context.WithTimeout(ctx, c.opts.Timeout)
-	defer cancel()
-	c.compile(ctx, f, req, &res)
+	res.Total = time.Since(start)
 	return res
 }
 
@@ -125,6 +145,7 @@ type plan struct {
 	replace  []bool // per slot: a duplicate or leased artifact
 	eligible []bool // per slot: large enough to be an artifact
 
+	hist       *history    // the described conversation, nil if none
 	compaction *compaction // nil when compaction does not apply
 
 	// Built from the decisions by build:
@@ -177,13 +198,15 @@ func (p *plan) build() {
 	}
 }
 
-func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Result) {
+// compile fills res and returns the lineage record to commit if res is
+// used (nil when there is nothing to record).
+func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Result) (commit func() time.Duration) {
 	t0 := time.Now()
 	d, reason := parseDoc(f, req.Body, c.texts)
 	res.Parse = time.Since(t0)
 	if reason != "" {
 		res.Reason = reason
-		return
+		return nil
 	}
 	p := &plan{d: d.doc}
 	for _, s := range d.slots {
@@ -195,7 +218,7 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Resu
 	}
 	if len(d.units) == 0 {
 		res.Reason = ReasonNoSlots
-		return
+		return nil
 	}
 	// Leases need the conversation's lineage; without an eligible slot there
 	// is nothing to lease, so the vault is not asked (nor told) anything.
@@ -206,13 +229,16 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Resu
 		res.Vault += time.Since(tv)
 		if err != nil {
 			res.Reason = vaultReason(ctx, err)
-			return // no lineage known: recording would guess, so record nothing
+			return nil // no lineage known: recording would guess, so record nothing
 		}
 		p.lineage = lin
 	}
+	if tf, ok := f.(turnFormat); ok {
+		p.hist = describeHistory(p.d, tf)
+	}
 	c.decide(p)
-	if tf, ok := f.(turnFormat); ok && c.opts.Compaction.Enabled {
-		p.compaction = c.compact(p, tf)
+	if p.hist != nil && c.opts.Compaction.Enabled {
+		p.compaction = c.compact(p, p.hist)
 	}
 	p.build()
 
@@ -235,7 +261,7 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Resu
 		res.Decision, res.Body, res.SentBytes = Accepted, out, len(out)
 		res.Receipts, res.Folded = p.receipts, len(p.folds())
 	}
-	c.record(ctx, req.Scope, p, forwarded, res)
+	return func() time.Duration { return c.record(ctx, req.Scope, p, forwarded) }
 }
 
 // parsed bundles a doc with the hasher that memoised its long strings.
@@ -253,6 +279,9 @@ func parseDoc(f format, src []byte, cache *textCache) (parsed, string) {
 		if errors.Is(err, jsonv.ErrDepth) {
 			return parsed{}, ReasonTooDeep
 		}
+		if errors.Is(err, jsonv.ErrTooManyNodes) {
+			return parsed{}, ReasonTooComplex
+		}
 		return parsed{}, ReasonInvalidJSON
 	}
 	d := &doc{src: src, root: root}
@@ -266,7 +295,9 @@ func parseDoc(f format, src []byte, cache *textCache) (parsed, string) {
 // decide marks which slots become receipts. Within the request every copy of
 // an artifact but the newest is a receipt; an artifact that has already gone
 // inline in InlineLeases forwarded requests of this conversation is a
-// receipt everywhere.
+// receipt everywhere, except where the model has not answered it yet: a
+// result it just asked for again (a re-read file, a re-run test) goes
+// inline, or it would never see that content again.
 func (c *Compiler) decide(p *plan) {
 	slots := p.d.slots
 	p.replace = make([]bool, len(slots))
@@ -281,7 +312,7 @@ func (c *Compiler) decide(p *plan) {
 			continue
 		}
 		dg := s.text.digest
-		leased := c.opts.InlineLeases > 0 && p.lineage.Exposures[dg] >= c.opts.InlineLeases
+		leased := c.opts.InlineLeases > 0 && p.lineage.Exposures[dg] >= c.opts.InlineLeases && !p.hist.unanswered(s)
 		p.replace[i] = leased || newest[dg] != i
 	}
 }
@@ -384,9 +415,9 @@ func (c *Compiler) gate(ctx context.Context, model string, raw, out []byte, res 
 // carried inline counts as one more exposure. It runs for pass-through too,
 // so leases always follow what actually went upstream, and never names a
 // receipt that was not sent.
-func (c *Compiler) record(ctx context.Context, scope Scope, p *plan, forwarded bool, res *Result) {
-	if len(p.chain) == 0 || res.Slots == 0 {
-		return
+func (c *Compiler) record(ctx context.Context, scope Scope, p *plan, forwarded bool) time.Duration {
+	if len(p.chain) == 0 {
+		return 0 // no eligible slot, so no lineage was looked up: nothing to lease
 	}
 	exp := make(map[Digest]int, len(p.lineage.Exposures)+len(p.d.slots))
 	for k, v := range p.lineage.Exposures {
@@ -419,7 +450,7 @@ func (c *Compiler) record(ctx context.Context, scope Scope, p *plan, forwarded b
 	defer cancel()
 	tv := time.Now()
 	_ = c.store.Record(rctx, scope, rec)
-	res.Vault += time.Since(tv)
+	return time.Since(tv)
 }
 
 func vaultReason(ctx context.Context, err error) string {

@@ -95,3 +95,14 @@ func textParts(src []byte, n *jsonv.Node, partType string) (string, bool) {
 	}
 	return b.String(), true
 }
+
+// Every format can check its provider's rules on its own and knows its
+// history; the checker and compaction rely on both.
+var (
+	_ ruleFormat = chatFormat{}
+	_ ruleFormat = responsesFormat{}
+	_ ruleFormat = anthropicFormat{}
+	_ turnFormat = chatFormat{}
+	_ turnFormat = responsesFormat{}
+	_ turnFormat = anthropicFormat{}
+)

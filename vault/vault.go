@@ -118,11 +118,12 @@ const keyHMAC = "s/hmac"
 // badgerOptions tunes Badger for a small, steady footprint rather than
 // throughput; the vault sees one small batch per request.
 //
-//   - MemTableSize 16 MiB, NumMemtables 2: at most ~32 MiB of memtables
-//     (default 64 MiB x 5). A batch is capped at 15% of a memtable (2.4 MiB),
-//     which is ample because large values live in the value log.
+//   - MemTableSize 8 MiB, NumMemtables 2: at most ~16 MiB of memtables
+//     (default 64 MiB x 5). A batch is capped at 15% of a memtable (1.2 MiB
+//     of keys and small values), which is ample because content lives in
+//     the value log.
 //   - NumLevelZeroTables 2, NumLevelZeroTablesStall 4: flush small L0 early.
-//   - BlockCacheSize 16 MiB, IndexCacheSize 8 MiB: bounded caches (default
+//   - BlockCacheSize 8 MiB, IndexCacheSize 4 MiB: bounded caches (default
 //     256 MiB block cache, unbounded index cache). Lookups are point reads
 //     of metadata and lineage keys; bloom filters make misses cheap.
 //   - ValueThreshold 1 KiB: artifact content (normally >= 8000 chars) goes to
@@ -141,12 +142,12 @@ func badgerOptions(dir string, maxArt int64, log *zap.Logger) badger.Options {
 		vlog = 2 * maxArt
 	}
 	return badger.DefaultOptions(dir).
-		WithMemTableSize(16 << 20).
+		WithMemTableSize(8 << 20).
 		WithNumMemtables(2).
 		WithNumLevelZeroTables(2).
 		WithNumLevelZeroTablesStall(4).
-		WithBlockCacheSize(16 << 20).
-		WithIndexCacheSize(8 << 20).
+		WithBlockCacheSize(8 << 20).
+		WithIndexCacheSize(4 << 20).
 		WithValueThreshold(1 << 10).
 		WithValueLogFileSize(vlog).
 		WithNumCompactors(2).

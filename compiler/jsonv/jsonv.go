@@ -14,6 +14,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -72,7 +73,16 @@ type parser struct {
 	pos      int
 	depth    int
 	maxDepth int
+	nodes    int
 }
+
+// MaxNodes bounds the values of one document. A node costs ~100 bytes, so a
+// body of tiny values ("[0,0,0,...]") would otherwise cost some fifty times
+// its size in memory; real requests have a few values per hundred bytes.
+const MaxNodes = 1 << 20
+
+// ErrTooManyNodes is returned when a document holds more than MaxNodes values.
+var ErrTooManyNodes = errors.New("jsonv: too many values")
 
 // Parse parses src, which must hold exactly one JSON value (surrounding
 // whitespace allowed). maxDepth <= 0 means MaxDepth.
@@ -109,6 +119,9 @@ func (p *parser) skipSpace() {
 func (p *parser) value() (*Node, error) {
 	if p.pos >= len(p.src) {
 		return nil, p.errf("unexpected end")
+	}
+	if p.nodes++; p.nodes > MaxNodes {
+		return nil, ErrTooManyNodes
 	}
 	switch c := p.src[p.pos]; {
 	case c == '{':
@@ -283,6 +296,7 @@ func (p *parser) object() (*Node, error) {
 		return nil, err
 	}
 	n := &Node{Kind: Object, Start: p.pos}
+	var seen map[string]struct{}
 	p.pos++
 	p.skipSpace()
 	if p.pos < len(p.src) && p.src[p.pos] == '}' {
@@ -301,10 +315,25 @@ func (p *parser) object() (*Node, error) {
 			return nil, err
 		}
 		key := decodeString(p.src[ks:p.pos], esc)
-		for _, m := range n.Members {
-			if m.Key == key {
+		// Small objects are scanned; large ones get a set, so a body of one
+		// object with many keys stays linear.
+		if len(n.Members) < 16 {
+			for _, m := range n.Members {
+				if m.Key == key {
+					return nil, p.errf("duplicate key")
+				}
+			}
+		} else {
+			if seen == nil {
+				seen = make(map[string]struct{}, 32)
+				for _, m := range n.Members {
+					seen[m.Key] = struct{}{}
+				}
+			}
+			if _, dup := seen[key]; dup {
 				return nil, p.errf("duplicate key")
 			}
+			seen[key] = struct{}{}
 		}
 		p.skipSpace()
 		if p.pos >= len(p.src) || p.src[p.pos] != ':' {
@@ -407,11 +436,47 @@ func (n *Node) TextBytes(src []byte) []byte {
 	if !n.Is(String) {
 		return nil
 	}
+	return n.AppendText(nil, src)
+}
+
+// TextPrefix decodes about the first max bytes of a string node: the cut is
+// made only between escapes, so a long string costs what its start costs.
+func (n *Node) TextPrefix(src []byte, max int) string {
+	if !n.Is(String) {
+		return ""
+	}
+	q := src[n.Start:n.End]
+	if len(q) <= max+2 {
+		return decodeString(q, n.Escaped)
+	}
+	cut := 1
+	for cut < len(q)-1 && cut <= max {
+		if q[cut] != '\\' {
+			cut++
+		} else if q[cut+1] == 'u' {
+			cut += 6
+		} else {
+			cut += 2
+		}
+	}
+	if cut >= len(q)-1 {
+		return decodeString(q, n.Escaped)
+	}
+	buf := make([]byte, 0, cut+1)
+	buf = append(append(buf, q[:cut]...), '"')
+	return string(appendDecoded(nil, buf))
+}
+
+// AppendText appends the decoded string to dst (nothing for other kinds).
+func (n *Node) AppendText(dst, src []byte) []byte {
+	if !n.Is(String) {
+		return dst
+	}
 	q := src[n.Start:n.End]
 	if !n.Escaped {
-		return append([]byte(nil), q[1:len(q)-1]...)
+		return append(dst, q[1:len(q)-1]...)
 	}
-	return decodeBytes(q)
+	return appendDecoded(dst, q)
 }
 
 // StringIs reports whether n is a string equal to want, without allocating
@@ -433,12 +498,13 @@ func decodeString(q []byte, escaped bool) string {
 	if !escaped {
 		return string(q[1 : len(q)-1])
 	}
-	return string(decodeBytes(q))
+	return string(appendDecoded(nil, q))
 }
 
-func decodeBytes(q []byte) []byte {
+// appendDecoded appends the decoded form of a validated quoted string.
+func appendDecoded(out, q []byte) []byte {
 	body := q[1 : len(q)-1]
-	out := make([]byte, 0, len(body))
+	out = slices.Grow(out, len(body))
 	for i := 0; i < len(body); {
 		j := bytes.IndexByte(body[i:], '\\')
 		if j < 0 {

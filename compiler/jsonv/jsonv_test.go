@@ -112,3 +112,23 @@ func FuzzParse(f *testing.F) {
 		walk(n)
 	})
 }
+
+func TestTextPrefix(t *testing.T) {
+	full := `"ab\n\u00e9\ud83d\ude00` + strings.Repeat(`x\"`, 50) + `"`
+	n, err := Parse([]byte(full), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole, _ := n.Text([]byte(full))
+	for max := 0; max < len(full)+4; max++ {
+		got := n.TextPrefix([]byte(full), max)
+		// A cut between the halves of a surrogate pair decodes the first
+		// half as U+FFFD; otherwise the result is a prefix of the text.
+		if !strings.HasPrefix(whole, strings.TrimSuffix(got, "\uFFFD")) {
+			t.Fatalf("TextPrefix(%d) = %q is not a prefix", max, got)
+		}
+		if len(got) > max+8 && got != whole {
+			t.Fatalf("TextPrefix(%d) returned %d bytes", max, len(got))
+		}
+	}
+}
