@@ -199,6 +199,7 @@ func TestValidateJSON(t *testing.T) {
 		{`{"vault_max_bytes":0}`, "vault_max_bytes"},
 		{`{"inline_leases":-1}`, "inline_leases"},
 		{`{"max_body_size":0}`, "max_body_size"},
+		{`{"max_body_size":9223372036854775807}`, "max_body_size"},
 		{`{"mode":"loud"}`, "mode"},
 		{`{"tokenizer":"gpt2"}`, "tokenizer"},
 		{`{"token_budget":-5}`, "token_budget"},

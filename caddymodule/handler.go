@@ -42,6 +42,9 @@ const (
 	DefaultVaultMaxBytes        = 512 << 20
 	DefaultInlineLeases         = 1
 	DefaultMaxBodySize          = 32 << 20
+	// MaxMaxBodySize bounds max_body_size: a request is held whole in
+	// memory while it compiles.
+	MaxMaxBodySize = 1 << 30
 	DefaultMode                 = string(compiler.ModeEnforce)
 	DefaultTokenizer            = "auto"
 	DefaultTokenBudget          = 250 * time.Millisecond
@@ -335,8 +338,8 @@ func (h *Handler) check() error {
 	if *h.InlineLeases < 0 {
 		return errf("inline_leases must be 0 (off) or more, got %d", *h.InlineLeases)
 	}
-	if *h.MaxBodySize < 1 {
-		return errf("max_body_size must be positive, got %d", *h.MaxBodySize)
+	if *h.MaxBodySize < 1 || *h.MaxBodySize > MaxMaxBodySize {
+		return errf("max_body_size must be between 1 and %d bytes, got %d", MaxMaxBodySize, *h.MaxBodySize)
 	}
 	switch compiler.Mode(h.Mode) {
 	case compiler.ModeEnforce, compiler.ModeShadow, compiler.ModeOff:
@@ -516,7 +519,9 @@ func (h *Handler) session(r *http.Request) string {
 // credential returns the request's API credential, the first of the
 // headers providers use. It is only ever handed to the vault's keyed hash.
 func credential(h http.Header) string {
-	for _, k := range []string{"Authorization", "X-Api-Key", "X-Goog-Api-Key"} {
+	// Api-Key is Azure OpenAI's header; without it every Azure user would
+	// share one anonymous tenant.
+	for _, k := range []string{"Authorization", "X-Api-Key", "X-Goog-Api-Key", "Api-Key"} {
 		if v := h.Get(k); v != "" {
 			return v
 		}

@@ -475,6 +475,7 @@ func TestScope(t *testing.T) {
 		{"authorization", map[string]string{"Authorization": "Bearer A", "x-api-key": "K"}, "t:8:A"},
 		{"x-api-key", map[string]string{"x-api-key": "key-B"}, "t:5:B"},
 		{"x-goog-api-key", map[string]string{"x-goog-api-key": "gkC"}, "t:3:C"},
+		{"azure api-key", map[string]string{"api-key": "azD"}, "t:3:D"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -2,6 +2,7 @@ package compiler
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler/jsonv"
 )
@@ -37,15 +38,26 @@ func (responsesFormat) describe(d *doc, it *jsonv.Node) msgInfo {
 		in.text = anyText(src, it.Get("content"), "output_text")
 	case typ.StringIs(src, respReasoning):
 		in.assistant = true // model output: earlier results have been read
-	case typ.StringIs(src, respFunctionCall), typ.StringIs(src, respCustomCall):
-		in.assistant = true
-		name, _ := it.Get("name").Text(src)
-		id, _ := it.Get("call_id").Text(src)
-		in.tools = append(in.tools, name)
-		in.calls = append(in.calls, id)
-	case typ.StringIs(src, respFunctionCallOutput), typ.StringIs(src, respCustomCallOutput):
-		id, _ := it.Get("call_id").Text(src)
-		in.results = append(in.results, id)
+	default:
+		// Every kind of tool call (function, custom, computer, shell,
+		// apply_patch, ...) is "<kind>_call" and its answer
+		// "<kind>_call_output", paired by call_id.
+		t, _ := typ.Text(src)
+		id, hasID := it.Get("call_id").Text(src)
+		switch {
+		case strings.HasSuffix(t, "_call_output") && hasID:
+			in.results = append(in.results, id)
+		case strings.HasSuffix(t, "_call"):
+			in.assistant = true
+			name, _ := it.Get("name").Text(src)
+			if name == "" {
+				name = strings.TrimSuffix(t, "_call")
+			}
+			in.tools = append(in.tools, name)
+			if hasID {
+				in.calls = append(in.calls, id)
+			}
+		}
 	}
 	return in
 }
@@ -61,14 +73,15 @@ func (responsesFormat) rules(d *doc) error {
 	calls := map[string]bool{}
 	for i, it := range input.Elems {
 		typ := it.Get("type")
-		id, _ := it.Get("call_id").Text(d.src)
+		t, _ := typ.Text(d.src)
+		id, hasID := it.Get("call_id").Text(d.src)
 		switch {
-		case typ.StringIs(d.src, respFunctionCall), typ.StringIs(d.src, respCustomCall):
-			calls[id] = true
-		case typ.StringIs(d.src, respFunctionCallOutput), typ.StringIs(d.src, respCustomCallOutput):
+		case strings.HasSuffix(t, "_call_output") && hasID:
 			if !calls[id] {
 				return fmt.Errorf("responses: output %d answers no call", i)
 			}
+		case strings.HasSuffix(t, "_call") && hasID:
+			calls[id] = true
 		case typ.StringIs(d.src, respReasoning):
 			if i+1 == len(input.Elems) || input.Elems[i+1].Get("type").StringIs(d.src, respReasoning) {
 				return fmt.Errorf("responses: reasoning item %d has no following item", i)

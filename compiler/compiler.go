@@ -256,7 +256,10 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Resu
 	}
 	switch {
 	case req.Mode == ModeShadow && res.Reason == "":
-		res.Decision, res.Receipts, res.Folded = Shadow, p.receipts, len(p.folds())
+		// Shadow reports what enforce would have sent; the caller forwards
+		// the original.
+		res.Decision, res.SentBytes = Shadow, len(out)
+		res.Receipts, res.Folded = p.receipts, len(p.folds())
 	case forwarded:
 		res.Decision, res.Body, res.SentBytes = Accepted, out, len(out)
 		res.Receipts, res.Folded = p.receipts, len(p.folds())

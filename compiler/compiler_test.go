@@ -421,7 +421,8 @@ func TestShadowAndOff(t *testing.T) {
 	store := compilertest.NewMemStore()
 	c := newCompiler(t, compiler.Options{}, store, nil)
 	res := c.Compile(context.Background(), compiler.Request{Path: chatPath, Body: body, Mode: compiler.ModeShadow})
-	if res.Decision != compiler.Shadow || res.Receipts != 1 || !bytes.Equal(res.Body, body) || store.Persisted != 0 {
+	if res.Decision != compiler.Shadow || res.Receipts != 1 || !bytes.Equal(res.Body, body) || store.Persisted != 0 ||
+		res.SentBytes >= res.RawBytes { // shadow reports what enforce would send
 		t.Fatalf("shadow: %s/%s receipts=%d persisted=%d", res.Decision, res.Reason, res.Receipts, store.Persisted)
 	}
 	res = c.Compile(context.Background(), compiler.Request{Path: chatPath, Body: body, Mode: compiler.ModeOff})
@@ -451,6 +452,9 @@ func TestFormatFor(t *testing.T) {
 		{"GET", "/v1/chat/completions", false},
 		{"POST", "/v1/embeddings", false},
 		{"POST", "/v1/chat/completions/extra", false},
+		{"POST", "/v1/messages", true},
+		{"POST", "/v1/threads/thread_1/messages", false}, // Assistants, not a conversation body
+		{"POST", "/v1/responses", true},
 	}
 	for _, tt := range tests {
 		if _, ok := compiler.FormatFor(tt.method, tt.path); ok != tt.ok {

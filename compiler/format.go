@@ -62,6 +62,9 @@ func formatFor(method, path string) format {
 		return nil
 	}
 	path = strings.TrimRight(path, "/")
+	if strings.Contains(path, "/threads/") {
+		return nil // OpenAI Assistants thread messages: not a conversation body
+	}
 	for _, e := range formats {
 		if strings.HasSuffix(path, e.suffix) {
 			return e.f

@@ -141,3 +141,17 @@ func valueAt(a, target, b *jsonv.Node) *jsonv.Node {
 	}
 	return nil
 }
+
+// CheckRules checks a single body against its format's provider rules (tool
+// call and result pairing, reasoning items followed by their item).
+func CheckRules(path string, body []byte) error {
+	f := formatFor("POST", path)
+	if f == nil {
+		return fmt.Errorf("not a candidate path")
+	}
+	d, reason := parseDoc(f, body, nil)
+	if reason != "" {
+		return fmt.Errorf("body is %s", reason)
+	}
+	return f.(ruleFormat).rules(d.doc)
+}

@@ -131,3 +131,16 @@ func TestTimeoutEnforced(t *testing.T) {
 		t.Fatalf("%s/%s: the original was not forwarded at the timeout", res.Decision, res.Reason)
 	}
 }
+
+// Responses calls of every kind pair with their outputs by call_id; the
+// rules check sees an orphaned computer_call_output.
+func TestResponsesAnyCallKindPairs(t *testing.T) {
+	ok := []byte(`{"model":"gpt-5","input":[{"role":"user","content":"go"},{"type":"computer_call","call_id":"c1","action":{}},{"type":"computer_call_output","call_id":"c1","output":{}}]}`)
+	orphan := []byte(`{"model":"gpt-5","input":[{"role":"user","content":"go"},{"type":"computer_call_output","call_id":"c1","output":{}}]}`)
+	if err := compiler.CheckRules("/v1/responses", ok); err != nil {
+		t.Fatalf("paired computer call refused: %v", err)
+	}
+	if err := compiler.CheckRules("/v1/responses", orphan); err == nil {
+		t.Fatal("orphaned computer_call_output accepted")
+	}
+}

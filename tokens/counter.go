@@ -127,7 +127,7 @@ func (e *encoding) get() (*tiktoken.Tiktoken, error) {
 func EncodingFor(model string) string {
 	m := strings.ToLower(strings.TrimSpace(model))
 	m = m[strings.LastIndexByte(m, '/')+1:]
-	for _, p := range []string{"gpt-4o", "gpt-4.1", "gpt-5", "o1", "o3", "o4"} {
+	for _, p := range []string{"gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4"} {
 		if strings.HasPrefix(m, p) {
 			return "o200k_base"
 		}
@@ -297,6 +297,18 @@ func (c *Counter) start(j *job) bool {
 	return true
 }
 
+// count counts piece i. A worker is a goroutine of its own, out of reach
+// of the compiler's recover: a panic inside the tokenizer fails this piece
+// (no token veto for the request) instead of the whole process.
+func (j *job) count(tk *tiktoken.Tiktoken, i int) (n int, ok bool) {
+	defer func() {
+		if recover() != nil {
+			n, ok = 0, false
+		}
+	}()
+	return j.c.memos[j.enc.id].count(tk, j.pieces[i])
+}
+
 func (j *job) work() {
 	tk, err := j.enc.get()
 	for {
@@ -306,7 +318,7 @@ func (j *job) work() {
 		}
 		n, ok := 0, false
 		if err == nil {
-			n, ok = j.c.memos[j.enc.id].count(tk, j.pieces[i])
+			n, ok = j.count(tk, i)
 		}
 		j.c.land(j.flights[i], n, ok)
 		j.c.backlog.Add(-int64(len(j.pieces[i])))

@@ -13,7 +13,7 @@ import (
 
 func TestEncodingFor(t *testing.T) {
 	for model, want := range map[string]string{
-		"gpt-4o": "o200k_base", "gpt-4o-mini-2024-07-18": "o200k_base", "gpt-4.1-nano": "o200k_base",
+		"gpt-4o": "o200k_base", "gpt-4o-mini-2024-07-18": "o200k_base", "gpt-4.1-nano": "o200k_base", "gpt-4.5-preview": "o200k_base",
 		"gpt-5": "o200k_base", "gpt-5-2025-08-07": "o200k_base", "o1": "o200k_base", "o1-mini": "o200k_base",
 		"o3-mini": "o200k_base", "o4-mini": "o200k_base", "openai/gpt-4o": "o200k_base",
 		"azure/gpt-5-mini": "o200k_base", "openrouter/openai/o3": "o200k_base", "GPT-4O": "o200k_base",
