@@ -37,14 +37,14 @@ func init() {
 // Defaults. They are part of the interface: changing one changes behaviour
 // for every operator who did not set the subdirective.
 const (
-	DefaultMinArtifactChars     = 8000
-	DefaultMaxArtifactChars     = 2000000
-	DefaultVaultMaxBytes        = 512 << 20
-	DefaultInlineLeases         = 1
-	DefaultMaxBodySize          = 32 << 20
+	DefaultMinArtifactChars = 8000
+	DefaultMaxArtifactChars = 2000000
+	DefaultVaultMaxBytes    = 512 << 20
+	DefaultInlineLeases     = 1
+	DefaultMaxBodySize      = 32 << 20
 	// MaxMaxBodySize bounds max_body_size: a request is held whole in
 	// memory while it compiles.
-	MaxMaxBodySize = 1 << 30
+	MaxMaxBodySize              = 1 << 30
 	DefaultMode                 = string(compiler.ModeEnforce)
 	DefaultTokenizer            = "auto"
 	DefaultTokenBudget          = 250 * time.Millisecond
