@@ -20,6 +20,9 @@ func (anthropicFormat) describe(d *doc, m *jsonv.Node) msgInfo {
 			in.turnStart, in.user = true, s
 			break
 		}
+		if !content.Is(jsonv.Array) {
+			break // no content, or an odd one: nothing to describe
+		}
 		for _, b := range content.Elems {
 			switch {
 			case b.Get("type").StringIs(src, anthToolResult):
@@ -38,6 +41,9 @@ func (anthropicFormat) describe(d *doc, m *jsonv.Node) msgInfo {
 		if s, ok := content.Text(src); ok {
 			in.text = s
 			break
+		}
+		if !content.Is(jsonv.Array) {
+			break // no content, or an odd one: nothing to describe
 		}
 		for _, b := range content.Elems {
 			switch {
