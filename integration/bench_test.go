@@ -522,9 +522,10 @@ func benchGateway1MB(b *testing.B, cold bool) {
 		b.Run(cfg.name, func(b *testing.B) {
 			up, _ := discardingUpstream(b)
 			url := startBenchGateway(b, up, cfg.snippet)[0].URL + chatPath
-			turns := compilertest.Turns(1000, 50, 20000)
-			prev := compilertest.ChatBody("gpt-4o", turns, "")
-			body := compilertest.ChatBody("gpt-4o", turns, "Now run the tests.")
+			// The next step: 50 results delivered and answered, one new.
+			turns := compilertest.Turns(1000, 51, 20000)
+			prev := compilertest.ChatBody("gpt-4o", turns[:50], "")
+			body := compilertest.ChatBody("gpt-4o", turns, "")
 			c := benchClient()
 			defer c.CloseIdleConnections()
 			post := func(tenant string, body []byte) string {

@@ -12,13 +12,15 @@ import (
 
 // BenchCompile1MB measures compiling a ~1 MB chat request with 50 tool
 // results of ~20 KB that were all delivered before, so all 50 go out as
-// receipts. Warm: the artifacts are already in the store (a retry, or the
+// receipts, and one new result that goes inline. Warm: the artifacts are already in the store (a retry, or the
 // next step). Cold: each iteration uses a new tenant, so all 50 artifacts
 // are written in one synced batch. It reports p50 and p99 in ms.
 func BenchCompile1MB(b *testing.B, store compiler.Store, cold bool) {
-	turns := Turns(1000, 50, 20000)
-	prev := ChatBody("gpt-4o", turns, "")
-	body := ChatBody("gpt-4o", turns, "Now run the tests.")
+	// The next step of a session: the 50 results delivered before are
+	// answered (the model called another tool since), the newest is not.
+	turns := Turns(1000, 51, 20000)
+	prev := ChatBody("gpt-4o", turns[:50], "")
+	body := ChatBody("gpt-4o", turns, "")
 	c, err := compiler.New(compiler.Options{InlineLeases: 1}, store, nil)
 	if err != nil {
 		b.Fatal(err)
