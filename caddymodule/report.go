@@ -22,6 +22,8 @@ type report struct {
 
 	rawBytes, sentBytes int64 // -1 when unknown (streamed body of unknown length)
 	receipts, slots     int
+	folded              int    // old turns folded into summaries
+	detail              string // the store's error behind vault_error (no content)
 	tokens              compiler.TokenReport
 	compiled            bool
 
@@ -45,6 +47,8 @@ func (rep *report) fromResult(res compiler.Result, raw, sent int64, mode compile
 	rep.rawBytes = raw
 	rep.sentBytes = sent
 	rep.receipts = res.Receipts
+	rep.folded = res.Folded
+	rep.detail = res.Detail
 	rep.slots = res.Slots
 	rep.tokens = res.Tokens
 	rep.parse, rep.vault, rep.compile = res.Parse, res.Vault, res.Total
@@ -59,7 +63,7 @@ func (rep *report) fromResult(res compiler.Result, raw, sent int64, mode compile
 	default:
 		// Anything but an accepted rewrite forwarded the original.
 		rep.decision = compiler.Passthrough
-		rep.receipts = 0
+		rep.receipts, rep.folded = 0, 0
 		if rep.reason == "" {
 			rep.reason = "unspecified"
 		}
@@ -128,8 +132,12 @@ func (rep *report) fields() []zap.Field {
 		zap.Int64("raw_bytes", rep.rawBytes),
 		zap.Int64("sent_bytes", rep.sentBytes),
 		zap.Int("receipts", rep.receipts),
+		zap.Int("folded", rep.folded),
 		zap.Int("slots", rep.slots),
 	)
+	if rep.detail != "" {
+		f = append(f, zap.String("detail", rep.detail))
+	}
 	if rep.tenant != "" {
 		f = append(f, zap.String("tenant", rep.tenant))
 	}

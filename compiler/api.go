@@ -156,6 +156,9 @@ type Result struct {
 	Body     []byte
 	Decision Decision
 	Reason   string // pass-through reason, empty when accepted
+	// Detail is the store's error behind vault_error / vault_full, for the
+	// log: it names digests, sizes and paths, never content.
+	Detail string
 	Format   string
 
 	RawBytes  int

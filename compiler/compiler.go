@@ -228,7 +228,7 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Resu
 		lin, err := c.store.Ancestor(ctx, req.Scope, p.chain)
 		res.Vault += time.Since(tv)
 		if err != nil {
-			res.Reason = vaultReason(ctx, err)
+			res.Reason, res.Detail = vaultReason(ctx, err), err.Error()
 			return nil // no lineage known: recording would guess, so record nothing
 		}
 		p.lineage = lin
@@ -342,6 +342,7 @@ func (c *Compiler) rewrite(ctx context.Context, f format, p *plan, req Request, 
 		err := c.persist(ctx, req.Scope, p)
 		res.Vault += time.Since(tv)
 		if err != nil {
+			res.Detail = err.Error()
 			return nil, vaultReason(ctx, err)
 		}
 	}

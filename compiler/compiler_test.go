@@ -372,8 +372,8 @@ func TestVaultFailureFailsOpen(t *testing.T) {
 	store.Fail = errors.New("disk on fire")
 	body := compilertest.ChatBody("gpt-4o", turns[:2], "")
 	res := compile(c, "t", body)
-	if res.Reason != "vault_error" || !bytes.Equal(res.Body, body) {
-		t.Fatalf("got %s/%s", res.Decision, res.Reason)
+	if res.Reason != "vault_error" || !bytes.Equal(res.Body, body) || !strings.Contains(res.Detail, "disk on fire") {
+		t.Fatalf("got %s/%s (%q)", res.Decision, res.Reason, res.Detail)
 	}
 	store.Fail = nil
 	compile(c, "t", body) // recorded now: turn 0 has 2 exposures
