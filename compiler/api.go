@@ -159,7 +159,7 @@ type Result struct {
 	// Detail is the store's error behind vault_error / vault_full, for the
 	// log: it names digests, sizes and paths, never content.
 	Detail string
-	Format   string
+	Format string
 
 	RawBytes  int
 	SentBytes int

@@ -12,22 +12,30 @@ import (
 
 // BenchCompile1MB measures compiling a ~1 MB chat request with 50 tool
 // results of ~20 KB that were all delivered before, so all 50 go out as
-// receipts, and one new result that goes inline. Warm: the artifacts are already in the store (a retry, or the
-// next step). Cold: each iteration uses a new tenant, so all 50 artifacts
-// are written in one synced batch. It reports p50 and p99 in ms.
+// receipts, and one new result that goes inline. Warm: the artifacts are
+// already in the store (a retry, or the next step). Cold: each iteration
+// uses a new tenant, so all 50 artifacts are written in one synced batch.
+// It reports p50 and p99 in ms.
 func BenchCompile1MB(b *testing.B, store compiler.Store, cold bool) {
+	BenchCompile(b, store, "/v1/chat/completions", func(turns []ChatTurn) []byte {
+		return ChatBody("gpt-4o", turns, "")
+	}, cold)
+}
+
+// BenchCompile is BenchCompile1MB for any format: render turns the tool
+// rounds into a request body of the format served at path.
+func BenchCompile(b *testing.B, store compiler.Store, path string, render func([]ChatTurn) []byte, cold bool) {
 	// The next step of a session: the 50 results delivered before are
 	// answered (the model called another tool since), the newest is not.
 	turns := Turns(1000, 51, 20000)
-	prev := ChatBody("gpt-4o", turns[:50], "")
-	body := ChatBody("gpt-4o", turns, "")
+	prev, body := render(turns[:50]), render(turns)
 	c, err := compiler.New(compiler.Options{InlineLeases: 1}, store, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
 	req := func(tenant string, body []byte) compiler.Result {
-		return c.Compile(ctx, compiler.Request{Path: "/v1/chat/completions", Body: body, Scope: compiler.Scope{Tenant: tenant}, Mode: compiler.ModeEnforce})
+		return c.Compile(ctx, compiler.Request{Path: path, Body: body, Scope: compiler.Scope{Tenant: tenant}, Mode: compiler.ModeEnforce})
 	}
 	req("warm", prev)
 	if res := req("warm", body); res.Receipts != 50 {
