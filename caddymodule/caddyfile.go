@@ -42,6 +42,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    collapse_after_turns    <n>
 //	    inline_recent_turns     <n>
 //	    compile_timeout         <duration>
+//	    max_buffered_bytes      <size>
 //	}
 //
 // Every subdirective takes exactly one argument and may appear once. The
@@ -102,6 +103,7 @@ var subdirectives = map[string]func(t *Handler, v string) error{
 	"token_cache_size":        func(t *Handler, v string) error { return setSize(&t.TokenCacheSize, v) },
 	"token_budget":            func(t *Handler, v string) error { return setDuration(&t.TokenBudget, v) },
 	"compile_timeout":         func(t *Handler, v string) error { return setDuration(&t.CompileTimeout, v) },
+	"max_buffered_bytes":      func(t *Handler, v string) error { return setSize(&t.MaxBufferedBytes, v) },
 	"mode": func(t *Handler, v string) error {
 		switch v {
 		case "enforce", "shadow", "off":

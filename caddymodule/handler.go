@@ -21,6 +21,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -55,6 +56,7 @@ const (
 	DefaultCollapseAfterTurns   = 6
 	DefaultInlineRecentTurns    = 5
 	DefaultCompileTimeout       = 2 * time.Second
+	DefaultMaxBufferedBytes     = 256 << 20
 
 	// HeaderName is the response header reporting the decision for every
 	// candidate request.
@@ -135,7 +137,15 @@ type Handler struct {
 	// Default: 2s.
 	CompileTimeout caddy.Duration `json:"compile_timeout,omitempty"`
 
+	// Upper bound of the request bodies this handler holds at once (a body
+	// of unknown length counts as max_body_size). A compile works in a small
+	// multiple of its body, so this bounds the module's memory under a burst
+	// of large requests; past it, candidates stream through untouched
+	// (passthrough=busy). Default: 256MiB.
+	MaxBufferedBytes *int64 `json:"max_buffered_bytes,omitempty"`
+
 	// runtime state
+	buffered   *atomic.Int64 // bytes of bodies held now
 	logger     *zap.Logger
 	comp       compileFunc
 	tenants    tenantFunc
@@ -226,6 +236,12 @@ func (h *Handler) applyDefaults() {
 	}
 	if h.CompileTimeout == 0 {
 		h.CompileTimeout = caddy.Duration(DefaultCompileTimeout)
+	}
+	if h.MaxBufferedBytes == nil {
+		h.MaxBufferedBytes = int64p(DefaultMaxBufferedBytes)
+	}
+	if h.buffered == nil {
+		h.buffered = new(atomic.Int64)
 	}
 }
 
@@ -372,6 +388,9 @@ func (h *Handler) check() error {
 	if h.CompileTimeout < 0 {
 		return errf("compile_timeout must be positive, got %s", time.Duration(h.CompileTimeout))
 	}
+	if *h.MaxBufferedBytes < 1 {
+		return errf("max_buffered_bytes must be positive, got %d", *h.MaxBufferedBytes)
+	}
 	return nil
 }
 
@@ -418,6 +437,20 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		rep.passthrough("too_large")
 		return h.forward(w, r, next, &rep, start)
 	}
+
+	// Hold no more than max_buffered_bytes of bodies at once; the body stays
+	// referenced until the upstream has read it, so the share is returned
+	// when next returns.
+	share := r.ContentLength
+	if share < 0 {
+		share = maxBody
+	}
+	if h.buffered.Add(share) > *h.MaxBufferedBytes {
+		h.buffered.Add(-share)
+		rep.passthrough("busy")
+		return h.forward(w, r, next, &rep, start)
+	}
+	defer h.buffered.Add(-share)
 
 	orig := r.Body
 	if orig == nil {

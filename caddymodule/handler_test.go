@@ -597,3 +597,49 @@ func TestReadAtMost(t *testing.T) {
 		}
 	}
 }
+
+// While the handler holds max_buffered_bytes of bodies, further candidates
+// stream through untouched (passthrough=busy); the share comes back when
+// the upstream is done with a body.
+func TestMaxBufferedBytes(t *testing.T) {
+	fc := &fakeCompiler{}
+	h, _ := testHandler(t, fc, func(h *Handler) { h.MaxBufferedBytes = int64p(100) })
+	body := `{"messages":[` + strings.Repeat(" ", 40) + `]}` // 54 bytes
+	held := make(chan struct{})
+	release := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		r := newRequest(http.MethodPost, chatPath, strings.NewReader(body))
+		done <- h.ServeHTTP(httptest.NewRecorder(), r, caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+			close(held)
+			<-release
+			return nil
+		}))
+	}()
+	<-held // 54 of 100 bytes held
+
+	var s seen
+	w := httptest.NewRecorder()
+	r := newRequest(http.MethodPost, chatPath, strings.NewReader(body))
+	if err := h.ServeHTTP(w, r, recordNext(&s)); err != nil {
+		t.Fatal(err)
+	}
+	if tt := w.Header().Get(HeaderName); !strings.HasPrefix(tt, "passthrough=busy;") || string(s.body) != body {
+		t.Fatalf("second request: %q, body %q", tt, s.body)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := h.buffered.Load(); n != 0 {
+		t.Fatalf("%d bytes still counted as held", n)
+	}
+	// With the budget free again, a candidate is compiled.
+	w = httptest.NewRecorder()
+	if err := h.ServeHTTP(w, newRequest(http.MethodPost, chatPath, strings.NewReader(body)), recordNext(&seen{})); err != nil {
+		t.Fatal(err)
+	}
+	if tt := w.Header().Get(HeaderName); strings.HasPrefix(tt, "passthrough=busy") {
+		t.Fatalf("after release: %q", tt)
+	}
+}
