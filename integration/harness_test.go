@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -19,6 +20,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -132,6 +134,11 @@ type gateway struct {
 	VaultDir string
 	LogFile  string
 	client   *http.Client
+	// reloaded is set by reload: for a moment after caddy.Load the shared
+	// listener may still hand a new connection to the server being shut
+	// down, which resets it. The next post may retry once on such an error;
+	// no other request retries, so real failures are not masked.
+	reloaded bool
 }
 
 // gatewayConfig renders a Caddyfile for one site on port. The site body is
@@ -197,6 +204,7 @@ func startGateway(t testing.TB, snippet string, up *upstream, vaultDir ...string
 func (g *gateway) reload(snippet string, up *upstream) {
 	g.t.Helper()
 	g.load(gatewayConfig(g.port, g.LogFile, snippet, up.addr(), g.VaultDir))
+	g.reloaded = true
 }
 
 func (g *gateway) load(caddyfileText string) {
@@ -237,11 +245,29 @@ type response struct {
 // post sends body to path with the given headers ("Key: value" pairs).
 func (g *gateway) post(path string, body []byte, headers ...string) response {
 	g.t.Helper()
+	if g.reloaded {
+		g.reloaded = false
+		if r, err := g.try(http.MethodPost, path, bytes.NewReader(body), int64(len(body)), headers...); err == nil {
+			return r
+		} else if !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+			g.t.Fatalf("POST %s: %v", path, err)
+		}
+	}
 	return g.do(http.MethodPost, path, bytes.NewReader(body), int64(len(body)), headers...)
 }
 
 // do sends a request; contentLength -1 sends the body chunked.
 func (g *gateway) do(method, path string, body io.Reader, contentLength int64, headers ...string) response {
+	g.t.Helper()
+	r, err := g.try(method, path, body, contentLength, headers...)
+	if err != nil {
+		g.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return r
+}
+
+// try sends a request and returns a transport error instead of failing.
+func (g *gateway) try(method, path string, body io.Reader, contentLength int64, headers ...string) (response, error) {
 	g.t.Helper()
 	req, err := http.NewRequest(method, g.URL+path, body)
 	if err != nil {
@@ -264,14 +290,14 @@ func (g *gateway) do(method, path string, body io.Reader, contentLength int64, h
 	}
 	resp, err := g.client.Do(req)
 	if err != nil {
-		g.t.Fatalf("%s %s: %v", method, path, err)
+		return response{}, err
 	}
 	defer resp.Body.Close()
 	rb, err := io.ReadAll(resp.Body)
 	if err != nil {
-		g.t.Fatalf("reading response: %v", err)
+		return response{}, err
 	}
-	return response{Status: resp.StatusCode, Header: resp.Header, Body: rb, TT: resp.Header.Get(caddymodule.HeaderName)}
+	return response{Status: resp.StatusCode, Header: resp.Header, Body: rb, TT: resp.Header.Get(caddymodule.HeaderName)}, nil
 }
 
 // logLines returns the token_terminator log lines written so far.
