@@ -145,13 +145,16 @@ type Handler struct {
 	MaxBufferedBytes *int64 `json:"max_buffered_bytes,omitempty"`
 
 	// runtime state
-	buffered   *atomic.Int64 // bytes of bodies held now
-	logger     *zap.Logger
-	comp       compileFunc
-	tenants    tenantFunc
-	formatFor  func(method, path string) (string, bool)
-	vaultKey   string
-	counterKey string
+	buffered *atomic.Int64 // bytes of bodies held now
+	// invalidOutputs counts rewrites the validity check refused since start;
+	// logged with each one so an operator can alert on it.
+	invalidOutputs func() uint64
+	logger         *zap.Logger
+	comp           compileFunc
+	tenants        tenantFunc
+	formatFor      func(method, path string) (string, bool)
+	vaultKey       string
+	counterKey     string
 }
 
 // Badger allows one open database per directory, and Caddy provisions a new
@@ -281,6 +284,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("token_terminator: %v", err)
 	}
 	h.comp = comp.Compile
+	h.invalidOutputs = comp.InvalidOutputs
 	h.tenants = store.Tenant
 	return nil
 }
@@ -496,6 +500,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	setBody(r, out)
 
 	rep.fromResult(res, int64(len(buf)), int64(len(out)), mode)
+	if res.Reason == compiler.ReasonInvalidOutput && h.invalidOutputs != nil {
+		rep.invalidTotal = h.invalidOutputs()
+	}
 	rep.tenant = req.Scope.Tenant
 	return h.forward(w, r, next, &rep, start)
 }

@@ -643,3 +643,20 @@ func TestMaxBufferedBytes(t *testing.T) {
 		t.Fatalf("after release: %q", tt)
 	}
 }
+
+// A rewrite refused by the validity check is logged with the running count,
+// so an operator can alert on it.
+func TestInvalidOutputLogged(t *testing.T) {
+	fc := &fakeCompiler{fn: func(_ context.Context, req compiler.Request) compiler.Result {
+		return compiler.Result{Body: req.Body, Decision: compiler.Passthrough, Reason: compiler.ReasonInvalidOutput, RawBytes: len(req.Body), SentBytes: len(req.Body)}
+	}}
+	h, logs := testHandler(t, fc, nil)
+	h.invalidOutputs = func() uint64 { return 3 }
+	if err := h.ServeHTTP(httptest.NewRecorder(), newRequest(http.MethodPost, chatPath, strings.NewReader("{}")), recordNext(&seen{})); err != nil {
+		t.Fatal(err)
+	}
+	entries := logs.All()
+	if len(entries) != 1 || entries[0].ContextMap()["invalid_outputs_total"] != uint64(3) {
+		t.Fatalf("log: %+v", entries)
+	}
+}

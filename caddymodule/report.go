@@ -24,6 +24,7 @@ type report struct {
 	receipts, slots     int
 	folded              int    // old turns folded into summaries
 	detail              string // the store's error behind vault_error (no content)
+	invalidTotal        uint64 // with invalid_output: refused rewrites since start
 	tokens              compiler.TokenReport
 	compiled            bool
 
@@ -137,6 +138,9 @@ func (rep *report) fields() []zap.Field {
 	)
 	if rep.detail != "" {
 		f = append(f, zap.String("detail", rep.detail))
+	}
+	if rep.invalidTotal > 0 {
+		f = append(f, zap.Uint64("invalid_outputs_total", rep.invalidTotal))
 	}
 	if rep.tenant != "" {
 		f = append(f, zap.String("tenant", rep.tenant))

@@ -92,8 +92,8 @@ func contentText(h *hasher, src []byte, n *jsonv.Node, partType string) *text {
 }
 
 // check verifies tool pairing: every assistant tool call is answered by a
-// tool message with its id before the next assistant message, and every tool
-// message answers a call. A rewrite of a well-paired original must be well
+// tool message with its id, directly after the call (only tool messages in
+// between), and every tool message answers a call. A rewrite of a well-paired original must be well
 // paired; an original the rules do not describe is judged by structure only.
 func (chatFormat) check(orig, out *doc) error {
 	if _, err := chatPairing(orig); err != nil {
@@ -111,11 +111,12 @@ func chatPairing(d *doc) (int, error) {
 	paired := 0
 	for _, m := range d.units {
 		role := m.Get("role")
+		if len(open) > 0 && !role.StringIs(src, "tool") {
+			// Results follow their calls directly: nothing may come between.
+			return 0, fmt.Errorf("chat: tool call without result")
+		}
 		switch {
 		case role.StringIs(src, "assistant"):
-			if len(open) > 0 {
-				return 0, fmt.Errorf("chat: tool call without result")
-			}
 			if tcs := m.Get("tool_calls"); tcs.Is(jsonv.Array) {
 				for _, tc := range tcs.Elems {
 					id, _ := tc.Get("id").Text(src)

@@ -144,3 +144,20 @@ func TestResponsesAnyCallKindPairs(t *testing.T) {
 		t.Fatal("orphaned computer_call_output accepted")
 	}
 }
+
+func TestChatRules(t *testing.T) {
+	tests := []struct {
+		name, body string
+		ok         bool
+	}{
+		{"paired", `{"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"a","content":"r"}]}`, true},
+		{"user between call and result", `{"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"user","content":"x"},{"role":"tool","tool_call_id":"a","content":"r"}]}`, false},
+		{"orphan result", `{"messages":[{"role":"user","content":"x"},{"role":"tool","tool_call_id":"a","content":"r"}]}`, false},
+		{"unanswered call", `{"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"assistant","content":"done"}]}`, false},
+	}
+	for _, tt := range tests {
+		if err := compiler.CheckRules(chatPath, []byte(tt.body)); (err == nil) != tt.ok {
+			t.Errorf("%s: err = %v", tt.name, err)
+		}
+	}
+}
