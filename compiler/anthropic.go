@@ -83,18 +83,7 @@ func (anthropicFormat) parse(d *doc, h *hasher) string {
 				if !b.Get("type").StringIs(src, anthToolResult) {
 					continue
 				}
-				c := b.Get("content")
-				t := contentText(h, src, c, "text")
-				if t == nil {
-					continue
-				}
-				call := toolCall{name: "tool"}
-				if id, ok := b.Get("tool_use_id").Text(src); ok {
-					if tc, ok := calls[id]; ok {
-						call = tc
-					}
-				}
-				d.slots = append(d.slots, slot{unit: base + i, value: c, text: t, tool: call.name, args: call.args})
+				d.addResult(h, base+i, b.Get("content"), "text", callFor(calls, src, b.Get("tool_use_id")))
 			}
 		}
 	}

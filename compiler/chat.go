@@ -55,21 +55,14 @@ func (chatFormat) parse(d *doc, h *hasher) string {
 				calls["\x00fn:"+name] = toolCall{name, args}
 			}
 		case role.StringIs(src, "tool"), role.StringIs(src, "function"):
-			content := m.Get("content")
-			t := contentText(h, src, content, "text")
-			if t == nil {
-				continue
-			}
-			call := toolCall{name: "tool"}
-			if id, ok := m.Get("tool_call_id").Text(src); ok {
-				if c, ok := calls[id]; ok {
-					call = c
+			call := callFor(calls, src, m.Get("tool_call_id"))
+			if m.Get("tool_call_id") == nil {
+				if name, ok := m.Get("name").Text(src); ok { // legacy function result
+					call = calls["\x00fn:"+name]
+					call.name = name
 				}
-			} else if name, ok := m.Get("name").Text(src); ok {
-				call = calls["\x00fn:"+name]
-				call.name = name
 			}
-			d.slots = append(d.slots, slot{unit: i, value: content, text: t, tool: call.name, args: call.args})
+			d.addResult(h, i, m.Get("content"), "text", call)
 		}
 	}
 	return ""

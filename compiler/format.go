@@ -73,6 +73,26 @@ func formatFor(method, path string) format {
 	return nil
 }
 
+// addResult records a tool result as a slot when its value is text (a
+// string, or a list of text parts of partType), with the call it answers
+// as private provenance.
+func (d *doc) addResult(h *hasher, unit int, value *jsonv.Node, partType string, call toolCall) {
+	if t := contentText(h, d.src, value, partType); t != nil {
+		d.slots = append(d.slots, slot{unit: unit, value: value, text: t, tool: call.name, args: call.args})
+	}
+}
+
+// callFor returns the most recent call with the given id, or an unnamed one
+// when the result answers no call in the request.
+func callFor(calls map[string]toolCall, src []byte, id *jsonv.Node) toolCall {
+	if id, ok := id.Text(src); ok {
+		if c, ok := calls[id]; ok {
+			return c
+		}
+	}
+	return toolCall{name: "tool"}
+}
+
 // textParts reads a list of text parts ({"type":"text","text":"..."} and
 // nothing else) as one text. ok is false for any other shape, and for parts
 // carrying a cache_control breakpoint: replacing the list would drop it.

@@ -75,18 +75,7 @@ func (responsesFormat) parse(d *doc, h *hasher) string {
 				calls[id] = toolCall{name, args}
 			}
 		case typ.StringIs(src, respFunctionCallOutput), typ.StringIs(src, respCustomCallOutput):
-			out := it.Get("output")
-			t := contentText(h, src, out, "input_text")
-			if t == nil {
-				continue
-			}
-			call := toolCall{name: "tool"}
-			if id, ok := it.Get("call_id").Text(src); ok {
-				if c, ok := calls[id]; ok {
-					call = c
-				}
-			}
-			d.slots = append(d.slots, slot{unit: base + i, value: out, text: t, tool: call.name, args: call.args})
+			d.addResult(h, base+i, it.Get("output"), "input_text", callFor(calls, src, it.Get("call_id")))
 		}
 	}
 	return ""
