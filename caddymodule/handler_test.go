@@ -169,7 +169,7 @@ func TestContentEncodingPassthrough(t *testing.T) {
 			if s.bodyObj != body || fc.calls.Load() != 0 {
 				t.Fatal("encoded body was buffered or compiled")
 			}
-			if got, want := w.Header().Get(HeaderName), "passthrough=content_encoding; raw_bytes=5; sent_bytes=5; receipts=0"; got != want {
+			if got, want := w.Header().Get(HeaderName), "passthrough=content_encoding; raw_bytes=5; sent_bytes=5; receipts=0; tokens=none"; got != want {
 				t.Fatalf("header %q, want %q", got, want)
 			}
 			if logs.Len() != 1 {
@@ -212,7 +212,7 @@ func TestTooLargeDeclared(t *testing.T) {
 	if fc.calls.Load() != 0 || len(s.body) != 101 || s.cl != 101 {
 		t.Fatalf("compiled=%d forwarded=%d cl=%d", fc.calls.Load(), len(s.body), s.cl)
 	}
-	if got, want := w.Header().Get(HeaderName), "passthrough=too_large; raw_bytes=101; sent_bytes=101; receipts=0"; got != want {
+	if got, want := w.Header().Get(HeaderName), "passthrough=too_large; raw_bytes=101; sent_bytes=101; receipts=0; tokens=none"; got != want {
 		t.Fatalf("header %q, want %q", got, want)
 	}
 }
@@ -253,7 +253,7 @@ func TestTooLargeChunkedStreams(t *testing.T) {
 	if fc.calls.Load() != 0 || s.cl != -1 || len(s.te) != 1 {
 		t.Fatalf("compiled=%d cl=%d te=%v", fc.calls.Load(), s.cl, s.te)
 	}
-	if got, want := w.Header().Get(HeaderName), "passthrough=too_large; receipts=0"; got != want {
+	if got, want := w.Header().Get(HeaderName), "passthrough=too_large; receipts=0; tokens=none"; got != want {
 		t.Fatalf("header %q, want %q", got, want)
 	}
 }
@@ -370,7 +370,7 @@ func TestPassthroughBufferedStillRewired(t *testing.T) {
 	if !bytes.Equal(s.body, orig) || !bytes.Equal(s.getBody, orig) || s.cl != int64(len(orig)) || s.clHeader != strconv.Itoa(len(orig)) {
 		t.Fatalf("body %q getbody %q cl %d/%q", s.body, s.getBody, s.cl, s.clHeader)
 	}
-	if got, want := w.Header().Get(HeaderName), "passthrough=parse; raw_bytes=15; sent_bytes=15; receipts=0"; got != want {
+	if got, want := w.Header().Get(HeaderName), "passthrough=parse; raw_bytes=15; sent_bytes=15; receipts=0; tokens=none"; got != want {
 		t.Fatalf("header %q, want %q", got, want)
 	}
 }
@@ -387,7 +387,7 @@ func TestEmptyBodyCandidate(t *testing.T) {
 	if len(s.body) != 0 || s.cl != 0 {
 		t.Fatalf("body %q cl %d", s.body, s.cl)
 	}
-	if got := w.Header().Get(HeaderName); got != "passthrough=no_slots; raw_bytes=0; sent_bytes=0; receipts=0" {
+	if got := w.Header().Get(HeaderName); got != "passthrough=no_slots; raw_bytes=0; sent_bytes=0; receipts=0; tokens=none" {
 		t.Fatalf("header %q", got)
 	}
 }
@@ -555,7 +555,7 @@ func TestHeaderFormat(t *testing.T) {
 		rep  report
 		want string
 	}{
-		{report{decision: compiler.Accepted, rawBytes: 10, sentBytes: 5, receipts: 1}, "accepted; raw_bytes=10; sent_bytes=5; receipts=1"},
+		{report{decision: compiler.Accepted, rawBytes: 10, sentBytes: 5, receipts: 1}, "accepted; raw_bytes=10; sent_bytes=5; receipts=1; tokens=none"},
 		{report{decision: compiler.Accepted, rawBytes: 10, sentBytes: 5, receipts: 1, tokens: compiler.TokenReport{Status: "exact", Raw: 7, Sent: 3}},
 			"accepted; raw_bytes=10; sent_bytes=5; receipts=1; raw_tokens=7; sent_tokens=3"},
 		{report{decision: compiler.Accepted, rawBytes: 10, sentBytes: 5, receipts: 1, tokens: compiler.TokenReport{Status: "estimate", Raw: 7, Sent: 3}},
@@ -564,8 +564,8 @@ func TestHeaderFormat(t *testing.T) {
 			"passthrough=gate; raw_bytes=10; sent_bytes=10; receipts=0; tokens=none"},
 		{report{decision: compiler.Passthrough, reason: "gate", rawBytes: 10, sentBytes: 10, tokens: compiler.TokenReport{Status: "budget"}},
 			"passthrough=gate; raw_bytes=10; sent_bytes=10; receipts=0; tokens=budget"},
-		{report{decision: compiler.Shadow, rawBytes: 10, sentBytes: 4, receipts: 2}, "shadow; raw_bytes=10; sent_bytes=4; receipts=2"},
-		{report{rawBytes: 1, sentBytes: 1}, "passthrough=unspecified; raw_bytes=1; sent_bytes=1; receipts=0"},
+		{report{decision: compiler.Shadow, rawBytes: 10, sentBytes: 4, receipts: 2}, "shadow; raw_bytes=10; sent_bytes=4; receipts=2; tokens=none"},
+		{report{rawBytes: 1, sentBytes: 1}, "passthrough=unspecified; raw_bytes=1; sent_bytes=1; receipts=0; tokens=none"},
 	}
 	for _, tt := range tests {
 		if got := tt.rep.header(); got != tt.want {

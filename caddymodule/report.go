@@ -109,9 +109,12 @@ func (rep *report) header() string {
 		if rep.tokens.Status == "estimate" {
 			b.WriteString("; tokens=estimate")
 		}
-	case "none", "budget":
-		b.WriteString("; tokens=")
-		b.WriteString(rep.tokens.Status)
+	case "budget":
+		b.WriteString("; tokens=budget")
+	default:
+		// No tokenizer applies, or no rewrite was judged: the figures are
+		// absent, not guessed.
+		b.WriteString("; tokens=none")
 	}
 	return b.String()
 }
