@@ -11,8 +11,10 @@ import (
 // verify is the validity check on the final payload: the rewrite must parse,
 // keep the original's structure everywhere except the replaced values (each
 // now a string), and pass the format's own provider rules. It is also the
-// oracle of the tests and fuzzers.
-func verify(f format, p *plan, out []byte) error {
+// oracle of the tests and fuzzers. cache is the compiler's text cache (nil
+// in the oracle): every long string of the rewrite is a string of the
+// original, just hashed, so re-reading it costs one keyed hash.
+func verify(f format, p *plan, out []byte, cache *textCache) error {
 	orig := p.d
 	root, err := jsonv.Parse(out, maxDepthForRequests)
 	if err != nil {
@@ -31,7 +33,7 @@ func verify(f format, p *plan, out []byte) error {
 		return err
 	}
 	nd := &doc{src: out, root: root}
-	if reason := f.parse(nd, newHasher(out, nil)); reason != "" {
+	if reason := f.parse(nd, newHasher(out, cache)); reason != "" {
 		return fmt.Errorf("rewrite is %s", reason)
 	}
 	if rf, ok := f.(ruleFormat); ok && rf.rules(orig) == nil {
@@ -56,7 +58,7 @@ func verify(f format, p *plan, out []byte) error {
 	if err != nil {
 		return err
 	}
-	pd, reason := parseDoc(f, projected, nil)
+	pd, reason := parseDoc(f, projected, cache)
 	if reason != "" {
 		return fmt.Errorf("folded original is %s", reason)
 	}

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
+	"unsafe"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler/jsonv"
 )
@@ -233,7 +233,9 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Resu
 		}
 		p.lineage = lin
 	}
-	if tf, ok := f.(turnFormat); ok {
+	// The history serves leases (which results are unanswered) and
+	// compaction; a request that needs neither is not described.
+	if tf, ok := f.(turnFormat); ok && (res.Slots > 0 || c.opts.Compaction.Enabled) {
 		p.hist = describeHistory(p.d, tf)
 	}
 	c.decide(p)
@@ -328,7 +330,7 @@ func (c *Compiler) rewrite(ctx context.Context, f format, p *plan, req Request, 
 	if err != nil {
 		return nil, ReasonInternal
 	}
-	if err := verify(f, p, out); err != nil {
+	if err := verify(f, p, out, c.texts); err != nil {
 		c.invalid.Add(1)
 		return nil, ReasonInvalidOutput
 	}
@@ -477,6 +479,8 @@ func countTrue(b []bool) int {
 	return n
 }
 
+// newText makes the text of a decoded or validated string (valid UTF-8).
 func newText(s string) *text {
-	return &text{s: s, digest: sha256.Sum256([]byte(s)), chars: utf8.RuneCountInString(s)}
+	b := unsafe.Slice(unsafe.StringData(s), len(s)) // read only
+	return &text{s: s, digest: sha256.Sum256(b), chars: runeCount(b)}
 }

@@ -104,7 +104,7 @@ func check(path string, orig, out []byte, folding bool) error {
 	if folds > 0 {
 		p.compaction = &compaction{list: list, keep: keep, folds: make([]fold, folds)}
 	}
-	return verify(f, p, out)
+	return verify(f, p, out, nil)
 }
 
 // units0 is the index in d.units of the first element of list.

@@ -161,3 +161,20 @@ func TestChatRules(t *testing.T) {
 		}
 	}
 }
+
+// A fold-heavy request (40 turns: 34 folded, old results vaulted), compiled
+// again and again as a conversation's retries are: the cost of compaction
+// and of its validity check.
+func BenchmarkCompactFolded(b *testing.B) {
+	body := anthropicConversation(40, false)
+	c := newCompiler(b, compactOpts(5, 6), compilertest.NewMemStore(), nil)
+	req := compiler.Request{Path: "/v1/messages", Body: body, Scope: compiler.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce}
+	if res := c.Compile(b.Context(), req); res.Folded != 34 {
+		b.Fatalf("folded %d (%s)", res.Folded, res.Reason)
+	}
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		c.Compile(b.Context(), req)
+	}
+}
