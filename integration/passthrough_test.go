@@ -20,22 +20,12 @@ const chatPath = "/v1/chat/completions"
 
 func TestNonCandidateStreamsUnbuffered(t *testing.T) {
 	up := newUpstream(t)
-	// The upstream signals when it has read the first half, before the
-	// client has sent the second half: proof that nothing buffers the body.
-	firstHalf := make(chan struct{})
-	up.onBody = func(r *http.Request) ([]byte, error) {
-		head := make([]byte, 1000)
-		if _, err := io.ReadFull(r.Body, head); err != nil {
-			return head, err
-		}
-		close(firstHalf)
-		rest, err := io.ReadAll(r.Body)
-		return append(head, rest...), err
-	}
 	g := startGateway(t, defaultSnippet, up)
 
 	for _, path := range []string{"/v1/embeddings", "/v1/files"} {
-		firstHalf = make(chan struct{})
+		// The upstream signals when it has read the first half, before the
+		// client has sent the second half: proof that nothing buffers the body.
+		firstHalf := up.signalAfter(1000)
 		pr, pw := io.Pipe()
 		payload := bytes.Repeat([]byte("a"), 2000)
 		go func() {
@@ -230,16 +220,7 @@ func TestTooLargeChunkedStreamsUnbuffered(t *testing.T) {
 	up := newUpstream(t)
 	// max_body_size 1KB: the gateway may read 1KB+1 before deciding, then
 	// must stream the rest while the client is still sending.
-	firstPart := make(chan struct{})
-	up.onBody = func(r *http.Request) ([]byte, error) {
-		head := make([]byte, 4096)
-		if _, err := io.ReadFull(r.Body, head); err != nil {
-			return head, err
-		}
-		close(firstPart)
-		rest, err := io.ReadAll(r.Body)
-		return append(head, rest...), err
-	}
+	firstPart := up.signalAfter(4096)
 	g := startGateway(t, `
 	token_terminator {
 		vault_dir $VAULT
@@ -373,4 +354,20 @@ func TestLogLineHasNoSecrets(t *testing.T) {
 			}
 		}
 	}
+}
+
+// signalAfter makes the upstream close the returned channel once it has read
+// the first n bytes of the next request body, then read the rest.
+func (u *upstream) signalAfter(n int) <-chan struct{} {
+	read := make(chan struct{})
+	u.onBody = func(r *http.Request) ([]byte, error) {
+		head := make([]byte, n)
+		if _, err := io.ReadFull(r.Body, head); err != nil {
+			return head, err
+		}
+		close(read)
+		rest, err := io.ReadAll(r.Body)
+		return append(head, rest...), err
+	}
+	return read
 }
