@@ -121,11 +121,7 @@ func TestNonCandidateUntouched(t *testing.T) {
 			body := io.NopCloser(strings.NewReader(`{"a":1}`))
 			r := newRequest(tc.method, tc.path, nil)
 			r.Body = body
-			w := httptest.NewRecorder()
-			var s seen
-			if err := h.ServeHTTP(w, r, recordNext(&s)); err != nil {
-				t.Fatal(err)
-			}
+			w, s := serve(t, h, r)
 			if s.bodyObj != body {
 				t.Fatal("non-candidate body was replaced (buffered)")
 			}
@@ -142,11 +138,7 @@ func TestModeOffUntouched(t *testing.T) {
 	body := io.NopCloser(strings.NewReader(`{}`))
 	r := newRequest(http.MethodPost, chatPath, nil)
 	r.Body = body
-	w := httptest.NewRecorder()
-	var s seen
-	if err := h.ServeHTTP(w, r, recordNext(&s)); err != nil {
-		t.Fatal(err)
-	}
+	w, s := serve(t, h, r)
 	if s.bodyObj != body || fc.calls.Load() != 0 || w.Header().Get(HeaderName) != "" {
 		t.Fatal("mode off touched the request")
 	}
@@ -161,11 +153,7 @@ func TestContentEncodingPassthrough(t *testing.T) {
 			r := newRequest(http.MethodPost, chatPath, nil)
 			r.Body, r.ContentLength = body, 5
 			r.Header.Set("Content-Encoding", ce)
-			w := httptest.NewRecorder()
-			var s seen
-			if err := h.ServeHTTP(w, r, recordNext(&s)); err != nil {
-				t.Fatal(err)
-			}
+			w, s := serve(t, h, r)
 			if s.bodyObj != body || fc.calls.Load() != 0 {
 				t.Fatal("encoded body was buffered or compiled")
 			}
@@ -292,11 +280,7 @@ func TestReadErrorForwardedAsIs(t *testing.T) {
 	h, _ := testHandler(t, fc, nil)
 	r := newRequest(http.MethodPost, chatPath, nil)
 	r.Body, r.ContentLength = io.NopCloser(&failingReader{data: []byte(`{"model":`), err: boom}), 100
-	w := httptest.NewRecorder()
-	var s seen
-	if err := h.ServeHTTP(w, r, recordNext(&s)); err != nil {
-		t.Fatal(err)
-	}
+	w, s := serve(t, h, r)
 	if fc.calls.Load() != 0 {
 		t.Fatal("a failed read was compiled")
 	}
@@ -328,11 +312,7 @@ func TestAcceptedRewiresBody(t *testing.T) {
 	r := newRequest(http.MethodPost, chatPath, nil)
 	r.Body, r.ContentLength, r.TransferEncoding = io.NopCloser(strings.NewReader(orig)), -1, []string{"chunked"}
 	r.Header.Set("Transfer-Encoding", "chunked")
-	w := httptest.NewRecorder()
-	var s seen
-	if err := h.ServeHTTP(w, r, recordNext(&s)); err != nil {
-		t.Fatal(err)
-	}
+	w, s := serve(t, h, r)
 	if !bytes.Equal(s.body, rewritten) || !bytes.Equal(s.getBody, rewritten) {
 		t.Fatalf("forwarded %q / GetBody %q", s.body, s.getBody)
 	}
@@ -362,11 +342,7 @@ func TestPassthroughBufferedStillRewired(t *testing.T) {
 	}}
 	h, _ := testHandler(t, fc, nil)
 	r := newRequest(http.MethodPost, chatPath, bytes.NewReader(orig))
-	w := httptest.NewRecorder()
-	var s seen
-	if err := h.ServeHTTP(w, r, recordNext(&s)); err != nil {
-		t.Fatal(err)
-	}
+	w, s := serve(t, h, r)
 	if !bytes.Equal(s.body, orig) || !bytes.Equal(s.getBody, orig) || s.cl != int64(len(orig)) || s.clHeader != strconv.Itoa(len(orig)) {
 		t.Fatalf("body %q getbody %q cl %d/%q", s.body, s.getBody, s.cl, s.clHeader)
 	}
@@ -379,11 +355,7 @@ func TestEmptyBodyCandidate(t *testing.T) {
 	fc := &fakeCompiler{}
 	h, _ := testHandler(t, fc, nil)
 	r := newRequest(http.MethodPost, chatPath, http.NoBody)
-	w := httptest.NewRecorder()
-	var s seen
-	if err := h.ServeHTTP(w, r, recordNext(&s)); err != nil {
-		t.Fatal(err)
-	}
+	w, s := serve(t, h, r)
 	if len(s.body) != 0 || s.cl != 0 {
 		t.Fatalf("body %q cl %d", s.body, s.cl)
 	}
@@ -398,11 +370,7 @@ func TestPanicFailsOpen(t *testing.T) {
 		fc := &fakeCompiler{fn: func(context.Context, compiler.Request) compiler.Result { panic(v) }}
 		h, logs := testHandler(t, fc, nil)
 		r := newRequest(http.MethodPost, chatPath, bytes.NewReader(orig))
-		w := httptest.NewRecorder()
-		var s seen
-		if err := h.ServeHTTP(w, r, recordNext(&s)); err != nil {
-			t.Fatal(err)
-		}
+		w, s := serve(t, h, r)
 		if !bytes.Equal(s.body, orig) {
 			t.Fatalf("forwarded %q", s.body)
 		}
@@ -430,11 +398,7 @@ func TestIndexOutOfRangePanicFailsOpen(t *testing.T) {
 	}}
 	h, _ := testHandler(t, fc, nil)
 	r := newRequest(http.MethodPost, chatPath, strings.NewReader("{}"))
-	w := httptest.NewRecorder()
-	var s seen
-	if err := h.ServeHTTP(w, r, recordNext(&s)); err != nil {
-		t.Fatal(err)
-	}
+	w, s := serve(t, h, r)
 	if string(s.body) != "{}" || !strings.HasPrefix(w.Header().Get(HeaderName), "passthrough=panic") {
 		t.Fatal("runtime panic not failed open")
 	}
@@ -451,11 +415,7 @@ func TestShadowForwardsOriginal(t *testing.T) {
 	}}
 	h, _ := testHandler(t, fc, func(h *Handler) { h.Mode = "shadow" })
 	r := newRequest(http.MethodPost, chatPath, bytes.NewReader(orig))
-	w := httptest.NewRecorder()
-	var s seen
-	if err := h.ServeHTTP(w, r, recordNext(&s)); err != nil {
-		t.Fatal(err)
-	}
+	w, s := serve(t, h, r)
 	if !bytes.Equal(s.body, orig) {
 		t.Fatalf("shadow forwarded %q", s.body)
 	}
@@ -659,4 +619,15 @@ func TestInvalidOutputLogged(t *testing.T) {
 	if len(entries) != 1 || entries[0].ContextMap()["invalid_outputs_total"] != uint64(3) {
 		t.Fatalf("log: %+v", entries)
 	}
+}
+
+// serve runs one request through h to a recording next handler.
+func serve(t *testing.T, h *Handler, r *http.Request) (*httptest.ResponseRecorder, *seen) {
+	t.Helper()
+	w := httptest.NewRecorder()
+	s := &seen{}
+	if err := h.ServeHTTP(w, r, recordNext(s)); err != nil {
+		t.Fatal(err)
+	}
+	return w, s
 }
