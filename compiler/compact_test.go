@@ -2,7 +2,6 @@ package compiler_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -266,7 +265,6 @@ func TestCompactionNeverTouchesUnansweredResults(t *testing.T) {
 	if strings.HasPrefix(contentString(out[len(out)-1]), compiler.ReceiptPrefix) {
 		t.Fatal("unanswered result vaulted")
 	}
-	_ = context.Background
 }
 
 // A turn shorter than its summary stays inline; the turns around it fold.

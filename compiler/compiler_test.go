@@ -146,9 +146,6 @@ func TestSameRequestDuplicates(t *testing.T) {
 		t.Fatalf("stored %d artifacts, want 1", store.Len())
 	}
 	r := receipts(t, res.Body)[0]
-	for _, a := range []string{r} {
-		_ = a
-	}
 	var d compiler.Digest
 	copy(d[:], sha(out))
 	a, ok := store.Get("t1", d)
