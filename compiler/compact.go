@@ -174,45 +174,38 @@ func (c *Compiler) compact(p *plan, h *history) *compaction {
 	}
 
 	// Old turns: fold a prefix of turns that ends at a clean boundary, so a
-	// tool call never leaves without its result.
+	// tool call never leaves without its result. A turn too large to vault
+	// cannot fold; if a call crosses its boundary, its neighbours cannot
+	// either, so the prefix ends before it.
+	cut := func(n int) int {
+		for n > 0 && !h.clean[turns[n-1].last+1] {
+			n--
+		}
+		return n
+	}
 	foldTurns := 0
 	if opt.CollapseAfterTurns > 0 && h.clean[turns[0].first] {
-		foldTurns = max(0, aligned-opt.CollapseAfterTurns)
+		foldTurns = cut(max(0, aligned-opt.CollapseAfterTurns))
 	}
-	for foldTurns > 0 && !h.clean[turns[foldTurns-1].last+1] {
-		foldTurns--
+	tooLarge := func(t int) bool { return turns[t].size(list) > c.opts.MaxArtifactChars }
+	crossed := func(t int) bool { return !h.clean[turns[t].first] || !h.clean[turns[t].last+1] }
+	for t := 0; t < foldTurns; t++ {
+		if tooLarge(t) && crossed(t) {
+			foldTurns = cut(t)
+			break
+		}
 	}
 	// A turn shorter than its summary stays inline (that depends only on
 	// the turn's own bytes, so it is as sticky as folding itself), unless a
 	// tool call crosses its boundary: then it folds with its neighbour.
 	folded := make([]bool, foldTurns)
-	folds := make([]fold, foldTurns)
 	for t := 0; t < foldTurns; t++ {
-		if turns[t].size(list) > c.opts.MaxArtifactChars {
-			continue // too large to vault; a neighbour must then stay too
+		if tooLarge(t) {
+			continue
 		}
-		folds[t] = c.foldTurn(d, list, h.infos, turns[t])
-		folded[t] = len(folds[t].summary) < turns[t].size(list)
-	}
-	for t := 0; t < foldTurns; t++ {
-		if !folded[t] && folds[t].summary != nil && (!h.clean[turns[t].first] || !h.clean[turns[t].last+1]) {
-			folded[t] = true
-		}
-	}
-	// A turn that could not be folded (too large) next to a dirty boundary
-	// pins its neighbours: stop folding at the first such turn.
-	for t := 0; t < foldTurns; t++ {
-		if folds[t].summary == nil && (!h.clean[turns[t].first] || !h.clean[turns[t].last+1]) {
-			foldTurns = t
-			for foldTurns > 0 && !h.clean[turns[foldTurns-1].last+1] {
-				foldTurns--
-			}
-			break
-		}
-	}
-	for t := 0; t < foldTurns; t++ {
-		if folded[t] {
-			cp.folds = append(cp.folds, folds[t])
+		f := c.foldTurn(d, list, h.infos, turns[t])
+		if folded[t] = len(f.summary) < turns[t].size(list) || crossed(t); folded[t] {
+			cp.folds = append(cp.folds, f)
 		}
 	}
 	if len(cp.folds) == 0 {

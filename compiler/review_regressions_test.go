@@ -178,3 +178,26 @@ func BenchmarkCompactFolded(b *testing.B) {
 		c.Compile(b.Context(), req)
 	}
 }
+
+// A turn larger than max_artifact_chars cannot be vaulted, so it never
+// folds; with clean boundaries its neighbours still do.
+func TestTooLargeTurnStaysInline(t *testing.T) {
+	body := conversation(12, 1000, func(msgs []any) []any {
+		msgs[3+4*2].(map[string]any)["content"] = compilertest.ToolOutput(990, 5000) // turn 2's result
+		return msgs
+	})
+	opts := compactOpts(5, 6)
+	opts.MinArtifactChars, opts.MaxArtifactChars = 1000, 3000
+	c := newCompiler(t, opts, compilertest.NewMemStore(), nil)
+	res := compile(c, "t", body)
+	if res.Folded != 5 {
+		t.Fatalf("folded %d (%s), want 5", res.Folded, res.Reason)
+	}
+	if err := compiler.CheckCompacted(chatPath, body, res.Body); err != nil {
+		t.Fatal(err)
+	}
+	out := messagesOf(t, res.Body)
+	if out[3].Role != "user" || strings.HasPrefix(contentString(out[3]), compiler.FoldPrefix) {
+		t.Fatalf("turn 2 folded: %q", contentString(out[3]))
+	}
+}
