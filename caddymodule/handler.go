@@ -433,12 +433,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 
 	// A body the module cannot decode passes through untouched.
 	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(strings.TrimSpace(ce), "identity") {
-		rep.passthrough("content_encoding")
+		rep.passthrough(compiler.ReasonContentEncoding)
 		return h.forward(w, r, next, &rep, start)
 	}
 	maxBody := *h.MaxBodySize
 	if r.ContentLength > maxBody {
-		rep.passthrough("too_large")
+		rep.passthrough(compiler.ReasonTooLarge)
 		return h.forward(w, r, next, &rep, start)
 	}
 
@@ -451,7 +451,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	if h.buffered.Add(share) > *h.MaxBufferedBytes {
 		h.buffered.Add(-share)
-		rep.passthrough("busy")
+		rep.passthrough(compiler.ReasonBusy)
 		return h.forward(w, r, next, &rep, start)
 	}
 	defer h.buffered.Add(-share)
@@ -468,13 +468,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		// the same error, so upstream sees what it would have seen without
 		// the module.
 		r.Body = readCloser{io.MultiReader(bytes.NewReader(buf), errReader{readErr}), orig}
-		rep.passthrough("read_error")
+		rep.passthrough(compiler.ReasonReadError)
 		rep.rawBytes, rep.sentBytes = int64(len(buf)), int64(len(buf))
 		return h.forward(w, r, next, &rep, start)
 	case over:
 		// Too large without a Content-Length: stream the rest through.
 		r.Body = readCloser{io.MultiReader(bytes.NewReader(buf), orig), orig}
-		rep.passthrough("too_large")
+		rep.passthrough(compiler.ReasonTooLarge)
 		if r.ContentLength < 0 {
 			rep.rawBytes, rep.sentBytes = -1, -1
 		}
@@ -523,7 +523,7 @@ func (h *Handler) compile(parent context.Context, req compiler.Request) (res com
 			res = compiler.Result{
 				Body:      req.Body,
 				Decision:  compiler.Passthrough,
-				Reason:    "panic",
+				Reason:    compiler.ReasonPanic,
 				RawBytes:  len(req.Body),
 				SentBytes: len(req.Body),
 			}

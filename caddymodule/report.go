@@ -15,7 +15,7 @@ import (
 // arguments or credentials.
 type report struct {
 	decision compiler.Decision
-	reason   string
+	reason   compiler.Reason
 	format   string
 	path     string
 	tenant   string // keyed hash from the vault, never the credential
@@ -31,7 +31,7 @@ type report struct {
 	read, parse, vault, compile, total time.Duration
 }
 
-func (rep *report) passthrough(reason string) {
+func (rep *report) passthrough(reason compiler.Reason) {
 	rep.decision = compiler.Passthrough
 	rep.reason = reason
 }
@@ -66,7 +66,7 @@ func (rep *report) fromResult(res compiler.Result, raw, sent int64, mode compile
 		rep.decision = compiler.Passthrough
 		rep.receipts, rep.folded = 0, 0
 		if rep.reason == "" {
-			rep.reason = "unspecified"
+			rep.reason = compiler.ReasonInternal
 		}
 	}
 }
@@ -74,7 +74,7 @@ func (rep *report) fromResult(res compiler.Result, raw, sent int64, mode compile
 func (rep *report) decisionString() string {
 	switch rep.decision {
 	case compiler.Passthrough:
-		return "passthrough=" + rep.reason
+		return "passthrough=" + string(rep.reason)
 	case "":
 		return "passthrough=unspecified"
 	default:
@@ -101,15 +101,15 @@ func (rep *report) header() string {
 	b.WriteString("; receipts=")
 	b.WriteString(strconv.Itoa(rep.receipts))
 	switch rep.tokens.Status {
-	case "exact", "estimate":
+	case compiler.TokensExact, compiler.TokensEstimate:
 		b.WriteString("; raw_tokens=")
 		b.WriteString(strconv.Itoa(rep.tokens.Raw))
 		b.WriteString("; sent_tokens=")
 		b.WriteString(strconv.Itoa(rep.tokens.Sent))
-		if rep.tokens.Status == "estimate" {
+		if rep.tokens.Status == compiler.TokensEstimate {
 			b.WriteString("; tokens=estimate")
 		}
-	case "budget":
+	case compiler.TokensBudget:
 		b.WriteString("; tokens=budget")
 	default:
 		// No tokenizer applies, or no rewrite was judged: the figures are
@@ -130,7 +130,7 @@ func (rep *report) fields() []zap.Field {
 	f := make([]zap.Field, 0, 20)
 	f = append(f,
 		zap.String("decision", decision),
-		zap.String("reason", rep.reason),
+		zap.String("reason", string(rep.reason)),
 		zap.String("format", rep.format),
 		zap.String("path", rep.path),
 		zap.Int64("raw_bytes", rep.rawBytes),
@@ -149,11 +149,11 @@ func (rep *report) fields() []zap.Field {
 		f = append(f, zap.String("tenant", rep.tenant))
 	}
 	if rep.tokens.Status != "" {
-		f = append(f, zap.String("tokens", rep.tokens.Status))
+		f = append(f, zap.String("tokens", string(rep.tokens.Status)))
 		if rep.tokens.Encoding != "" {
 			f = append(f, zap.String("token_encoding", rep.tokens.Encoding))
 		}
-		if rep.tokens.Status == "exact" || rep.tokens.Status == "estimate" {
+		if rep.tokens.Status.Measured() {
 			f = append(f, zap.Int("raw_tokens", rep.tokens.Raw), zap.Int("sent_tokens", rep.tokens.Sent))
 		}
 	}

@@ -30,7 +30,7 @@ const (
 	anthToolResult = "tool_result"
 )
 
-func (anthropicFormat) parse(d *doc, h *hasher) string {
+func (anthropicFormat) parse(d *doc, h *hasher) Reason {
 	src := d.src
 	if !d.root.Is(jsonv.Object) {
 		return ReasonUnknownShape

@@ -131,7 +131,10 @@ func TestAnthropicPassThrough(t *testing.T) {
 	withCM := append([]byte(`{"context_management":{"edits":[{"type":"clear_tool_uses_20250919"}]},`), dup[1:]...)
 	withCMNull := append([]byte(`{"context_management":null,`), dup[1:]...)
 	big := jstr(strings.Repeat("x", 9000))
-	tests := []struct{ name, body, reason string }{
+	tests := []struct {
+		name, body string
+		reason     compiler.Reason
+	}{
 		{"context_management", string(withCM), "provider_context_management"},
 		{"context_management null", string(withCMNull), "provider_context_management"},
 		{"messages missing", `{"model":"claude"}`, "unknown_shape"},

@@ -98,11 +98,22 @@ type TokenCount struct {
 	N        int
 	Encoding string // e.g. "o200k_base"; empty when none applies
 	// Exact is true when Encoding is the model's own tokenizer.
-	Exact bool
-	// Status is one of "exact", "estimate", "none" (no tokenizer applies or
-	// tokenizer off), "budget" (counting did not finish within the budget).
-	Status string
+	Exact  bool
+	Status TokenStatus
 }
+
+// TokenStatus says how a body's tokens were measured.
+type TokenStatus string
+
+const (
+	TokensExact    TokenStatus = "exact"    // the model's own tokenizer
+	TokensEstimate TokenStatus = "estimate" // a fixed encoding that is not the model's
+	TokensNone     TokenStatus = "none"     // no tokenizer applies, or tokenizer off
+	TokensBudget   TokenStatus = "budget"   // counting did not finish within the budget
+)
+
+// Measured reports whether the count is a number the gate may judge by.
+func (s TokenStatus) Measured() bool { return s == TokensExact || s == TokensEstimate }
 
 // TokenCounter counts tokens of complete request bodies.
 type TokenCounter interface {
@@ -155,7 +166,7 @@ type Request struct {
 type Result struct {
 	Body     []byte
 	Decision Decision
-	Reason   string // pass-through reason, empty when accepted
+	Reason   Reason // pass-through reason, empty when accepted
 	// Detail is the store's error behind vault_error / vault_full, for the
 	// log: it names digests, sizes and paths, never content.
 	Detail string
@@ -174,7 +185,7 @@ type Result struct {
 
 // TokenReport holds the token figures of the gate for one request.
 type TokenReport struct {
-	Status   string // as TokenCount.Status; "" when not measured
+	Status   TokenStatus // as TokenCount.Status; "" when not measured
 	Encoding string
 	Raw      int
 	Sent     int

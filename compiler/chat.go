@@ -15,14 +15,14 @@ func (chatFormat) name() string { return "openai_chat" }
 
 type toolCall struct{ name, args string }
 
-func (chatFormat) parse(d *doc, h *hasher) string {
+func (chatFormat) parse(d *doc, h *hasher) Reason {
 	src := d.src
 	if !d.root.Is(jsonv.Object) {
-		return "unknown_shape"
+		return ReasonUnknownShape
 	}
 	msgs := d.root.Get("messages")
 	if !msgs.Is(jsonv.Array) {
-		return "unknown_shape"
+		return ReasonUnknownShape
 	}
 	d.model, _ = d.root.Get("model").Text(src)
 	d.units = msgs.Elems
@@ -32,7 +32,7 @@ func (chatFormat) parse(d *doc, h *hasher) string {
 	calls := map[string]toolCall{}
 	for i, m := range msgs.Elems {
 		if !m.Is(jsonv.Object) {
-			return "unknown_shape"
+			return ReasonUnknownShape
 		}
 		role := m.Get("role")
 		switch {

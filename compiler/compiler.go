@@ -12,30 +12,41 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/compiler/jsonv"
 )
 
-// Pass-through reasons reported in Result.Reason. The gate's token figures
-// and every reason are safe to log: none carries request content.
+// Reason is why a candidate went upstream as the original bytes. Every
+// reason is a fixed word, safe to log and to use as a metric label: none
+// carries request content.
+type Reason string
+
+// Pass-through reasons reported in Result.Reason; the handler's own reasons
+// (the body was never compiled) are here too, so the set is closed.
 const (
-	ReasonOff           = "off"
-	ReasonNotCandidate  = "not_candidate"
-	ReasonInvalidJSON   = "invalid_json"
-	ReasonTooDeep       = "too_deep"
-	ReasonTooComplex    = "too_complex"
-	ReasonUnknownShape  = "unknown_shape"
-	ReasonNoSlots       = "no_candidates"
-	ReasonNothingToDo   = "nothing_to_replace"
-	ReasonVaultFull     = "vault_full"
-	ReasonVaultError    = "vault_error"
-	ReasonInvalidOutput = "invalid_output"
+	ReasonOff           Reason = "off"
+	ReasonNotCandidate  Reason = "not_candidate"
+	ReasonInvalidJSON   Reason = "invalid_json"
+	ReasonTooDeep       Reason = "too_deep"
+	ReasonTooComplex    Reason = "too_complex"
+	ReasonUnknownShape  Reason = "unknown_shape"
+	ReasonNoSlots       Reason = "no_candidates"
+	ReasonNothingToDo   Reason = "nothing_to_replace"
+	ReasonVaultFull     Reason = "vault_full"
+	ReasonVaultError    Reason = "vault_error"
+	ReasonInvalidOutput Reason = "invalid_output"
 
 	// ReasonProviderContextManagement: the request carries Anthropic's
 	// context_management; the provider edits that context itself.
-	ReasonProviderContextManagement = "provider_context_management"
+	ReasonProviderContextManagement Reason = "provider_context_management"
 
-	ReasonNotSmaller = "not_smaller"
-	ReasonMoreTokens = "not_fewer_tokens"
-	ReasonTimeout    = "timeout"
-	ReasonPanic      = "panic"
-	ReasonInternal   = "internal_error"
+	ReasonNotSmaller Reason = "not_smaller"
+	ReasonMoreTokens Reason = "not_fewer_tokens"
+	ReasonTimeout    Reason = "timeout"
+	ReasonPanic      Reason = "panic"
+	ReasonInternal   Reason = "internal_error"
+
+	// Reasons decided by the handler before the compiler sees the body.
+	ReasonContentEncoding Reason = "content_encoding"
+	ReasonTooLarge        Reason = "too_large"
+	ReasonReadError       Reason = "read_error"
+	ReasonBusy            Reason = "busy"
 )
 
 const (
@@ -275,7 +286,7 @@ type parsed struct {
 	hasher *hasher
 }
 
-func parseDoc(f format, src []byte, cache *textCache) (parsed, string) {
+func parseDoc(f format, src []byte, cache *textCache) (parsed, Reason) {
 	if len(src) == 0 {
 		return parsed{}, ReasonInvalidJSON
 	}
@@ -325,7 +336,7 @@ func (c *Compiler) decide(p *plan) {
 // rewrite persists the artifacts, splices the receipts in and runs the
 // validity check and the final gate. It returns the rewritten body, or a
 // pass-through reason.
-func (c *Compiler) rewrite(ctx context.Context, f format, p *plan, req Request, res *Result) ([]byte, string) {
+func (c *Compiler) rewrite(ctx context.Context, f format, p *plan, req Request, res *Result) ([]byte, Reason) {
 	out, err := splice(req.Body, p.edits)
 	if err != nil {
 		return nil, ReasonInternal
@@ -382,7 +393,7 @@ func (c *Compiler) persist(ctx context.Context, scope Scope, p *plan) error {
 
 // gate is the strict final gate: the rewrite goes out only if it is strictly
 // smaller in bytes and, when a tokenizer applies, strictly fewer tokens.
-func (c *Compiler) gate(ctx context.Context, model string, raw, out []byte, res *Result) string {
+func (c *Compiler) gate(ctx context.Context, model string, raw, out []byte, res *Result) Reason {
 	if len(out) >= len(raw) {
 		return ReasonNotSmaller
 	}
@@ -403,7 +414,7 @@ func (c *Compiler) gate(ctx context.Context, model string, raw, out []byte, res 
 	rt := c.tokens.Count(ctx, model, raw)
 	<-done
 	res.Tokens = TokenReport{Status: rt.Status, Encoding: rt.Encoding, Raw: rt.N, Sent: rt.N}
-	if rt.Status != "exact" && rt.Status != "estimate" {
+	if !rt.Status.Measured() {
 		return ""
 	}
 	if st.Status != rt.Status {
@@ -459,7 +470,7 @@ func (c *Compiler) record(ctx context.Context, scope Scope, p *plan, forwarded b
 	return time.Since(tv)
 }
 
-func vaultReason(ctx context.Context, err error) string {
+func vaultReason(ctx context.Context, err error) Reason {
 	switch {
 	case ctx.Err() != nil:
 		return ReasonTimeout

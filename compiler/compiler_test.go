@@ -252,7 +252,8 @@ func TestPassThroughIsOriginalBytes(t *testing.T) {
 	big := strings.Repeat("x", 9000)
 	deep := strings.Repeat("[", 10000) + strings.Repeat("]", 10000)
 	tests := []struct {
-		name, body, reason string
+		name, body string
+		reason     compiler.Reason
 	}{
 		{"empty", "", "invalid_json"},
 		{"not json", "hello", "invalid_json"},
@@ -335,7 +336,7 @@ func TestGate(t *testing.T) {
 		body   []byte
 		opts   compiler.Options
 		tokens compiler.TokenCounter
-		want   string
+		want   compiler.Reason
 	}{
 		{"smaller", dup(9000), compiler.Options{}, nil, ""},
 		{"receipt not smaller", dup(20), compiler.Options{MinArtifactChars: 10}, nil, "not_smaller"},

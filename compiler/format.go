@@ -30,7 +30,7 @@ type format interface {
 	name() string
 	// parse fills d.units, d.slots and d.model from d.root. A non-empty
 	// reason means the request is not one this format may rewrite.
-	parse(d *doc, h *hasher) (reason string)
+	parse(d *doc, h *hasher) Reason
 	// check verifies the provider's rules on a parsed rewrite, compared with
 	// the original. Both documents are of this format.
 	check(orig, out *doc) error

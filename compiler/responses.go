@@ -31,7 +31,7 @@ const (
 	respCompaction         = "compaction"
 )
 
-func (responsesFormat) parse(d *doc, h *hasher) string {
+func (responsesFormat) parse(d *doc, h *hasher) Reason {
 	src := d.src
 	if !d.root.Is(jsonv.Object) {
 		return ReasonUnknownShape

@@ -126,7 +126,10 @@ func TestResponsesBytePreservationAndNeverTouch(t *testing.T) {
 
 func TestResponsesPassThrough(t *testing.T) {
 	big := jstr(strings.Repeat("x", 9000))
-	tests := []struct{ name, body, reason string }{
+	tests := []struct {
+		name, body string
+		reason     compiler.Reason
+	}{
 		{"input string", `{"model":"gpt-5","input":` + big + `}`, "no_candidates"},
 		{"input missing", `{"model":"gpt-5"}`, "unknown_shape"},
 		{"input object", `{"input":{"a":1}}`, "unknown_shape"},

@@ -96,7 +96,10 @@ func TestPathologicalBodies(t *testing.T) {
 	}
 	keys.WriteString(`}}`)
 	zeros := `{"messages":[],"x":[0` + strings.Repeat(",0", 1<<20) + `]}`
-	tests := []struct{ name, body, reason string }{
+	tests := []struct {
+		name, body string
+		reason     compiler.Reason
+	}{
 		{"many keys", keys.String(), compiler.ReasonNoSlots},
 		{"many keys duplicate", strings.Replace(keys.String(), `"k59999"`, `"k17"`, 1), compiler.ReasonInvalidJSON},
 		{"too many values", zeros, compiler.ReasonTooComplex},

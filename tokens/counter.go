@@ -23,10 +23,10 @@ func init() {
 
 // Statuses of a compiler.TokenCount.
 const (
-	StatusExact    = "exact"
-	StatusEstimate = "estimate"
-	StatusNone     = "none"
-	StatusBudget   = "budget"
+	StatusExact    = compiler.TokensExact
+	StatusEstimate = compiler.TokensEstimate
+	StatusNone     = compiler.TokensNone
+	StatusBudget   = compiler.TokensBudget
 )
 
 // Defaults of Config.

@@ -36,7 +36,7 @@ var (
 	// ErrFull means the vault has no room for new artifacts even after
 	// evicting everything not protected by retention. Callers pass the
 	// request through unchanged.
-	ErrFull = errors.New("vault: full")
+	ErrFull = compiler.ErrFull
 	// ErrTooLarge means one artifact exceeds Config.MaxArtifactBytes.
 	ErrTooLarge = errors.New("vault: artifact too large")
 	// ErrDigest means an artifact's Digest is not sha256(Text), or a stored

@@ -104,7 +104,7 @@ type Row struct {
 	Raw, Sent         int
 	Receipts, Folded  int
 	Accepted          int
-	Reasons           map[string]int
+	Reasons           map[compiler.Reason]int
 	P50, P99          time.Duration
 	RawCost, SentCost float64
 	Invalid           int
@@ -117,7 +117,7 @@ type Row struct {
 
 // Replay compiles every step of a session in order, as one tenant.
 func Replay(c *compiler.Compiler, tc compiler.TokenCounter, s compilertest.CorpusFile) Row {
-	r := Row{Name: s.Name, Format: s.Format, Steps: len(s.Requests), Reasons: map[string]int{}, Tokens: true}
+	r := Row{Name: s.Name, Format: s.Format, Steps: len(s.Requests), Reasons: map[compiler.Reason]int{}, Tokens: true}
 	var durs []time.Duration
 	var prevRaw, prevSent []byte
 	for _, req := range s.Requests {
@@ -165,14 +165,14 @@ func Replay(c *compiler.Compiler, tc compiler.TokenCounter, s compilertest.Corpu
 func TokenCacheCost(tc compiler.TokenCounter, model string, prev, cur []byte) (cost float64, n int, ok bool) {
 	ctx := context.Background()
 	all := tc.Count(ctx, model, cur)
-	if all.Status != "exact" {
+	if all.Status != compiler.TokensExact {
 		return 0, 0, false
 	}
 	p := compilertest.CommonPrefix(prev, cur)
 	read := 0
 	if p > 0 {
 		pc := tc.Count(ctx, model, cur[:p])
-		if pc.Status != "exact" {
+		if pc.Status != compiler.TokensExact {
 			return 0, 0, false
 		}
 		read = min(pc.N, all.N)
