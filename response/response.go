@@ -1,0 +1,39 @@
+// Package response reads provider responses as they stream past the
+// gateway: plain JSON bodies and Server-Sent Events, for each request format.
+// It extracts what the gateway needs to know about an answer (the provider's
+// usage figures and the tool calls the model made) without ever holding a
+// stream back from the client: Write is fed the bytes the client is sent,
+// in pieces of any size, and never fails the response.
+//
+// The package is pure (no I/O, no Caddy): the caddymodule response path tees
+// bytes into a Reader; recovery uses the same Reader to find its tool calls.
+package response
+
+// Usage is what the provider reported about one response's tokens. Fields
+// are zero when the provider did not report them; Known is false when no
+// usage object was seen at all (an error body, a truncated stream).
+type Usage struct {
+	Input      int // uncached + cached input tokens as billed (OpenAI prompt/input tokens; Anthropic input_tokens + cache fields)
+	Output     int
+	CacheRead  int // Anthropic cache_read_input_tokens; OpenAI *_tokens_details.cached_tokens
+	CacheWrite int // Anthropic cache_creation_input_tokens
+	Known      bool
+}
+
+// Add sums two usages (recovery rounds are billed separately and reported as one).
+func (u Usage) Add(v Usage) Usage {
+	return Usage{
+		Input: u.Input + v.Input, Output: u.Output + v.Output,
+		CacheRead: u.CacheRead + v.CacheRead, CacheWrite: u.CacheWrite + v.CacheWrite,
+		Known: u.Known || v.Known,
+	}
+}
+
+// ToolCall is one tool call the model made in the response. Arguments are
+// kept only for calls of the names the Reader was asked to keep (the
+// gateway's own tool); other calls carry only their id and name.
+type ToolCall struct {
+	ID        string
+	Name      string
+	Arguments []byte
+}
