@@ -160,11 +160,12 @@ type Options struct {
 	Timeout time.Duration
 	// Compaction configures context compaction; see Compaction.
 	Compaction Compaction
-	// Cost, when set, makes every decision by expected billed cost: plans
-	// that keep the provider's cached prompt prefix are weighed against
-	// rewriting it, and the gate refuses a rewrite that costs more than the
-	// original (not_cheaper). Nil judges by bytes and tokens only.
-	Cost *cost.Config
+	// Cost is the billing model every decision is made by: plans that keep
+	// the provider's cached prompt prefix are weighed against rewriting it,
+	// and the gate refuses a rewrite whose expected billed cost exceeds the
+	// original's (not_cheaper). The zero value is the published prices;
+	// Cost.Off judges by bytes and tokens only.
+	Cost cost.Config
 }
 
 // Request is one candidate provider request.
@@ -200,7 +201,7 @@ type Result struct {
 	// Expected billed input cost in base-input-token units (cost package):
 	// of the original as if every request of the conversation had gone out
 	// raw, and of what was sent (the original on pass-through). Zero
-	// without a cost model.
+	// with Cost.Off, and for requests that were not compiled.
 	CostRaw    float64
 	CostSent   float64
 	usageKey   string  // the forwarded request's conversation node, for ObserveUsage

@@ -102,10 +102,8 @@ func New(opts Options, store Store, tokens TokenCounter) (*Compiler, error) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = defaultTimeout
 	}
-	if opts.Cost != nil {
-		if err := opts.Cost.Validate(); err != nil {
-			return nil, fmt.Errorf("compiler: %w", err)
-		}
+	if err := opts.Cost.Validate(); err != nil {
+		return nil, fmt.Errorf("compiler: %w", err)
 	}
 	return &Compiler{opts: opts, store: store, tokens: tokens, texts: newTextCache(), usage: newUsageNotes()}, nil
 }
@@ -262,7 +260,7 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Resu
 	// is nothing to lease, so the vault is not asked (nor told) anything,
 	// unless compaction may fold: then the cost decision needs the
 	// conversation's cache state.
-	if res.Slots > 0 || (c.opts.Cost != nil && c.opts.Compaction.Enabled) {
+	if res.Slots > 0 || (!c.opts.Cost.Off && c.opts.Compaction.Enabled) {
 		p.chain = d.hasher.chain(f.name(), d.units)
 		tv := time.Now()
 		lin, err := c.store.Ancestor(ctx, req.Scope, p.chain)

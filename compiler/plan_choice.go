@@ -61,14 +61,14 @@ var cacheControl = []byte(`"cache_control"`)
 var oneHourTTL = [][]byte{[]byte(`"ttl":"1h"`), []byte(`"ttl": "1h"`)}
 
 // choose builds the candidate plans of a request and returns the cheapest
-// compiled one with its cost decision; without a cost model it returns the
-// full plan and no decision (bytes and tokens judge alone).
+// compiled one with its cost decision; with the cost model off it returns
+// the full plan and no decision (bytes and tokens judge alone).
 func (c *Compiler) choose(base *plan, format string, req Request) (*plan, *choice) {
 	cur := 0
 	if base.hist != nil {
 		cur = alignedTurns(len(base.hist.turns))
 	}
-	if c.opts.Cost == nil {
+	if c.opts.Cost.Off {
 		return c.planned(base, variant{aligned: cur}, nil), nil
 	}
 	d := base.d

@@ -36,7 +36,7 @@ func TestModelTable(t *testing.T) {
 		m.MaxBreakpoints != 4 || m.Render[0] != PartTools || m.Render[2] != PartMessages {
 		t.Errorf("anthropic: %+v", m)
 	}
-	o := Config{Families: map[Family]Overrides{Anthropic: {CacheRead: ptr(0.2), TTL: ptr(time.Hour), MinPrefix: ptr(2048)}}}
+	o := Config{Anthropic: Overrides{CacheRead: ptr(0.2), TTL: ptr(time.Hour), MinPrefix: ptr(2048)}}
 	if m := o.Model("anthropic_messages", "claude"); m.CacheRead != 0.2 || m.TTL != time.Hour || m.MinPrefix != 2048 || m.CacheWrite != 1.25 {
 		t.Errorf("override: %+v", m)
 	}
@@ -53,10 +53,9 @@ func TestValidateNamesTheValue(t *testing.T) {
 	}{
 		{Config{BytesPerToken: -1}, "bytes_per_token"},
 		{Config{MaxHorizon: -2}, "max_horizon"},
-		{Config{Families: map[Family]Overrides{"gemini": {}}}, `"gemini"`},
-		{Config{Families: map[Family]Overrides{OpenAI: {CacheRead: ptr(-0.5)}}}, "cache_read -0.5"},
-		{Config{Families: map[Family]Overrides{OpenAI: {Granularity: ptr(0)}}}, "granularity 0"},
-		{Config{Families: map[Family]Overrides{Anthropic: {TTL: ptr(time.Duration(0))}}}, "ttl 0s"},
+		{Config{OpenAI: Overrides{CacheRead: ptr(-0.5)}}, "cache_read -0.5"},
+		{Config{OpenAI: Overrides{Granularity: ptr(0)}}, "granularity 0"},
+		{Config{Anthropic: Overrides{TTL: ptr(time.Duration(0))}}, "ttl 0s"},
 	}
 	for _, tt := range tests {
 		err := tt.c.Validate()

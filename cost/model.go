@@ -145,8 +145,20 @@ type Config struct {
 	// MaxHorizon bounds how many following requests a rewrite of the
 	// cached prefix may pay back over; 0 means DefaultMaxHorizon.
 	MaxHorizon int
-	// Families overrides figures per family.
-	Families map[Family]Overrides
+	// Overrides of each family's figures. Fields, not a map, so a
+	// Config (and the compiler's Options holding it) stays comparable.
+	Anthropic, OpenAI, Other Overrides
+}
+
+// overrides returns the overrides of a family.
+func (c Config) overrides(f Family) Overrides {
+	switch f {
+	case Anthropic:
+		return c.Anthropic
+	case OpenAI:
+		return c.OpenAI
+	}
+	return c.Other
 }
 
 const (
@@ -168,10 +180,8 @@ func (c Config) Validate() error {
 	if c.MaxHorizon < 0 {
 		return fmt.Errorf("cost: max_horizon %d is negative", c.MaxHorizon)
 	}
-	for f, o := range c.Families {
-		if _, ok := defaults[f]; !ok {
-			return fmt.Errorf("cost: unknown provider family %q", f)
-		}
+	for _, f := range []Family{Anthropic, OpenAI, Other} {
+		o := c.overrides(f)
 		for name, v := range map[string]*float64{"cache_read": o.CacheRead, "cache_write": o.CacheWrite, "cache_write_1h": o.CacheWrite1h} {
 			if v != nil && (*v < 0 || *v > 10) {
 				return fmt.Errorf("cost: %s %s %v is outside [0, 10]", f, name, *v)
@@ -225,7 +235,7 @@ func (c Config) Model(format, model string) Model {
 			}
 		}
 	}
-	o := c.Families[f]
+	o := c.overrides(f)
 	if o.CacheRead != nil {
 		m.CacheRead = *o.CacheRead
 	}
