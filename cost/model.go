@@ -168,8 +168,12 @@ const (
 	// which the decision only uses as a common scale.
 	DefaultBytesPerToken = 4.0
 	// DefaultMaxHorizon: a rewrite of the cached prefix must pay back
-	// within at most this many following requests.
-	DefaultMaxHorizon = 8
+	// within at most this many following requests. Sessions end without
+	// notice (the corpus's real ones after 14-36 requests, a generated one
+	// right after a fold), so the bound is short: with cache reads at 0.1x
+	// only a rewrite that removes most of the prompt pays back that fast;
+	// the rest waits for a cold cache, where it costs nothing extra.
+	DefaultMaxHorizon = 4
 )
 
 // Validate reports a configuration value that makes no sense, naming it.

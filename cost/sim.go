@@ -52,18 +52,24 @@ func (s *Simulator) Step(r Rendered, at time.Time) Bill {
 		b.Plain, b.Cost = total, total
 		return b
 	}
-	// The longest live entry this request extends.
-	hit := -1
+	// The longest live entry this request extends: with breakpoints an
+	// entry is a whole prefix up to one; automatic caching matches any
+	// common prefix of an earlier prompt (in Granularity blocks, below).
+	hit, readBytes := -1, 0
 	for i, e := range s.entries {
-		if len(e.prefix) <= len(r.Bytes) && bytes.Equal(e.prefix, r.Bytes[:len(e.prefix)]) &&
-			(hit < 0 || len(e.prefix) > len(s.entries[hit].prefix)) {
-			hit = i
+		n := 0
+		switch {
+		case !m.Breakpoints:
+			n = commonPrefix(e.prefix, r.Bytes)
+		case len(e.prefix) <= len(r.Bytes) && bytes.Equal(e.prefix, r.Bytes[:len(e.prefix)]):
+			n = len(e.prefix)
+		}
+		if n > readBytes {
+			hit, readBytes = i, n
 		}
 	}
-	readBytes := 0
 	if hit >= 0 {
 		s.entries[hit].used = at
-		readBytes = len(s.entries[hit].prefix)
 	}
 	b.Read = m.Cacheable(s.Config.Tokens(readBytes))
 	ttl, write := m.TTL, m.CacheWrite
@@ -100,4 +106,12 @@ func (s *Simulator) add(prefix []byte, at time.Time, ttl time.Duration) {
 		s.entries = append(s.entries[:0], s.entries[1:]...)
 	}
 	s.entries = append(s.entries, entry{prefix: prefix, used: at, ttl: ttl})
+}
+
+func commonPrefix(a, b []byte) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
 }

@@ -10,12 +10,19 @@ import (
 func TestRender(t *testing.T) {
 	body := `{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"text","text":"x","cache_control":{"type":"ephemeral"}}]}],"system":[{"type":"text","text":"S"}],"tools":[{"name":"bash"}],"model":"m"}`
 	r := Render("anthropic_messages", []byte(body))
-	want := `[{"name":"bash"}][{"type":"text","text":"S"}]{"role":"user","content":"hi"}{"role":"assistant","content":[{"type":"text","text":"x","cache_control":{"type":"ephemeral"}}]}`
+	want := `[{"name":"bash"}][{"type":"text","text":"S"}]{"role":"user","content":"hi"}{"role":"assistant","content":[{"type":"text","text":"x"}]}`
 	if string(r.Bytes) != want {
 		t.Fatalf("render:\n%s\nwant\n%s", r.Bytes, want)
 	}
 	if len(r.Breakpoints) != 1 || r.Breakpoints[0] != len(want) || r.OneHour {
 		t.Fatalf("breakpoints %v", r.Breakpoints)
+	}
+	// A marker first in its object, as encoding/json sorts keys, leaves the
+	// same bytes as no marker.
+	first := Render("anthropic_messages", []byte(`{"messages":[{"content":[{"cache_control":{"type":"ephemeral"},"text":"x","type":"text"}],"role":"user"}]}`))
+	plain := Render("anthropic_messages", []byte(`{"messages":[{"content":[{"text":"x","type":"text"}],"role":"user"}]}`))
+	if !bytes.Equal(first.Bytes, plain.Bytes) || len(first.Breakpoints) != 1 || len(plain.Breakpoints) != 0 {
+		t.Fatalf("marker first: %s vs %s", first.Bytes, plain.Bytes)
 	}
 	resp := Render("openai_responses", []byte(`{"instructions":"I","input":[{"role":"user","content":"a"}],"tools":[]}`))
 	if string(resp.Bytes) != `[]"I"{"role":"user","content":"a"}` {
@@ -80,7 +87,11 @@ func TestSimulatorThreeSteps(t *testing.T) {
 	if b := so.Step(Rendered{Bytes: []byte("AAAABBBBCCC")}, t0.Add(time.Minute)); !near(b.Cost, 0.8+3) || b.Read != 8 {
 		t.Errorf("openai step 2 (9 shared bytes, 8 in whole blocks): %+v", b)
 	}
-	if b := so.Step(Rendered{Bytes: []byte("XAAABBBBCCC")}, t0.Add(2*time.Minute)); b.Cost != 11 {
+	// Automatic caching reads any common prefix of an earlier prompt.
+	if b := so.Step(Rendered{Bytes: []byte("AAAABBBZZZZZ")}, t0.Add(2*time.Minute)); !near(b.Cost, 0.4+8) || b.Read != 4 {
+		t.Errorf("openai, partial prefix (7 shared bytes, 4 in whole blocks): %+v", b)
+	}
+	if b := so.Step(Rendered{Bytes: []byte("XAAABBBBCCC")}, t0.Add(3*time.Minute)); b.Cost != 11 {
 		t.Errorf("openai, first byte changed: %+v", b)
 	}
 }
