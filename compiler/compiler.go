@@ -281,9 +281,12 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Resu
 	out := req.Body
 	forwarded := false
 	if len(p.edits) == 0 {
-		if res.Slots == 0 {
+		switch {
+		case ch != nil && ch.declined:
+			res.Reason = ReasonNotCheaper // a rewrite existed; the bill prefers the original
+		case res.Slots == 0:
 			res.Reason = ReasonNoSlots
-		} else {
+		default:
 			res.Reason = ReasonNothingToDo
 		}
 	} else {

@@ -38,6 +38,9 @@ type choice struct {
 	now     time.Time
 	prev    *cacheState // nil when no state was recorded or it is unreadable
 	warm    bool
+	// declined: the cheapest plan changes nothing although another would
+	// have rewritten the request (reported as not_cheaper).
+	declined bool
 
 	orig, sent costPlan
 	segs       []seg // rendered segments of the original, and of the chosen plan
@@ -109,16 +112,19 @@ func (c *Compiler) choose(base *plan, format string, req Request) (*plan, *choic
 	}
 	var best *plan
 	var bestCost float64
+	rewrites := false
 	for _, v := range variants {
 		p := c.planned(base, v, ch.prev)
 		p.choice = ch
 		segs := p.rendered(true)
 		cp := ch.costOf(segs)
+		rewrites = rewrites || len(p.edits) > 0
 		// Strictly cheaper wins: ties keep the earlier (fuller) plan.
 		if e := ch.expected(cp, ch.tpb); best == nil || e < bestCost {
 			best, bestCost, ch.sent, ch.sentSegs = p, e, cp, segs
 		}
 	}
+	ch.declined = rewrites && len(best.edits) == 0
 	return best, ch
 }
 
