@@ -12,6 +12,7 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
+	"github.com/tokenterminator/caddy-token-terminator/response"
 )
 
 var t0 = time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
@@ -200,5 +201,45 @@ func TestCostNotCheaper(t *testing.T) {
 		if r.Decision == compiler.Accepted && r.CostSent >= r.CostRaw {
 			t.Fatalf("gap %v: accepted at %v >= raw %v", tt.gap, r.CostSent, r.CostRaw)
 		}
+	}
+}
+
+// The calibration hook: a response that read nothing from the cache where
+// the decision expected a read marks the cache cold, so the next request
+// may move the fold boundary at once.
+func TestCostUsageMarksCacheCold(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		usage  response.Usage
+		folded int
+	}{
+		{"cache read", response.Usage{Known: true, Input: 9000, CacheRead: 8000}, 2},
+		{"no cache read", response.Usage{Known: true, Input: 9000}, 6},
+		{"usage unknown", response.Usage{}, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			// Cache reads at 0.01x (an override): only a cold cache makes a
+			// rewrite of the prefix worth it.
+			opts := compactOpts(2, 2)
+			read := 0.01
+			opts.Cost.OpenAI.CacheRead = &read
+			c := newCompiler(t, opts, compilertest.NewMemStore(), nil)
+			compileWhen(c, "u", gpt5(conversation(7, 5000, nil)), t0)
+			r2 := compileWhen(c, "u", gpt5(conversation(7, 5000, func(m []any) []any {
+				return append(m, map[string]any{"role": "user", "content": "and?"})
+			})), t0.Add(20*time.Second))
+			if r2.Decision != compiler.Accepted || r2.Folded != 2 {
+				t.Fatalf("step 2: %s/%s folded %d", r2.Decision, r2.Reason, r2.Folded)
+			}
+			c.ObserveUsage(r2, tt.usage)
+			r3 := compileWhen(c, "u", gpt5(conversation(7, 5000, func(m []any) []any {
+				return append(m, map[string]any{"role": "user", "content": "and?"},
+					map[string]any{"role": "assistant", "content": "Nothing else."},
+					map[string]any{"role": "user", "content": "Thanks."})
+			})), t0.Add(40*time.Second))
+			if r3.Folded != tt.folded {
+				t.Fatalf("step 3: %s/%s folded %d, want %d", r3.Decision, r3.Reason, r3.Folded, tt.folded)
+			}
+		})
 	}
 }
