@@ -168,7 +168,7 @@ type plan struct {
 	hist       *history    // the described conversation, nil if none
 	compaction *compaction // nil when compaction does not apply
 
-	// The cost decision (nil without a cost model) and this plan's variant.
+	// The cost decision (nil with Cost.Off) and this plan's variant.
 	choice     *choice
 	variant    variant
 	prev       *cacheState  // the conversation's recorded cache state, nil if none
