@@ -1,0 +1,94 @@
+package vault
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Badger writes its memtable logs, value logs and tables through memory maps
+// of files it creates sparse (sized with ftruncate, no blocks allocated).
+// When the file system has no block left for a page Badger dirties, the
+// kernel raises SIGBUS, which Go cannot recover: the whole process dies, and
+// dies again at the next start while the disk stays full (the first memtable
+// flush at open writes a table the same way). Write errors cannot be caught
+// after the fact, so the vault refuses to start a write unless the disk has
+// room for it plus everything Badger may write on its own before the next
+// check:
+//
+//   - every memtable flushed to a table (NumMemtables x MemTableSize);
+//   - one compaction rewriting the whole LSM tree (it writes the new tables
+//     before deleting the old; the LSM holds keys, metadata and lineage,
+//     not content, so it stays small);
+//   - slack for small transactions (last-seen bumps, lineage, deletions),
+//     the DISCARD file and the headers of new memtable and value-log files.
+//
+// A refused write is ErrFull, so the request passes through; the check runs
+// before every write, so the vault resumes by itself once space returns.
+// Value-log GC rewrites up to one value-log file and is checked for that.
+// What the check cannot prevent is another process filling the disk in the
+// instant between a check and Badger's write; the reserve makes that window
+// a race against a fast-filling disk rather than the normal end of a full
+// vault.
+const diskSlack = 4 << 20
+
+// diskGuard checks free space before writes.
+type diskGuard struct {
+	dir   string
+	fixed int64        // memtable flushes + slack
+	lsm   func() int64 // current LSM size on disk
+	free  func(dir string) (int64, bool, error)
+}
+
+func newDiskGuard(dir string, opt diskOptions, free func(string) (int64, bool, error)) *diskGuard {
+	if free == nil {
+		free = freeBytes
+	}
+	return &diskGuard{
+		dir:   dir,
+		fixed: int64(opt.numMemtables)*opt.memTableSize + diskSlack,
+		lsm:   func() int64 { return 0 },
+		free:  free,
+	}
+}
+
+// diskOptions are the Badger sizes the reserve derives from.
+type diskOptions struct {
+	memTableSize int64
+	numMemtables int
+}
+
+// reserve is what must stay free besides a write's own bytes.
+func (g *diskGuard) reserve() int64 { return g.fixed + g.lsm() }
+
+// check returns ErrFull unless the disk has need bytes free beyond the
+// reserve. Where free space cannot be measured (no statfs), it allows.
+func (g *diskGuard) check(need int64) error {
+	free, ok, err := g.free(g.dir)
+	if err != nil {
+		return fmt.Errorf("vault: free space: %w", err)
+	}
+	if !ok {
+		return nil
+	}
+	if r := g.reserve(); free < need+r {
+		return fmt.Errorf("%w: disk has %d bytes free, a write needs %d plus a reserve of %d", ErrFull, free, need, r)
+	}
+	return nil
+}
+
+// lsmOnDisk sums the sizes of dir's tables, for the reserve before Badger
+// has opened (and so before it can estimate its own size).
+func lsmOnDisk(dir string) int64 {
+	var n int64
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".sst") {
+			if fi, err := os.Stat(filepath.Join(dir, e.Name())); err == nil {
+				n += fi.Size()
+			}
+		}
+	}
+	return n
+}
