@@ -1,7 +1,6 @@
 package vault
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,10 +11,10 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
-	"github.com/dgraph-io/badger/v4/pb"
-	"github.com/dgraph-io/badger/v4/y"
+	"github.com/dgraph-io/badger/v4/options"
+	"github.com/dgraph-io/badger/v4/table"
+	"github.com/dgraph-io/ristretto/v2/z"
 	"go.uber.org/zap"
-	"google.golang.org/protobuf/proto"
 )
 
 // ErrDamaged means the database directory is damaged: a MANIFEST that does
@@ -58,7 +57,7 @@ func listDir(dir string) (dirFiles, error) {
 			case ".sst":
 				id, err := strconv.ParseUint(strings.TrimSuffix(name, ext), 10, 64)
 				if err != nil {
-					return f, fmt.Errorf("%w: unexpected table file %s", ErrDamaged, name)
+					return f, fmt.Errorf("%w %s: unexpected table file %s", ErrDamaged, dir, name)
 				}
 				f.tables[id] = info.Size()
 			case ".vlog":
@@ -84,29 +83,29 @@ func inspect(dir string, opt badger.Options, log *zap.Logger) error {
 		if errors.Is(err, ErrDamaged) {
 			return err
 		}
-		return fmt.Errorf("vault: %w", err)
+		return fmt.Errorf("vault: open %s: %w", dir, err)
 	}
 	if !files.manifest {
 		if len(files.tables) > 0 || files.vlogData > 0 || files.memtabs > 0 {
-			return fmt.Errorf("%w: MANIFEST missing but %d tables, %d value logs and %d memtables present",
-				ErrDamaged, len(files.tables), files.vlogData, files.memtabs)
+			return fmt.Errorf("%w %s: MANIFEST missing but %d tables, %d value logs and %d memtables present",
+				ErrDamaged, dir, len(files.tables), files.vlogData, files.memtabs)
 		}
 		return nil // a new database
 	}
 	mf, err := os.Open(filepath.Join(dir, badger.ManifestFilename))
 	if err != nil {
-		return fmt.Errorf("vault: %w", err)
+		return fmt.Errorf("vault: open %s: %w", dir, err)
 	}
 	defer mf.Close()
 	man, _, err := badger.ReplayManifestFile(mf, opt.ExternalMagicVersion, opt)
 	if err != nil {
-		return fmt.Errorf("%w: MANIFEST: %w", ErrDamaged, err)
+		return fmt.Errorf("%w %s: MANIFEST: %w", ErrDamaged, dir, err)
 	}
 	// Before its first flush a database names no tables; a crash during
 	// that flush leaves a table behind with its memtable still present.
 	if len(man.Tables) == 0 && len(files.tables) > 0 && files.memtabs == 0 {
-		return fmt.Errorf("%w: MANIFEST names no tables but %d are present (truncated MANIFEST?)",
-			ErrDamaged, len(files.tables))
+		return fmt.Errorf("%w %s: MANIFEST names no tables but %d are present (truncated MANIFEST?)",
+			ErrDamaged, dir, len(files.tables))
 	}
 	orphans := 0
 	for id := range files.tables {
@@ -120,59 +119,44 @@ func inspect(dir string, opt badger.Options, log *zap.Logger) error {
 	for id := range man.Tables {
 		size, ok := files.tables[id]
 		if !ok {
-			return fmt.Errorf("%w: table %d named by MANIFEST is missing", ErrDamaged, id)
+			return fmt.Errorf("%w %s: table %d named by MANIFEST is missing", ErrDamaged, dir, id)
 		}
-		if err := checkTableFooter(filepath.Join(dir, fmt.Sprintf("%06d.sst", id)), size); err != nil {
-			return fmt.Errorf("%w: table %d: %w", ErrDamaged, id, err)
+		if size == 0 {
+			return fmt.Errorf("%w %s: table %d is empty", ErrDamaged, dir, id)
+		}
+		if err := checkTable(filepath.Join(dir, fmt.Sprintf("%06d.sst", id)), opt); err != nil {
+			return fmt.Errorf("%w %s: table %d: %w", ErrDamaged, dir, id, err)
 		}
 	}
 	return nil
 }
 
-// checkTableFooter verifies a table's footer and its index checksum, the part
-// Badger reads at open without bounds checks. A table is
-// blocks | index | index length (4) | checksum | checksum length (4).
-func checkTableFooter(path string, size int64) error {
-	f, err := os.Open(path)
+// checkTable opens a table read-only the way Badger will, with every block
+// checksum verified, and turns the panics a damaged table raises inside
+// Badger (in a goroutine of its own at open, where nothing can recover
+// them) into an error here, where one can.
+func checkTable(path string, opt badger.Options) (err error) {
+	mf, err := z.OpenMmapFile(path, os.O_RDONLY, 0)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	read := func(off, n int64) ([]byte, error) {
-		if off < 0 || n < 0 || off+n > size {
-			return nil, errors.New("footer out of range")
+	defer func() {
+		if recover() != nil {
+			err = errors.New("unreadable (Badger panics reading it)")
 		}
-		b := make([]byte, n)
-		_, err := f.ReadAt(b, off)
-		return b, err
-	}
-	pos := size - 4
-	b, err := read(pos, 4)
+	}()
+	t, err := table.OpenTable(mf, table.Options{
+		ReadOnly:           true,
+		BlockSize:          opt.BlockSize,
+		BloomFalsePositive: opt.BloomFalsePositive,
+		ChkMode:            options.OnTableRead,
+		Compression:        opt.Compression,
+	})
 	if err != nil {
-		return err
+		return err // OpenTable closed the map
 	}
-	pos -= int64(binary.BigEndian.Uint32(b))
-	chk, err := read(pos, size-4-pos)
-	if err != nil {
-		return err
-	}
-	var sum pb.Checksum
-	if err := proto.Unmarshal(chk, &sum); err != nil {
-		return err
-	}
-	if sum.Algo != pb.Checksum_CRC32C && sum.Algo != pb.Checksum_XXHash64 {
-		return errors.New("unknown checksum algorithm")
-	}
-	pos -= 4
-	if b, err = read(pos, 4); err != nil {
-		return err
-	}
-	n := int64(binary.BigEndian.Uint32(b))
-	index, err := read(pos-n, n)
-	if err != nil {
-		return err
-	}
-	return y.VerifyChecksum(index, &sum)
+	// Close the map only: DecrRef would delete the file.
+	return t.MmapFile.Close(-1)
 }
 
 // damageMarkers are the texts of Badger's open errors that mean the files
@@ -192,15 +176,16 @@ var damageMarkers = []string{
 	"Encryption key mismatch",
 }
 
-// classifyOpenErr wraps err in ErrDamaged when it reports damaged files.
-func classifyOpenErr(err error) error {
+// classifyOpenErr wraps Badger's open error in ErrDamaged when it reports
+// damaged files.
+func classifyOpenErr(dir string, err error) error {
 	msg := err.Error()
 	for _, m := range damageMarkers {
 		if strings.Contains(msg, m) {
-			return fmt.Errorf("%w: %w", ErrDamaged, err)
+			return fmt.Errorf("%w %s: %w", ErrDamaged, dir, err)
 		}
 	}
-	return err
+	return fmt.Errorf("vault: open %s: %w", dir, err)
 }
 
 // moveAside renames a damaged directory to <dir>.damaged-<UTC time> and
@@ -234,7 +219,7 @@ func openDB(cfg Config, opt badger.Options, disk *diskGuard) (*badger.DB, error)
 
 func tryOpen(dir string, opt badger.Options, disk *diskGuard, log *zap.Logger) (*badger.DB, error) {
 	if err := inspect(dir, opt, log); err != nil {
-		return nil, fmt.Errorf("vault: open %s: %w", dir, err)
+		return nil, err
 	}
 	// At open Badger replays and flushes memtables and creates a memtable
 	// and a value-log file, all through memory maps: on a full disk it
@@ -246,7 +231,7 @@ func tryOpen(dir string, opt badger.Options, disk *diskGuard, log *zap.Logger) (
 	}
 	db, err := badger.Open(opt)
 	if err != nil {
-		return nil, fmt.Errorf("vault: open %s: %w", dir, classifyOpenErr(err))
+		return nil, classifyOpenErr(dir, err)
 	}
 	return db, nil
 }
