@@ -1,0 +1,248 @@
+package vault
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
+)
+
+// With the disk reported (nearly) full every write is ErrFull, reads still
+// work, and writes resume by themselves when space returns.
+func TestDiskGuard(t *testing.T) {
+	var free atomic.Int64
+	free.Store(1 << 40)
+	hook := func(string) (int64, bool, error) { return free.Load(), true, nil }
+	dir := t.TempDir()
+	s := openTest(t, Config{Dir: dir, freeSpace: hook})
+	ctx := context.Background()
+	sc := compiler.Scope{Tenant: "t"}
+	old := mkArt(text("stored before", 20_000))
+	must(t, s.Persist(ctx, sc, []compiler.Artifact{old}))
+
+	reserve := s.disk.reserve()
+	if reserve < 2*(8<<20) {
+		t.Fatalf("reserve %d does not cover two memtable flushes", reserve)
+	}
+	free.Store(reserve + 10_000) // room for small transactions, not this artifact
+	big := mkArt(text("new", 20_000))
+	if err := s.Persist(ctx, sc, []compiler.Artifact{big}); !errors.Is(err, compiler.ErrFull) {
+		t.Fatalf("Persist on a full disk = %v, want ErrFull", err)
+	}
+	free.Store(reserve - 1)
+	for name, err := range map[string]error{
+		"Persist": s.Persist(ctx, sc, []compiler.Artifact{big}),
+		"Record":  s.Record(ctx, sc, compiler.Record{ChainEnd: dg("c"), Length: 1}),
+		"Missing": func() error { _, err := s.Missing(ctx, sc, []compiler.Digest{old.Digest}); return err }(),
+	} {
+		if !errors.Is(err, compiler.ErrFull) {
+			t.Errorf("%s on a full disk = %v, want ErrFull", name, err)
+		}
+	}
+	if got, ok, err := s.Get(ctx, "t", old.Digest); err != nil || !ok || got.Text != old.Text {
+		t.Errorf("Get on a full disk = %v, %v", ok, err)
+	}
+	if st := s.Stats(); st.Artifacts != 1 {
+		t.Errorf("a refused write stored something: %+v", st)
+	}
+	free.Store(1 << 40)
+	must(t, s.Persist(ctx, sc, []compiler.Artifact{big}))
+	must(t, s.Close())
+
+	// Opening on a full disk is an error, not a crash.
+	free.Store(1 << 20)
+	if s2, err := Open(Config{Dir: dir, freeSpace: hook}); !errors.Is(err, compiler.ErrFull) {
+		if s2 != nil {
+			s2.Close()
+		}
+		t.Fatalf("Open on a full disk = %v, want ErrFull", err)
+	}
+	free.Store(1 << 40)
+	s3 := openTest(t, Config{Dir: dir, freeSpace: hook})
+	if _, ok, _ := s3.Get(ctx, "t", big.Digest); !ok {
+		t.Error("artifact lost across the full-disk open")
+	}
+}
+
+// The real thing: a small tmpfs filled by the vault, then by someone else,
+// with a restart on the full disk. Badger writes through memory maps, so
+// without the guard the child dies of SIGBUS; the child process keeps such
+// a crash from killing this test binary and makes it a failure instead.
+const diskFullEnv = "TT_VAULT_DISKFULL_PHASE"
+
+func TestDiskFullTmpfs(t *testing.T) {
+	if phase := os.Getenv(diskFullEnv); phase != "" {
+		diskFullChild(t, phase, os.Getenv("TT_VAULT_DISKFULL_DIR"))
+		return
+	}
+	if testing.Short() {
+		t.Skip("mounts a tmpfs and runs child processes")
+	}
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here (needs root and mount rights): %v: %s", err, bytes.TrimSpace(out))
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", mnt, err, out)
+		}
+	})
+	dir := filepath.Join(mnt, "vault")
+	run := func(phase string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestDiskFullTmpfs$", "-test.v")
+		cmd.Env = append(os.Environ(), diskFullEnv+"="+phase, "TT_VAULT_DISKFULL_DIR="+dir)
+		out, err := cmd.CombinedOutput()
+		if err != nil || !bytes.Contains(out, []byte("PASS")) {
+			msg := string(out)
+			if i := strings.Index(msg, "fatal error"); i >= 0 {
+				msg = msg[i:min(len(msg), i+600)]
+			} else if len(msg) > 3000 {
+				msg = msg[len(msg)-3000:]
+			}
+			t.Fatalf("child %q: %v\n%s", phase, err, msg)
+		}
+		return string(out)
+	}
+	// A ballast file another program holds, released later.
+	must(t, os.WriteFile(filepath.Join(mnt, "ballast"), bytes.Repeat([]byte{1}, 8<<20), 0o600))
+	t.Log(lastLine(run("fill")))
+
+	// Someone else fills the disk to the last block; the vault restarts.
+	fill := filepath.Join(mnt, "filler")
+	fillDisk(t, fill)
+	t.Log(lastLine(run("reopen-full")))
+	must(t, os.Remove(fill))
+	t.Log(lastLine(run("reopen")))
+}
+
+func lastLine(out string) string {
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "child:") {
+			return strings.TrimSpace(l)
+		}
+	}
+	return ""
+}
+
+// fillDisk writes path until the file system has no block left.
+func fillDisk(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Create(path)
+	must(t, err)
+	defer f.Close()
+	chunk := bytes.Repeat([]byte{2}, 1<<20)
+	for {
+		if _, err := f.Write(chunk); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	for n := 4096; n > 0; n /= 2 { // the last partial megabyte
+		for {
+			if _, err := f.Write(chunk[:n]); err != nil {
+				break
+			}
+		}
+	}
+}
+
+func diskFullArt(i int) compiler.Artifact {
+	return mkArt(randomText(fmt.Sprint("diskfull", i), 256<<10))
+}
+
+func diskFullChild(t *testing.T, phase, dir string) {
+	ctx := context.Background()
+	sc := compiler.Scope{Tenant: "t"}
+	cfg := Config{Dir: dir, MaxBytes: 1 << 30, TenantMaxBytes: 1 << 30}
+	switch phase {
+	case "fill":
+		s, err := Open(cfg)
+		must(t, err)
+		fillUntilFull := func(from int) int {
+			for i := from; ; i += 4 {
+				arts := []compiler.Artifact{diskFullArt(i), diskFullArt(i + 1), diskFullArt(i + 2), diskFullArt(i + 3)}
+				if err := s.Persist(ctx, sc, arts); err != nil {
+					if !errors.Is(err, compiler.ErrFull) {
+						t.Fatalf("Persist on a filling disk = %v, want ErrFull", err)
+					}
+					return i
+				}
+				if i > 1000 {
+					t.Fatal("the disk never filled")
+				}
+			}
+		}
+		n := fillUntilFull(0)
+		if n == 0 {
+			t.Fatal("nothing fit on an empty 64 MiB disk")
+		}
+		// Space returns: the same store resumes.
+		must(t, os.Remove(filepath.Join(filepath.Dir(dir), "ballast")))
+		m := fillUntilFull(n)
+		if m == n {
+			t.Fatal("no write resumed after space returned")
+		}
+		for _, i := range []int{0, m - 1} {
+			if _, ok, err := s.Get(ctx, "t", diskFullArt(i).Digest); err != nil || !ok {
+				t.Fatalf("artifact %d: %v, %v", i, ok, err)
+			}
+		}
+		must(t, s.Close())
+		fmt.Printf("child: %d artifacts of 256 KiB stored before ErrFull, %d after space returned\n", n, m)
+		writeCount(t, dir, m)
+	case "reopen-full":
+		s, err := Open(cfg)
+		if err == nil {
+			s.Close()
+			t.Fatal("Open on a full disk succeeded")
+		}
+		if !errors.Is(err, compiler.ErrFull) {
+			t.Fatalf("Open on a full disk = %v, want ErrFull", err)
+		}
+		fmt.Printf("child: open on a full disk: %v\n", err)
+	case "reopen":
+		s, err := Open(cfg)
+		must(t, err)
+		defer s.Close()
+		m := readCount(t, dir)
+		for i := range m {
+			if _, ok, err := s.Get(ctx, "t", diskFullArt(i).Digest); err != nil || !ok {
+				t.Fatalf("artifact %d after restart: %v, %v", i, ok, err)
+			}
+		}
+		if st := s.Stats(); st.Artifacts != int64(m) {
+			t.Fatalf("after restart %d artifacts, want %d", st.Artifacts, m)
+		}
+		fmt.Printf("child: all %d artifacts read back after the restart\n", m)
+	default:
+		t.Fatalf("unknown phase %q", phase)
+	}
+}
+
+func writeCount(t *testing.T, dir string, n int) {
+	must(t, os.WriteFile(dir+".count", []byte(fmt.Sprint(n)), 0o600))
+}
+
+func readCount(t *testing.T, dir string) int {
+	b, err := os.ReadFile(dir + ".count")
+	must(t, err)
+	var n int
+	_, err = fmt.Sscan(string(b), &n)
+	must(t, err)
+	return n
+}
