@@ -173,4 +173,3 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
-

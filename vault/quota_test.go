@@ -21,7 +21,9 @@ func TestTenantQuota(t *testing.T) {
 	s := openTest(t, Config{MaxBytes: 8*size + size/2, Retention: retention, now: clk.Now})
 	ctx := context.Background()
 	A, B := compiler.Scope{Tenant: "A"}, compiler.Scope{Tenant: "B"}
-	persist := func(sc compiler.Scope, i int) error { return s.Persist(ctx, sc, []compiler.Artifact{art(sc.Tenant, i)}) }
+	persist := func(sc compiler.Scope, i int) error {
+		return s.Persist(ctx, sc, []compiler.Artifact{art(sc.Tenant, i)})
+	}
 	has := func(sc compiler.Scope, i int) bool {
 		_, ok, err := s.Get(ctx, sc.Tenant, art(sc.Tenant, i).Digest)
 		if err != nil {
