@@ -158,7 +158,10 @@ func exposureDelta(cur, base map[compiler.Digest]int) map[compiler.Digest]int {
 // node is reported absent: lineage only ever makes requests smaller, so
 // losing some of it is safe.
 func loadNode(txn *badger.Txn, prefix []byte, id compiler.Digest) (node, bool, error) {
-	key := hex.AppendEncode(bytes.Clone(prefix), id[:])
+	return loadNodeKey(txn, hex.AppendEncode(bytes.Clone(prefix), id[:]))
+}
+
+func loadNodeKey(txn *badger.Txn, key []byte) (node, bool, error) {
 	item, err := txn.Get(key)
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return node{}, false, nil
@@ -191,10 +194,10 @@ func resolve(txn *badger.Txn, prefix []byte, n node) (map[compiler.Digest]int, b
 		chain = append(chain, next)
 		cur = next
 	}
-	exp := maps.Clone(chain[len(chain)-1].Exposures)
-	if exp == nil {
-		exp = map[compiler.Digest]int{}
+	if len(chain) == 1 {
+		return n.Exposures, true, nil // decoded for this call: not shared
 	}
+	exp := maps.Clone(chain[len(chain)-1].Exposures)
 	for i := len(chain) - 2; i >= 0; i-- {
 		for d, c := range chain[i].Exposures {
 			if c == deletedExposure {
@@ -226,13 +229,16 @@ func (s *Store) Ancestor(ctx context.Context, scope compiler.Scope, chain []comp
 	prefix := scopePrefix(scope)
 	var lin compiler.Lineage
 	err = s.db.View(func(txn *badger.Txn) error {
+		key := make([]byte, len(prefix), len(prefix)+64)
+		copy(key, prefix)
 		for i := len(chain) - 2; i >= 0; i-- {
 			if i%64 == 63 {
 				if err := ctx.Err(); err != nil {
 					return err
 				}
 			}
-			n, ok, err := loadNode(txn, prefix, chain[i])
+			key = hex.AppendEncode(key[:len(prefix)], chain[i][:])
+			n, ok, err := loadNodeKey(txn, key)
 			if err != nil {
 				return err
 			}

@@ -224,8 +224,6 @@ func tryOpen(dir string, opt badger.Options, disk *diskGuard, log *zap.Logger) (
 	// At open Badger replays and flushes memtables and creates a memtable
 	// and a value-log file, all through memory maps: on a full disk it
 	// would die of SIGBUS, so it is not started at all.
-	lsm := lsmOnDisk(dir)
-	disk.lsm = func() int64 { return lsm }
 	if err := disk.check(0); err != nil {
 		return nil, fmt.Errorf("vault: open %s: %w", dir, err)
 	}

@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
+	"time"
 )
 
 // Badger writes its memtable logs, value logs and tables through memory maps
@@ -33,12 +35,20 @@ import (
 // vault.
 const diskSlack = 4 << 20
 
+// lsmRescan is how often the guard re-reads the LSM size from the
+// directory. Badger's own estimate (DB.Size) is only kept with metrics on,
+// which the vault turns off; the LSM grows by at most a few memtable
+// flushes in this time, which the fixed part of the reserve covers.
+const lsmRescan = 10 * time.Second
+
 // diskGuard checks free space before writes.
 type diskGuard struct {
 	dir   string
-	fixed int64        // memtable flushes + slack
-	lsm   func() int64 // current LSM size on disk
+	fixed int64 // memtable flushes + slack
 	free  func(dir string) (int64, bool, error)
+
+	lsmBytes atomic.Int64 // tables on disk, as of lsmAt
+	lsmAt    atomic.Int64 // unix nanoseconds of the last scan
 }
 
 func newDiskGuard(dir string, opt diskOptions, free func(string) (int64, bool, error)) *diskGuard {
@@ -48,7 +58,6 @@ func newDiskGuard(dir string, opt diskOptions, free func(string) (int64, bool, e
 	return &diskGuard{
 		dir:   dir,
 		fixed: int64(opt.numMemtables)*opt.memTableSize + diskSlack,
-		lsm:   func() int64 { return 0 },
 		free:  free,
 	}
 }
@@ -61,6 +70,15 @@ type diskOptions struct {
 
 // reserve is what must stay free besides a write's own bytes.
 func (g *diskGuard) reserve() int64 { return g.fixed + g.lsm() }
+
+// lsm returns the tables' size on disk, rescanned every lsmRescan.
+func (g *diskGuard) lsm() int64 {
+	now := time.Now().UnixNano()
+	if at := g.lsmAt.Load(); now-at >= int64(lsmRescan) && g.lsmAt.CompareAndSwap(at, now) {
+		g.lsmBytes.Store(lsmOnDisk(g.dir))
+	}
+	return g.lsmBytes.Load()
+}
 
 // check returns ErrFull unless the disk has need bytes free beyond the
 // reserve. Where free space cannot be measured (no statfs), it allows.

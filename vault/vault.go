@@ -245,7 +245,6 @@ func Open(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	disk.lsm = func() int64 { lsm, _ := db.Size(); return lsm }
 	s := &Store{
 		db:        db,
 		log:       cfg.Logger,
