@@ -39,6 +39,10 @@ func TestDiskGuard(t *testing.T) {
 	if err := s.Persist(ctx, sc, []compiler.Artifact{big}); !errors.Is(err, compiler.ErrFull) {
 		t.Fatalf("Persist on a full disk = %v, want ErrFull", err)
 	}
+	ballast := filepath.Join(dir, ballastFile)
+	if fi, err := os.Stat(ballast); err != nil || fi.Size() != s.disk.fixed {
+		t.Fatalf("ballast: %v, %v", fi, err)
+	}
 	free.Store(reserve - 1)
 	for name, err := range map[string]error{
 		"Persist": s.Persist(ctx, sc, []compiler.Artifact{big}),
@@ -51,6 +55,9 @@ func TestDiskGuard(t *testing.T) {
 	}
 	if got, ok, err := s.Get(ctx, "t", old.Digest); err != nil || !ok || got.Text != old.Text {
 		t.Errorf("Get on a full disk = %v, %v", ok, err)
+	}
+	if _, err := os.Stat(ballast); err == nil {
+		t.Error("ballast kept with less than the memtable reserve free")
 	}
 	if st := s.Stats(); st.Artifacts != 1 {
 		t.Errorf("a refused write stored something: %+v", st)
@@ -119,12 +126,13 @@ func TestDiskFullTmpfs(t *testing.T) {
 	// A ballast file another program holds, released later.
 	must(t, os.WriteFile(filepath.Join(mnt, "ballast"), bytes.Repeat([]byte{1}, 8<<20), 0o600))
 	t.Log(lastLine(run("fill")))
-
-	// Someone else fills the disk to the last block; the vault restarts.
-	fill := filepath.Join(mnt, "filler")
-	fillDisk(t, fill)
+	// Someone else fills the disk to the last block while the vault has
+	// writes in its memtable, and the vault closes (a reload, a shutdown).
+	t.Log(lastLine(run("close-full")))
+	// It restarts on the still-full disk, then after space returns.
 	t.Log(lastLine(run("reopen-full")))
-	must(t, os.Remove(fill))
+	must(t, os.Remove(filepath.Join(mnt, "filler")))
+	must(t, os.Remove(filepath.Join(mnt, "filler2")))
 	t.Log(lastLine(run("reopen")))
 }
 
@@ -205,7 +213,29 @@ func diskFullChild(t *testing.T, phase, dir string) {
 		must(t, s.Close())
 		fmt.Printf("child: %d artifacts of 256 KiB stored before ErrFull, %d after space returned\n", n, m)
 		writeCount(t, dir, m)
+	case "close-full":
+		s, err := Open(cfg)
+		must(t, err)
+		ballast := filepath.Join(dir, ballastFile)
+		if _, err := os.Stat(ballast); err != nil {
+			t.Fatalf("no ballast: %v", err)
+		}
+		for i := range 20 { // small writes the reserve admits, left in the memtable
+			rec := compiler.Record{ChainEnd: dg(fmt.Sprint("close-full", i)), Length: 1}
+			must(t, s.Record(ctx, sc, rec))
+		}
+		fillDisk(t, filepath.Join(filepath.Dir(dir), "filler"))
+		if err := s.Record(ctx, sc, compiler.Record{ChainEnd: dg("refused"), Length: 1}); !errors.Is(err, compiler.ErrFull) {
+			t.Fatalf("Record on a full disk = %v, want ErrFull", err)
+		}
+		must(t, s.Close())
+		if _, err := os.Stat(ballast); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("ballast kept on a full disk: %v", err)
+		}
+		fmt.Println("child: closed with a memtable to flush on a full disk")
 	case "reopen-full":
+		// Closing gave the ballast back; the other program takes that too.
+		fillDisk(t, filepath.Join(filepath.Dir(dir), "filler2"))
 		s, err := Open(cfg)
 		if err == nil {
 			s.Close()
@@ -227,6 +257,13 @@ func diskFullChild(t *testing.T, phase, dir string) {
 		}
 		if st := s.Stats(); st.Artifacts != int64(m) {
 			t.Fatalf("after restart %d artifacts, want %d", st.Artifacts, m)
+		}
+		chain := []compiler.Digest{dg(fmt.Sprint("close-full", 19)), dg("next")}
+		if lin, err := s.Ancestor(ctx, sc, chain); err != nil || !lin.Found {
+			t.Fatalf("lineage written before the full-disk close: %v, %v", lin.Found, err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, ballastFile)); err != nil {
+			t.Fatalf("ballast not allocated again once space returned: %v", err)
 		}
 		fmt.Printf("child: all %d artifacts read back after the restart\n", m)
 	default:

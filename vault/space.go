@@ -1,12 +1,16 @@
 package vault
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // Badger writes its memtable logs, value logs and tables through memory maps
@@ -29,11 +33,19 @@ import (
 // A refused write is ErrFull, so the request passes through; the check runs
 // before every write, so the vault resumes by itself once space returns.
 // Value-log GC rewrites up to one value-log file and is checked for that.
-// What the check cannot prevent is another process filling the disk in the
-// instant between a check and Badger's write; the reserve makes that window
-// a race against a fast-filling disk rather than the normal end of a full
-// vault.
+//
+// The check cannot stop another process from filling the disk after it,
+// while the memtable still holds writes that Badger flushes later (in the
+// background, or at Close: a reload or shutdown). For that the vault keeps
+// a ballast file of the same size as the memtable part of the reserve, with
+// its blocks allocated: when a check finds less than that free, or Close
+// does, the ballast is deleted, which gives the flush its room back. It is
+// allocated again when the disk has room for it beyond the reserve.
 const diskSlack = 4 << 20
+
+// ballastFile is the ballast's name inside the database directory (Badger
+// ignores files it does not know).
+const ballastFile = "tt-disk-ballast"
 
 // lsmRescan is how often the guard re-reads the LSM size from the
 // directory. Badger's own estimate (DB.Size) is only kept with metrics on,
@@ -41,17 +53,18 @@ const diskSlack = 4 << 20
 // flushes in this time, which the fixed part of the reserve covers.
 const lsmRescan = 10 * time.Second
 
-// diskGuard checks free space before writes.
+// diskGuard checks free space before writes and owns the ballast.
 type diskGuard struct {
 	dir   string
-	fixed int64 // memtable flushes + slack
+	fixed int64 // memtable flushes + slack; also the ballast's size
 	free  func(dir string) (int64, bool, error)
+	log   *zap.Logger
 
 	lsmBytes atomic.Int64 // tables on disk, as of lsmAt
 	lsmAt    atomic.Int64 // unix nanoseconds of the last scan
 }
 
-func newDiskGuard(dir string, opt diskOptions, free func(string) (int64, bool, error)) *diskGuard {
+func newDiskGuard(dir string, opt diskOptions, free func(string) (int64, bool, error), log *zap.Logger) *diskGuard {
 	if free == nil {
 		free = freeBytes
 	}
@@ -59,6 +72,7 @@ func newDiskGuard(dir string, opt diskOptions, free func(string) (int64, bool, e
 		dir:   dir,
 		fixed: int64(opt.numMemtables)*opt.memTableSize + diskSlack,
 		free:  free,
+		log:   log,
 	}
 }
 
@@ -90,10 +104,41 @@ func (g *diskGuard) check(need int64) error {
 	if !ok {
 		return nil
 	}
+	if free < g.fixed {
+		g.releaseBallast() // someone else is filling the disk: give flushes room
+	}
 	if r := g.reserve(); free < need+r {
 		return fmt.Errorf("%w: disk has %d bytes free, a write needs %d plus a reserve of %d", ErrFull, free, need, r)
 	}
 	return nil
+}
+
+// releaseBallast deletes the ballast, if there is one.
+func (g *diskGuard) releaseBallast() {
+	err := os.Remove(filepath.Join(g.dir, ballastFile))
+	if err == nil {
+		g.log.Warn("vault disk nearly full: ballast released for Badger's flushes", zap.Int64("bytes", g.fixed))
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		g.log.Warn("vault ballast", zap.Error(err))
+	}
+}
+
+// fillBallast allocates the ballast when it is missing and the disk has
+// room for it beyond the reserve. Failing only narrows the margin, so it is
+// logged, never returned.
+func (g *diskGuard) fillBallast() {
+	path := filepath.Join(g.dir, ballastFile)
+	if fi, err := os.Stat(path); err == nil && fi.Size() == g.fixed {
+		return
+	}
+	free, ok, err := g.free(g.dir)
+	if err != nil || !ok || free < g.fixed+g.reserve() {
+		return
+	}
+	if err := allocateFile(path, g.fixed); err != nil {
+		os.Remove(path)
+		g.log.Warn("vault ballast not allocated", zap.Error(err))
+	}
 }
 
 // lsmOnDisk sums the sizes of dir's tables, for the reserve before Badger

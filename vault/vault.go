@@ -240,7 +240,7 @@ func Open(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("vault: %w", err)
 	}
 	opt := badgerOptions(cfg.Dir, cfg.vlogFileSize, cfg.Logger)
-	disk := newDiskGuard(cfg.Dir, diskOptions{memTableSize: opt.MemTableSize, numMemtables: opt.NumMemtables}, cfg.freeSpace)
+	disk := newDiskGuard(cfg.Dir, diskOptions{memTableSize: opt.MemTableSize, numMemtables: opt.NumMemtables}, cfg.freeSpace, cfg.Logger)
 	db, err := openDB(cfg, opt, disk)
 	if err != nil {
 		return nil, err
@@ -271,6 +271,7 @@ func Open(cfg Config) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
+	disk.fillBallast()
 	go s.maintain(cfg.maintainEvery)
 	return s, nil
 }
@@ -350,6 +351,11 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	close(s.stop)
 	<-s.done
+	// Badger flushes the memtable at Close, through a memory map: if the
+	// disk has filled since the last write, the ballast makes its room.
+	if s.disk.check(0) != nil {
+		s.disk.releaseBallast()
+	}
 	return s.db.Close()
 }
 
@@ -430,6 +436,7 @@ func (s *Store) maintain(every time.Duration) {
 			return
 		case <-t.C:
 		}
+		s.disk.fillBallast()
 		s.recountLineage()
 		s.evict(0, s.maxBytes/10)
 		s.scrub()
