@@ -32,6 +32,12 @@ const maxVerified = 1 << 16
 // a full 512 MiB vault in about two minutes, in small transactions.
 const defaultScrubRate = 4 << 20
 
+// defaultScrubEvery spaces full scrub passes. A pass reads the whole value
+// log, whose pages then count in the process's RSS (clean, reclaimable)
+// until the kernel needs them back; Missing already reads every record once
+// per process, so the scrub only has to catch damage that happens later.
+const defaultScrubEvery = 6 * time.Hour
+
 // scrubBatch bounds the content one scrub transaction reads.
 const scrubBatch = 1 << 20
 

@@ -87,6 +87,7 @@ type Config struct {
 	freeSpace     func(dir string) (int64, bool, error)
 	vlogFileSize  int64
 	scrubRate     int64 // content bytes per second the scrub reads
+	scrubEvery    time.Duration
 }
 
 // Stats is a snapshot of the vault's size and activity. It holds no content.
@@ -118,6 +119,7 @@ type Store struct {
 	now        func() time.Time
 	disk       *diskGuard
 	scrubRate  int64
+	scrubEvery time.Duration
 
 	// bytes is stored Text+Raw bytes plus lineage bytes, including
 	// reservations in flight; tenants holds the same per tenant (artifacts
@@ -232,6 +234,9 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.scrubRate <= 0 {
 		cfg.scrubRate = defaultScrubRate
 	}
+	if cfg.scrubEvery <= 0 {
+		cfg.scrubEvery = defaultScrubEvery
+	}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("vault: %w", err)
 	}
@@ -246,15 +251,16 @@ func Open(cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{
-		db:        db,
-		log:       cfg.Logger,
-		maxBytes:  cfg.MaxBytes,
-		maxTenant: cfg.TenantMaxBytes,
-		maxArt:    cfg.MaxArtifactBytes,
-		vlogSize:  cfg.vlogFileSize,
-		disk:      disk,
-		scrubRate: cfg.scrubRate,
-		retention: cfg.Retention,
+		db:         db,
+		log:        cfg.Logger,
+		maxBytes:   cfg.MaxBytes,
+		maxTenant:  cfg.TenantMaxBytes,
+		maxArt:     cfg.MaxArtifactBytes,
+		vlogSize:   cfg.vlogFileSize,
+		disk:       disk,
+		scrubRate:  cfg.scrubRate,
+		scrubEvery: cfg.scrubEvery,
+		retention:  cfg.Retention,
 		// Bumping last-seen on every hit would turn each warm request into a
 		// write; a coarse bump is enough while it stays well inside Retention.
 		touchAfter: min(time.Minute, cfg.Retention/4),
@@ -424,12 +430,14 @@ func (s *Store) update(ctx context.Context, fn func(*badger.Txn) error) error {
 
 // maintain periodically, until Close: recounts lineage (its records expire
 // by TTL, unseen by the counters), evicts expired artifacts down to 90% of
-// the cap, scrubs stored content and runs value-log GC while the disk has
-// room for it (GC rewrites up to one value-log file).
+// the cap, scrubs stored content (on the first pass, then every
+// scrubEvery) and runs value-log GC while the disk has room for it (GC
+// rewrites up to one value-log file).
 func (s *Store) maintain(every time.Duration) {
 	defer close(s.done)
 	t := time.NewTicker(every)
 	defer t.Stop()
+	var scrubbed time.Time
 	for {
 		select {
 		case <-s.stop:
@@ -439,7 +447,10 @@ func (s *Store) maintain(every time.Duration) {
 		s.disk.fillBallast()
 		s.recountLineage()
 		s.evict(0, s.maxBytes/10)
-		s.scrub()
+		if time.Since(scrubbed) >= s.scrubEvery {
+			s.scrub()
+			scrubbed = time.Now()
+		}
 		for s.disk.check(s.vlogSize) == nil && s.db.RunValueLogGC(0.5) == nil {
 			select {
 			case <-s.stop:
