@@ -276,7 +276,7 @@ func (s *Store) write(ctx context.Context, tenant string, arts []*compiler.Artif
 	// Sync even when everything was written concurrently by others: their
 	// sync may not have happened yet, and our receipts depend on it.
 	if err := s.db.Sync(); err != nil {
-		return fmt.Errorf("vault: sync: %w", err)
+		return fmt.Errorf("vault: sync: %w", noSpaceIsFull(err))
 	}
 	if err := s.readBack(tenant, ours, others); err != nil {
 		return err

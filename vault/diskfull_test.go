@@ -283,3 +283,22 @@ func readCount(t *testing.T, dir string) int {
 	must(t, err)
 	return n
 }
+
+func TestNoSpaceIsFull(t *testing.T) {
+	tests := []struct {
+		err  error
+		full bool
+	}{
+		{nil, false},
+		{errors.New("conflict"), false},
+		{fmt.Errorf("write MANIFEST: %w", syscall.ENOSPC), true},
+		{fmt.Errorf("while writing: %v", syscall.ENOSPC), true}, // Badger's %v
+		{fmt.Errorf("%w: already", ErrFull), true},
+	}
+	for _, tt := range tests {
+		got := noSpaceIsFull(tt.err)
+		if errors.Is(got, ErrFull) != tt.full || (tt.err == nil) != (got == nil) {
+			t.Errorf("noSpaceIsFull(%v) = %v, want full %v", tt.err, got, tt.full)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -139,6 +140,18 @@ func (g *diskGuard) fillBallast() {
 		os.Remove(path)
 		g.log.Warn("vault ballast not allocated", zap.Error(err))
 	}
+}
+
+// noSpaceIsFull makes a write that failed for lack of space (in a file
+// Badger writes with write(2), such as the MANIFEST) ErrFull, so the request
+// passes through as vault_full. Badger formats some errors with %v, so the
+// text is checked as well as the chain.
+func noSpaceIsFull(err error) error {
+	if err != nil && !errors.Is(err, ErrFull) &&
+		(errors.Is(err, syscall.ENOSPC) || strings.Contains(err.Error(), syscall.ENOSPC.Error())) {
+		return fmt.Errorf("%w: %w", ErrFull, err)
+	}
+	return err
 }
 
 // lsmOnDisk sums the sizes of dir's tables, for the reserve before Badger

@@ -420,7 +420,7 @@ func (s *Store) update(ctx context.Context, fn func(*badger.Txn) error) error {
 	for attempt := 0; ; attempt++ {
 		err := s.db.Update(fn)
 		if !errors.Is(err, badger.ErrConflict) || attempt == maxRetries {
-			return err
+			return noSpaceIsFull(err)
 		}
 		if err := ctx.Err(); err != nil {
 			return err
