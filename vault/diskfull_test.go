@@ -81,35 +81,65 @@ func TestDiskGuard(t *testing.T) {
 	}
 }
 
-// The real thing: a small tmpfs filled by the vault, then by someone else,
-// with a restart on the full disk. Badger writes through memory maps, so
-// without the guard the child dies of SIGBUS; the child process keeps such
-// a crash from killing this test binary and makes it a failure instead.
+// The real thing: a small file system filled by the vault, then by someone
+// else, with a close and a restart on the full disk, on a tmpfs and on an
+// ext4 loop device. Badger writes through memory maps, so without the guard
+// the child dies of SIGBUS; the child process keeps such a crash from
+// killing this test binary and makes it a failure instead.
 const diskFullEnv = "TT_VAULT_DISKFULL_PHASE"
 
-func TestDiskFullTmpfs(t *testing.T) {
+func TestDiskFull(t *testing.T) {
 	if phase := os.Getenv(diskFullEnv); phase != "" {
 		diskFullChild(t, phase, os.Getenv("TT_VAULT_DISKFULL_DIR"))
 		return
 	}
 	if testing.Short() {
-		t.Skip("mounts a tmpfs and runs child processes")
+		t.Skip("mounts small file systems and runs child processes")
 	}
-	mnt := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", mnt).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs here (needs root and mount rights): %v: %s", err, bytes.TrimSpace(out))
+	mounts := []struct {
+		name  string
+		mount func(t *testing.T, mnt string) ([]byte, error)
+	}{
+		{"tmpfs", func(t *testing.T, mnt string) ([]byte, error) {
+			return exec.Command("mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", mnt).CombinedOutput()
+		}},
+		{"ext4 loop", func(t *testing.T, mnt string) ([]byte, error) {
+			img := filepath.Join(t.TempDir(), "fs.img")
+			if err := os.WriteFile(img, nil, 0o600); err != nil {
+				return nil, err
+			}
+			if err := os.Truncate(img, 64<<20); err != nil {
+				return nil, err
+			}
+			if out, err := exec.Command("mkfs.ext4", "-q", "-F", img).CombinedOutput(); err != nil {
+				return out, err
+			}
+			return exec.Command("mount", "-o", "loop", img, mnt).CombinedOutput()
+		}},
 	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", mnt, err, out)
-		}
-	})
+	for _, m := range mounts {
+		t.Run(m.name, func(t *testing.T) {
+			mnt := t.TempDir()
+			if out, err := m.mount(t, mnt); err != nil {
+				t.Skipf("cannot mount %s here (needs root and mount rights): %v: %s", m.name, err, bytes.TrimSpace(out))
+			}
+			t.Cleanup(func() {
+				if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+					t.Errorf("umount %s: %v: %s", mnt, err, out)
+				}
+			})
+			diskFullScenario(t, mnt)
+		})
+	}
+}
+
+func diskFullScenario(t *testing.T, mnt string) {
 	dir := filepath.Join(mnt, "vault")
 	run := func(phase string) string {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestDiskFullTmpfs$", "-test.v")
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestDiskFull$", "-test.v")
 		cmd.Env = append(os.Environ(), diskFullEnv+"="+phase, "TT_VAULT_DISKFULL_DIR="+dir)
 		out, err := cmd.CombinedOutput()
 		if err != nil || !bytes.Contains(out, []byte("PASS")) {
