@@ -366,6 +366,7 @@ func (s *Store) tryReserve(n int64) bool {
 // one tenant's artifacts for its quota.
 type evictScope struct {
 	prefix []byte        // metadata keys scanned
+	tenant *string       // only this tenant's keys (a tenant may contain '/')
 	used   func() int64  // bytes in use in the scope
 	target int64         // evict down to this
 	next   *atomic.Int64 // earliest time anything in scope can expire
@@ -373,7 +374,7 @@ type evictScope struct {
 
 // evict makes room under the cap for need more bytes, with slack to spare.
 func (s *Store) evict(need, slack int64) {
-	s.evictOldest(evictScope{[]byte("m/"), s.bytes.Load, s.maxBytes - need - slack, &s.nextEvict})
+	s.evictOldest(evictScope{[]byte("m/"), nil, s.bytes.Load, s.maxBytes - need - slack, &s.nextEvict})
 }
 
 // evictTenant makes room under tenant's quota for need more bytes, from
@@ -381,7 +382,7 @@ func (s *Store) evict(need, slack int64) {
 func (s *Store) evictTenant(tenant string, need int64) {
 	prefix := append([]byte("m/"+tenant), '/')
 	used := func() int64 { return s.tenants.used(tenant) }
-	s.evictOldest(evictScope{prefix, used, s.maxTenant - need - s.maxTenant/20, s.tenants.next(tenant)})
+	s.evictOldest(evictScope{prefix, &tenant, used, s.maxTenant - need - s.maxTenant/20, s.tenants.next(tenant)})
 }
 
 // evictOldest deletes artifacts in scope whose last-seen time is outside the
@@ -413,6 +414,9 @@ func (s *Store) evictOldest(sc evictScope) {
 		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 256, Prefix: sc.prefix})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
+			if sc.tenant != nil && tenantOfKey(it.Item().Key()) != *sc.tenant {
+				continue
+			}
 			var m meta
 			if err := it.Item().Value(m.decode); err != nil {
 				return err

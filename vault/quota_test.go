@@ -99,3 +99,28 @@ func TestTenantQuotaConfig(t *testing.T) {
 		}
 	}
 }
+
+// A tenant whose id is a prefix of another's ("a" and "a/b") evicts only
+// its own artifacts.
+func TestTenantQuotaPrefix(t *testing.T) {
+	clk := newClock()
+	art := func(tenant string, i int) compiler.Artifact { return mkArt(text(fmt.Sprint(tenant, i), 2000)) }
+	size := func() int64 { a := art("x", 0); return artSize(&a) }()
+	s := openTest(t, Config{MaxBytes: 8*size + size/2, Retention: time.Hour, now: clk.Now})
+	ctx := context.Background()
+	for _, tenant := range []string{"a/b", "a"} {
+		for i := range 2 {
+			must(t, s.Persist(ctx, compiler.Scope{Tenant: tenant}, []compiler.Artifact{art(tenant, i)}))
+		}
+	}
+	clk.Add(2 * time.Hour) // everything has left its window
+	must(t, s.Persist(ctx, compiler.Scope{Tenant: "a"}, []compiler.Artifact{art("a", 2)}))
+	for i := range 2 {
+		if _, ok, _ := s.Get(ctx, "a/b", art("a/b", i).Digest); !ok {
+			t.Errorf(`tenant "a/b" lost artifact %d to tenant "a"'s quota`, i)
+		}
+	}
+	if _, ok, _ := s.Get(ctx, "a", art("a", 0).Digest); ok {
+		t.Error(`tenant "a" kept its oldest artifact past its quota`)
+	}
+}

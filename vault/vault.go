@@ -85,7 +85,6 @@ type Config struct {
 	now           func() time.Time
 	maintainEvery time.Duration
 	freeSpace     func(dir string) (int64, bool, error)
-	vlogFileSize  int64
 	scrubRate     int64 // content bytes per second the scrub reads
 	scrubEvery    time.Duration
 }
@@ -228,9 +227,6 @@ func Open(cfg Config) (*Store, error) {
 		cfg.TenantMaxBytes = cfg.MaxBytes / 4
 	}
 	cfg.TenantMaxBytes = min(cfg.TenantMaxBytes, cfg.MaxBytes)
-	if cfg.vlogFileSize <= 0 {
-		cfg.vlogFileSize = vlogFileSize(cfg.MaxArtifactBytes)
-	}
 	if cfg.scrubRate <= 0 {
 		cfg.scrubRate = defaultScrubRate
 	}
@@ -244,7 +240,8 @@ func Open(cfg Config) (*Store, error) {
 	if err := os.Chmod(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("vault: %w", err)
 	}
-	opt := badgerOptions(cfg.Dir, cfg.vlogFileSize, cfg.Logger)
+	vlogSize := vlogFileSize(cfg.MaxArtifactBytes)
+	opt := badgerOptions(cfg.Dir, vlogSize, cfg.Logger)
 	disk := newDiskGuard(cfg.Dir, diskOptions{memTableSize: opt.MemTableSize, numMemtables: opt.NumMemtables}, cfg.freeSpace, cfg.Logger)
 	db, err := openDB(cfg, opt, disk)
 	if err != nil {
@@ -256,7 +253,7 @@ func Open(cfg Config) (*Store, error) {
 		maxBytes:   cfg.MaxBytes,
 		maxTenant:  cfg.TenantMaxBytes,
 		maxArt:     cfg.MaxArtifactBytes,
-		vlogSize:   cfg.vlogFileSize,
+		vlogSize:   vlogSize,
 		disk:       disk,
 		scrubRate:  cfg.scrubRate,
 		scrubEvery: cfg.scrubEvery,
