@@ -485,9 +485,17 @@ func TestLineageExpires(t *testing.T) {
 	if lin, _ := s.Ancestor(ctx, compiler.Scope{}, chain); !lin.Found {
 		t.Fatal("fresh record not found")
 	}
+	if st := s.Stats(); st.Lineage == 0 || st.Bytes != st.Lineage {
+		t.Fatalf("fresh record not counted: %+v", st)
+	}
 	time.Sleep(2100 * time.Millisecond) // Badger TTLs have one-second resolution
 	if lin, _ := s.Ancestor(ctx, compiler.Scope{}, chain); lin.Found {
 		t.Error("record outlived its TTL")
+	}
+	// Its bytes leave the capacity with it, at the next maintenance pass.
+	s.recountLineage()
+	if st := s.Stats(); st.Lineage != 0 || st.Bytes != 0 {
+		t.Errorf("expired lineage still counted: %+v", st)
 	}
 }
 
