@@ -69,6 +69,9 @@ func newDiskGuard(dir string, opt diskOptions, free func(string) (int64, bool, e
 	if free == nil {
 		free = freeBytes
 	}
+	if log == nil {
+		log = zap.NewNop()
+	}
 	return &diskGuard{
 		dir:   dir,
 		fixed: int64(opt.numMemtables)*opt.memTableSize + diskSlack,
