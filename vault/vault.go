@@ -78,7 +78,8 @@ type Config struct {
 	// artifact, so receipts already sent that name them cannot be restored
 	// by this gateway; all lineage, so conversations inline their results
 	// again as new ones do; and the vault's own tenant key, so tenant ids
-	// change unless the gateway is given its tenant key.
+	// change unless the gateway is given its tenant key. Dir must be
+	// renamable (not itself a mount point), or Open fails as without it.
 	MoveAsideDamaged bool
 
 	// Test hooks.
