@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/dgraph-io/badger/v4"
@@ -27,8 +28,10 @@ const (
 
 // Persist makes arts durable for scope.Tenant before their receipts go out.
 // New artifacts are written in one transaction, synced once and read back;
-// artifacts already stored are only checked present (their last-seen time is
-// bumped when stale, which keeps them inside the retention window).
+// artifacts already stored are checked present and, once per process,
+// readable (their last-seen time is bumped when stale, which keeps them
+// inside the retention window); an unreadable one is dropped and written
+// again.
 func (s *Store) Persist(ctx context.Context, scope compiler.Scope, arts []compiler.Artifact) error {
 	if len(arts) == 0 {
 		return nil
@@ -68,10 +71,12 @@ func (s *Store) Persist(ctx context.Context, scope compiler.Scope, arts []compil
 	return s.write(ctx, scope.Tenant, missing, now)
 }
 
-// Missing returns the digests tenant has no artifact for. The others are
-// confirmed present and their last-seen time is bumped when stale, in the
-// same transaction, so eviction cannot take them while their receipts are
-// in flight.
+// Missing returns the digests tenant has no readable artifact for. The
+// others are confirmed present (and, the first time in this process, read
+// and checked) and their last-seen time is bumped when stale, in the same
+// transaction, so eviction cannot take them while their receipts are in
+// flight. A record that does not read back intact is dropped and reported
+// missing, so the caller stores it again.
 func (s *Store) Missing(ctx context.Context, scope compiler.Scope, digests []compiler.Digest) ([]compiler.Digest, error) {
 	if len(digests) == 0 {
 		return nil, nil
@@ -123,14 +128,24 @@ func (s *Store) validate(arts []compiler.Artifact) ([]*compiler.Artifact, error)
 	return uniq, nil
 }
 
-// verify returns the artifacts not stored for tenant. Present ones are checked
-// against their metadata, and their last-seen time is bumped in the same
-// transaction when older than touchAfter, so a concurrent eviction either
-// sees the bump or makes this transaction retry and find them missing.
+// verify returns the artifacts not stored (readable) for tenant. Present ones
+// are checked against their metadata, and their last-seen time is bumped in
+// the same transaction when older than touchAfter, so a concurrent eviction
+// either sees the bump or makes this transaction retry and find them
+// missing. Content this process has not yet read intact is read and checked
+// (see integrity.go); a record that fails is dropped in the same
+// transaction and counts as missing.
 func (s *Store) verify(ctx context.Context, tenant string, arts []*compiler.Artifact, now int64) ([]*compiler.Artifact, error) {
 	var missing []*compiler.Artifact
+	var fresh []compiler.Digest
+	type drop struct {
+		d    compiler.Digest
+		size int64
+		why  error
+	}
+	var drops []drop
 	err := s.update(ctx, func(txn *badger.Txn) error {
-		missing = missing[:0]
+		missing, fresh, drops = missing[:0], fresh[:0], drops[:0]
 		for _, a := range arts {
 			ok, err := s.touch(txn, tenant, a.Digest, now)
 			if err != nil {
@@ -140,16 +155,34 @@ func (s *Store) verify(ctx context.Context, tenant string, arts []*compiler.Arti
 				missing = append(missing, a)
 				continue
 			}
-			// Metadata and content are written and deleted together; check
-			// the content key anyway (an index lookup, no value read).
-			if _, err := txn.Get(artKey(tenant, a.Digest)); err != nil {
-				return fmt.Errorf("vault: artifact %x content: %w", a.Digest[:8], err)
+			if s.checked.has(tenant, a.Digest) {
+				// Read intact before; metadata and content are written and
+				// deleted together, so the key lookup is enough now.
+				if _, err := txn.Get(artKey(tenant, a.Digest)); err != nil {
+					return fmt.Errorf("vault: artifact %x content: %w", a.Digest[:8], err)
+				}
+				continue
 			}
+			why := readable(txn, tenant, a.Digest)
+			if why == nil {
+				fresh = append(fresh, a.Digest)
+				continue
+			}
+			size, err := dropRecord(txn, tenant, a.Digest)
+			if err != nil {
+				return err
+			}
+			drops = append(drops, drop{a.Digest, size, why})
+			missing = append(missing, a)
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("vault: verify: %w", err)
+	}
+	s.checked.add(tenant, fresh...)
+	for _, d := range drops {
+		s.dropped(tenant, d.d, d.size, d.why)
 	}
 	return missing, nil
 }
@@ -186,11 +219,19 @@ func (s *Store) write(ctx context.Context, tenant string, arts []*compiler.Artif
 	for _, a := range arts {
 		need += artSize(a)
 	}
-	if err := s.reserve(need); err != nil {
+	// Content is at most its plain size once compressed; keys, metadata
+	// and Badger's entry headers add well under 1 KiB per artifact.
+	if err := s.disk.check(need + int64(len(arts))<<10); err != nil {
+		return err
+	}
+	if err := s.reserve(tenant, need); err != nil {
 		return err
 	}
 	reserved := need
-	defer func() { s.bytes.Add(-reserved) }() // give back what was not stored
+	defer func() { // give back what was not stored
+		s.bytes.Add(-reserved)
+		s.tenants.add(tenant, -reserved)
+	}()
 
 	// ours lists artifacts this call wrote; others were stored by a
 	// concurrent Persist between verify and write, so only their presence is
@@ -235,9 +276,15 @@ func (s *Store) write(ctx context.Context, tenant string, arts []*compiler.Artif
 	// Sync even when everything was written concurrently by others: their
 	// sync may not have happened yet, and our receipts depend on it.
 	if err := s.db.Sync(); err != nil {
-		return fmt.Errorf("vault: sync: %w", err)
+		return fmt.Errorf("vault: sync: %w", noSpaceIsFull(err))
 	}
-	return s.readBack(tenant, ours, others)
+	if err := s.readBack(tenant, ours, others); err != nil {
+		return err
+	}
+	for _, a := range ours {
+		s.checked.add(tenant, a.Digest)
+	}
+	return nil
 }
 
 // readBack compares freshly written content byte for byte and checks that
@@ -266,8 +313,28 @@ func (s *Store) readBack(tenant string, ours, others []*compiler.Artifact) error
 	})
 }
 
-// reserve claims n bytes under the cap, evicting once if they do not fit.
-func (s *Store) reserve(n int64) error {
+// reserve claims n bytes of tenant's quota and of the cap, evicting the
+// tenant's own expired artifacts first when its quota is reached. Other
+// tenants' artifacts are only evicted for the cap, never for a quota.
+func (s *Store) reserve(tenant string, n int64) error {
+	if !s.tenants.tryReserve(tenant, n, s.maxTenant) {
+		if n > s.maxTenant {
+			return fmt.Errorf("%w: need %d bytes, tenant quota %d", ErrFull, n, s.maxTenant)
+		}
+		s.evictTenant(tenant, n)
+		if !s.tenants.tryReserve(tenant, n, s.maxTenant) {
+			return fmt.Errorf("%w: tenant quota: need %d bytes, %d of %d in use", ErrFull, n, s.tenants.used(tenant), s.maxTenant)
+		}
+	}
+	if err := s.reserveCap(n); err != nil {
+		s.tenants.add(tenant, -n)
+		return err
+	}
+	return nil
+}
+
+// reserveCap claims n bytes under the cap, evicting once if they do not fit.
+func (s *Store) reserveCap(n int64) error {
 	if s.tryReserve(n) {
 		return nil
 	}
@@ -295,19 +362,43 @@ func (s *Store) tryReserve(n int64) bool {
 	}
 }
 
-// evict deletes artifacts whose last-seen time is outside the retention
-// window, least recently seen first, until need more bytes fit with slack
-// to spare. Artifacts seen within Retention are never deleted, so a vault
-// full of live artifacts stays full and Persist reports ErrFull.
+// evictScope is what one eviction works on: the whole vault for the cap, or
+// one tenant's artifacts for its quota.
+type evictScope struct {
+	prefix []byte        // metadata keys scanned
+	tenant *string       // only this tenant's keys (a tenant may contain '/')
+	used   func() int64  // bytes in use in the scope
+	target int64         // evict down to this
+	next   *atomic.Int64 // earliest time anything in scope can expire
+}
+
+// evict makes room under the cap for need more bytes, with slack to spare.
 func (s *Store) evict(need, slack int64) {
+	s.evictOldest(evictScope{[]byte("m/"), nil, s.bytes.Load, s.maxBytes - need - slack, &s.nextEvict})
+}
+
+// evictTenant makes room under tenant's quota for need more bytes, from
+// tenant's own artifacts only.
+func (s *Store) evictTenant(tenant string, need int64) {
+	prefix := append([]byte("m/"+tenant), '/')
+	used := func() int64 { return s.tenants.used(tenant) }
+	s.evictOldest(evictScope{prefix, &tenant, used, s.maxTenant - need - s.maxTenant/20, s.tenants.next(tenant)})
+}
+
+// evictOldest deletes artifacts in scope whose last-seen time is outside the
+// retention window, least recently seen first, until the scope's usage
+// reaches its target. Artifacts seen within Retention are never deleted, so
+// a vault (or tenant) full of live artifacts stays full and Persist reports
+// ErrFull.
+func (s *Store) evictOldest(sc evictScope) {
 	s.evictMu.Lock()
 	defer s.evictMu.Unlock()
-	target := s.maxBytes - need - slack
-	if s.bytes.Load() <= target {
+	target := sc.target
+	if sc.used() <= target {
 		return // a concurrent eviction already made room
 	}
 	now := s.now().UnixNano()
-	if now < s.nextEvict.Load() {
+	if now < sc.next.Load() {
 		return // nothing can have left its retention window since the last scan
 	}
 	cutoff := now - int64(s.retention)
@@ -320,9 +411,12 @@ func (s *Store) evict(need, slack int64) {
 	var cands []cand
 	oldestKept := int64(math.MaxInt64)
 	err := s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 256, Prefix: []byte("m/")})
+		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 256, Prefix: sc.prefix})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
+			if sc.tenant != nil && tenantOfKey(it.Item().Key()) != *sc.tenant {
+				continue
+			}
 			var m meta
 			if err := it.Item().Value(m.decode); err != nil {
 				return err
@@ -341,7 +435,7 @@ func (s *Store) evict(need, slack int64) {
 	}
 	slices.SortFunc(cands, func(a, b cand) int { return cmp.Compare(a.seen, b.seen) })
 	// Take just enough of the oldest to reach the target.
-	excess := s.bytes.Load() - target
+	excess := sc.used() - target
 	var take int
 	for sum := int64(0); take < len(cands) && sum < excess; take++ {
 		sum += cands[take].size
@@ -350,8 +444,10 @@ func (s *Store) evict(need, slack int64) {
 	var evicted, freed int64
 	for chunk := range slices.Chunk(cands[:take], evictChunk) {
 		var n, b int64
+		per := map[string]int64{}
 		err := s.update(context.Background(), func(txn *badger.Txn) error {
 			n, b = 0, 0
+			clear(per)
 			for _, c := range chunk {
 				item, err := txn.Get(c.key)
 				if errors.Is(err, badger.ErrKeyNotFound) {
@@ -376,12 +472,16 @@ func (s *Store) evict(need, slack int64) {
 				}
 				n++
 				b += m.size()
+				per[tenantOfKey(c.key)] += m.size()
 			}
 			return nil
 		})
 		if err != nil {
 			s.log.Warn("vault eviction failed", zap.Error(err))
 			break
+		}
+		for t, size := range per {
+			s.tenants.add(t, -size)
 		}
 		s.bytes.Add(-b)
 		s.count.Add(-n)
@@ -392,10 +492,10 @@ func (s *Store) evict(need, slack int64) {
 	if evicted > 0 {
 		s.log.Info("vault evicted", zap.Int64("artifacts", evicted), zap.Int64("bytes", freed))
 	}
-	if s.bytes.Load() > target && oldestKept != math.MaxInt64 {
+	if sc.used() > target && oldestKept != math.MaxInt64 {
 		// Every artifact left is inside its window; the earliest can leave
 		// it at oldestKept+retention, and last-seen times only grow.
-		s.nextEvict.Store(oldestKept + int64(s.retention))
+		sc.next.Store(oldestKept + int64(s.retention))
 	}
 }
 

@@ -145,14 +145,38 @@ func sameContent(b []byte, a *compiler.Artifact) bool {
 		r.done() == nil
 }
 
-// node is a stored lineage record.
+// node is a stored lineage record. A v1 node holds the cumulative exposures
+// of its request. A v2 node (nodeV2) holds only the exposures that differ
+// from those of its base, an ancestor (see lineage.go); Depth 0 and no base
+// mean the exposures are complete, as in v1.
 type node struct {
 	Length    int
 	Parent    compiler.Digest
 	HasParent bool
 	Time      int64
+	Depth     int // recorded ancestors along the lineage (v2)
+	Base      compiler.Digest
+	HasBase   bool
+	// Exposures is cumulative without a base; with one it is the delta,
+	// where deletedExposure marks an artifact the base has and this node
+	// does not.
 	Exposures map[compiler.Digest]int
 	Cache     []byte // the compiler's cache state; optional trailing field
+}
+
+// nodeV2 marks a lineage node stored as a delta against its base.
+const nodeV2 = 2
+
+// deletedExposure marks, in a delta, an exposure removed relative to the
+// base (counts are never negative otherwise).
+const deletedExposure = -1
+
+func appendOptDigest(b []byte, ok bool, d compiler.Digest) []byte {
+	if !ok {
+		return append(b, 0)
+	}
+	b = append(b, 1)
+	return append(b, d[:]...)
 }
 
 func (n *node) encode() []byte {
@@ -161,16 +185,13 @@ func (n *node) encode() []byte {
 		keys = append(keys, d)
 	}
 	slices.SortFunc(keys, func(a, b compiler.Digest) int { return bytes.Compare(a[:], b[:]) })
-	b := make([]byte, 0, 1+3*binary.MaxVarintLen64+33+len(keys)*(32+binary.MaxVarintLen64))
-	b = append(b, codecV1)
+	b := make([]byte, 0, 1+4*binary.MaxVarintLen64+66+len(keys)*(32+binary.MaxVarintLen64))
+	b = append(b, nodeV2)
 	b = binary.AppendUvarint(b, uint64(n.Length))
-	if n.HasParent {
-		b = append(b, 1)
-		b = append(b, n.Parent[:]...)
-	} else {
-		b = append(b, 0)
-	}
+	b = appendOptDigest(b, n.HasParent, n.Parent)
 	b = binary.AppendVarint(b, n.Time)
+	b = binary.AppendUvarint(b, uint64(n.Depth))
+	b = appendOptDigest(b, n.HasBase, n.Base)
 	b = binary.AppendUvarint(b, uint64(len(keys)))
 	for _, d := range keys {
 		b = append(b, d[:]...)
@@ -185,7 +206,8 @@ func (n *node) encode() []byte {
 
 func (n *node) decode(b []byte) error {
 	r := reader{b: b}
-	if r.byte() != codecV1 {
+	v := r.byte()
+	if v != codecV1 && v != nodeV2 {
 		return errCodec
 	}
 	n.Length = int(r.uvarint())
@@ -193,6 +215,13 @@ func (n *node) decode(b []byte) error {
 		copy(n.Parent[:], r.bytes(32))
 	}
 	n.Time = r.varint()
+	n.Depth, n.HasBase, n.Base = 0, false, compiler.Digest{}
+	if v == nodeV2 {
+		n.Depth = int(r.uvarint())
+		if n.HasBase = r.byte() == 1; n.HasBase {
+			copy(n.Base[:], r.bytes(32))
+		}
+	}
 	cnt := r.uvarint()
 	if cnt > uint64(len(b))/33 { // each entry takes at least 33 bytes
 		return errCodec

@@ -64,20 +64,42 @@ type Config struct {
 	Retention time.Duration
 	// Logger receives warnings and errors (Badger's included). Nil means none.
 	Logger *zap.Logger
+	// TenantMaxBytes caps one tenant's stored artifact bytes (Text+Raw), so
+	// that one tenant cannot fill the vault and turn compilation off for
+	// everyone. A tenant at its quota evicts its own least recently seen
+	// artifacts outside Retention first, then gets ErrFull; other tenants
+	// are unaffected. Default MaxBytes/4; values above MaxBytes mean
+	// MaxBytes (no per-tenant limit).
+	TenantMaxBytes int64
+	// MoveAsideDamaged makes Open answer a damaged database (ErrDamaged) by
+	// renaming Dir to <Dir>.damaged-<UTC time> and starting an empty vault
+	// there, instead of failing. What the fresh vault no longer has (the
+	// moved directory still holds it, for recovery by hand): every stored
+	// artifact, so receipts already sent that name them cannot be restored
+	// by this gateway; all lineage, so conversations inline their results
+	// again as new ones do; and the vault's own tenant key, so tenant ids
+	// change unless the gateway is given its tenant key. Dir must be
+	// renamable (not itself a mount point), or Open fails as without it.
+	MoveAsideDamaged bool
 
 	// Test hooks.
 	now           func() time.Time
 	maintainEvery time.Duration
+	freeSpace     func(dir string) (int64, bool, error)
+	scrubRate     int64 // content bytes per second the scrub reads
+	scrubEvery    time.Duration
 }
 
 // Stats is a snapshot of the vault's size and activity. It holds no content.
 type Stats struct {
 	Artifacts int64  // artifacts stored, all tenants
-	Bytes     int64  // Text+Raw bytes of those artifacts
+	Bytes     int64  // Text+Raw bytes of those artifacts, plus Lineage
+	Lineage   int64  // lineage bytes (keys and values) counted in Bytes
 	MaxBytes  int64  // configured cap
 	Written   uint64 // artifacts written since Open
 	Verified  uint64 // artifacts found already present by Persist since Open
 	Evicted   uint64 // artifacts evicted since Open
+	Corrupt   uint64 // unreadable artifacts found and dropped since Open
 	LSMBytes  int64  // on-disk LSM size as Badger estimates it
 	VlogBytes int64  // on-disk value-log size as Badger estimates it
 }
@@ -89,16 +111,30 @@ type Store struct {
 	log        *zap.Logger
 	hmacKey    []byte
 	maxBytes   int64
+	maxTenant  int64
 	maxArt     int64
+	vlogSize   int64
 	retention  time.Duration
 	touchAfter time.Duration
 	now        func() time.Time
+	disk       *diskGuard
+	scrubRate  int64
+	scrubEvery time.Duration
 
-	bytes    atomic.Int64 // stored Text+Raw bytes, including reservations in flight
+	// bytes is stored Text+Raw bytes plus lineage bytes, including
+	// reservations in flight; tenants holds the same per tenant (artifacts
+	// only) and lineage the lineage part.
+	bytes    atomic.Int64
+	lineage  atomic.Int64
+	tenants  tenantUsage
 	count    atomic.Int64
 	written  atomic.Uint64
 	verified atomic.Uint64
 	evicted  atomic.Uint64
+	corrupt  atomic.Uint64
+	// checked holds the artifacts whose content this process has read and
+	// found intact, so Missing reads each record once, not on every request.
+	checked verifiedSet
 	// nextEvict is the earliest unix-nano time at which any stored artifact
 	// can leave its retention window; until then a full vault fails fast
 	// instead of rescanning metadata on every request.
@@ -136,11 +172,7 @@ const keyHMAC = "s/hmac"
 //     batch, so lineage records and last-seen bumps never pay for an fsync.
 //   - MetricsEnabled false: no global expvar maps.
 //   - Logger: Badger's warnings and errors go to zap; info/debug dropped.
-func badgerOptions(dir string, maxArt int64, log *zap.Logger) badger.Options {
-	vlog := int64(64 << 20)
-	if 2*maxArt > vlog {
-		vlog = 2 * maxArt
-	}
+func badgerOptions(dir string, vlog int64, log *zap.Logger) badger.Options {
 	return badger.DefaultOptions(dir).
 		WithMemTableSize(8 << 20).
 		WithNumMemtables(2).
@@ -154,6 +186,11 @@ func badgerOptions(dir string, maxArt int64, log *zap.Logger) badger.Options {
 		WithSyncWrites(false).
 		WithMetricsEnabled(false).
 		WithLogger(badgerLogger{log.Sugar()})
+}
+
+// vlogFileSize is 64 MiB, raised to 2x maxArt so one artifact always fits.
+func vlogFileSize(maxArt int64) int64 {
+	return max(64<<20, 2*maxArt)
 }
 
 // Open opens (creating if needed) the vault in cfg.Dir. Only one Store may
@@ -187,6 +224,16 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.maintainEvery <= 0 {
 		cfg.maintainEvery = 10 * time.Minute
 	}
+	if cfg.TenantMaxBytes <= 0 {
+		cfg.TenantMaxBytes = cfg.MaxBytes / 4
+	}
+	cfg.TenantMaxBytes = min(cfg.TenantMaxBytes, cfg.MaxBytes)
+	if cfg.scrubRate <= 0 {
+		cfg.scrubRate = defaultScrubRate
+	}
+	if cfg.scrubEvery <= 0 {
+		cfg.scrubEvery = defaultScrubEvery
+	}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("vault: %w", err)
 	}
@@ -194,22 +241,31 @@ func Open(cfg Config) (*Store, error) {
 	if err := os.Chmod(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("vault: %w", err)
 	}
-	db, err := badger.Open(badgerOptions(cfg.Dir, cfg.MaxArtifactBytes, cfg.Logger))
+	vlogSize := vlogFileSize(cfg.MaxArtifactBytes)
+	opt := badgerOptions(cfg.Dir, vlogSize, cfg.Logger)
+	disk := newDiskGuard(cfg.Dir, diskOptions{memTableSize: opt.MemTableSize, numMemtables: opt.NumMemtables}, cfg.freeSpace, cfg.Logger)
+	db, err := openDB(cfg, opt, disk)
 	if err != nil {
-		return nil, fmt.Errorf("vault: open %s: %w", cfg.Dir, err)
+		return nil, err
 	}
 	s := &Store{
-		db:        db,
-		log:       cfg.Logger,
-		maxBytes:  cfg.MaxBytes,
-		maxArt:    cfg.MaxArtifactBytes,
-		retention: cfg.Retention,
+		db:         db,
+		log:        cfg.Logger,
+		maxBytes:   cfg.MaxBytes,
+		maxTenant:  cfg.TenantMaxBytes,
+		maxArt:     cfg.MaxArtifactBytes,
+		vlogSize:   vlogSize,
+		disk:       disk,
+		scrubRate:  cfg.scrubRate,
+		scrubEvery: cfg.scrubEvery,
+		retention:  cfg.Retention,
 		// Bumping last-seen on every hit would turn each warm request into a
 		// write; a coarse bump is enough while it stays well inside Retention.
 		touchAfter: min(time.Minute, cfg.Retention/4),
 		now:        cfg.now,
 		stop:       make(chan struct{}),
 		done:       make(chan struct{}),
+		checked:    verifiedSet{max: maxVerified},
 	}
 	if err := s.loadHMACKey(); err != nil {
 		db.Close()
@@ -219,6 +275,7 @@ func Open(cfg Config) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
+	disk.fillBallast()
 	go s.maintain(cfg.maintainEvery)
 	return s, nil
 }
@@ -253,9 +310,11 @@ func (s *Store) loadHMACKey() error {
 	return nil
 }
 
-// scanSizes recomputes the in-memory totals from metadata only.
+// scanSizes recomputes the in-memory totals from metadata and lineage keys
+// only.
 func (s *Store) scanSizes() error {
 	var n, total int64
+	per := map[string]int64{}
 	err := s.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 256, Prefix: []byte("m/")})
 		defer it.Close()
@@ -266,14 +325,21 @@ func (s *Store) scanSizes() error {
 			}
 			n++
 			total += m.size()
+			per[tenantOfKey(it.Item().Key())] += m.size()
 		}
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("vault: scan: %w", err)
 	}
+	lin, err := s.lineageSize()
+	if err != nil {
+		return fmt.Errorf("vault: scan: %w", err)
+	}
 	s.count.Store(n)
-	s.bytes.Store(total)
+	s.bytes.Store(total + lin)
+	s.lineage.Store(lin)
+	s.tenants.reset(per)
 	return nil
 }
 
@@ -289,6 +355,11 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	close(s.stop)
 	<-s.done
+	// Badger flushes the memtable at Close, through a memory map: if the
+	// disk has filled since the last write, the ballast makes its room.
+	if s.disk.check(0) != nil {
+		s.disk.releaseBallast()
+	}
 	return s.db.Close()
 }
 
@@ -319,10 +390,12 @@ func (s *Store) Stats() Stats {
 	st := Stats{
 		Artifacts: s.count.Load(),
 		Bytes:     s.bytes.Load(),
+		Lineage:   s.lineage.Load(),
 		MaxBytes:  s.maxBytes,
 		Written:   s.written.Load(),
 		Verified:  s.verified.Load(),
 		Evicted:   s.evicted.Load(),
+		Corrupt:   s.corrupt.Load(),
 	}
 	if release, err := s.enter(); err == nil {
 		st.LSMBytes, st.VlogBytes = s.db.Size()
@@ -335,12 +408,17 @@ func (s *Store) Stats() Stats {
 const maxRetries = 8
 
 // update runs fn in a read-write transaction, retrying on conflicts. fn must
-// be safe to run again from scratch.
+// be safe to run again from scratch. It refuses with ErrFull when the disk
+// is too full for Badger to write safely (see diskGuard); a small
+// transaction's own bytes are covered by the guard's slack.
 func (s *Store) update(ctx context.Context, fn func(*badger.Txn) error) error {
+	if err := s.disk.check(0); err != nil {
+		return err
+	}
 	for attempt := 0; ; attempt++ {
 		err := s.db.Update(fn)
 		if !errors.Is(err, badger.ErrConflict) || attempt == maxRetries {
-			return err
+			return noSpaceIsFull(err)
 		}
 		if err := ctx.Err(); err != nil {
 			return err
@@ -348,20 +426,30 @@ func (s *Store) update(ctx context.Context, fn func(*badger.Txn) error) error {
 	}
 }
 
-// maintain evicts expired artifacts down to 90% of the cap and runs
-// value-log GC, periodically, until Close.
+// maintain periodically, until Close: recounts lineage (its records expire
+// by TTL, unseen by the counters), evicts expired artifacts down to 90% of
+// the cap, scrubs stored content (on the first pass, then every
+// scrubEvery) and runs value-log GC while the disk has room for it (GC
+// rewrites up to one value-log file).
 func (s *Store) maintain(every time.Duration) {
 	defer close(s.done)
 	t := time.NewTicker(every)
 	defer t.Stop()
+	var scrubbed time.Time
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-t.C:
 		}
+		s.disk.fillBallast()
+		s.recountLineage()
 		s.evict(0, s.maxBytes/10)
-		for s.db.RunValueLogGC(0.5) == nil {
+		if time.Since(scrubbed) >= s.scrubEvery {
+			s.scrub()
+			scrubbed = time.Now()
+		}
+		for s.disk.check(s.vlogSize) == nil && s.db.RunValueLogGC(0.5) == nil {
 			select {
 			case <-s.stop:
 				return

@@ -224,7 +224,8 @@ func TestEviction(t *testing.T) {
 		arts[i] = mkArt(text(fmt.Sprint("art", i), 1500))
 	}
 	size := artSize(&arts[0])
-	s := openTest(t, Config{MaxBytes: 3*size + size/2, Retention: retention, now: clk.Now})
+	// One tenant: this is about the cap, so its quota is the whole vault.
+	s := openTest(t, Config{MaxBytes: 3*size + size/2, TenantMaxBytes: 3*size + size/2, Retention: retention, now: clk.Now})
 	ctx := context.Background()
 	sc := compiler.Scope{Tenant: "t"}
 	persist := func(i int) error { return s.Persist(ctx, sc, arts[i:i+1]) }
@@ -484,9 +485,17 @@ func TestLineageExpires(t *testing.T) {
 	if lin, _ := s.Ancestor(ctx, compiler.Scope{}, chain); !lin.Found {
 		t.Fatal("fresh record not found")
 	}
+	if st := s.Stats(); st.Lineage == 0 || st.Bytes != st.Lineage {
+		t.Fatalf("fresh record not counted: %+v", st)
+	}
 	time.Sleep(2100 * time.Millisecond) // Badger TTLs have one-second resolution
 	if lin, _ := s.Ancestor(ctx, compiler.Scope{}, chain); lin.Found {
 		t.Error("record outlived its TTL")
+	}
+	// Its bytes leave the capacity with it, at the next maintenance pass.
+	s.recountLineage()
+	if st := s.Stats(); st.Lineage != 0 || st.Bytes != 0 {
+		t.Errorf("expired lineage still counted: %+v", st)
 	}
 }
 
@@ -582,7 +591,7 @@ func TestConcurrent(t *testing.T) {
 		}
 	}
 	wantB += rawExtra
-	if st := s.Stats(); st.Artifacts != wantN || st.Bytes != wantB {
+	if st := s.Stats(); st.Artifacts != wantN || st.Bytes-st.Lineage != wantB {
 		t.Errorf("Stats = %d artifacts %d bytes, want %d, %d", st.Artifacts, st.Bytes, wantN, wantB)
 	}
 	// And the in-memory totals agree with a fresh scan.
@@ -617,7 +626,7 @@ func TestContextCanceled(t *testing.T) {
 func TestMaintenance(t *testing.T) {
 	clk := newClock()
 	a, b := mkArt(text("old", 4000)), mkArt(text("new", 4000))
-	s := openTest(t, Config{MaxBytes: 2 * artSize(&a), Retention: time.Hour, now: clk.Now, maintainEvery: 10 * time.Millisecond})
+	s := openTest(t, Config{MaxBytes: 2 * artSize(&a), TenantMaxBytes: 2 * artSize(&a), Retention: time.Hour, now: clk.Now, maintainEvery: 10 * time.Millisecond})
 	ctx := context.Background()
 	sc := compiler.Scope{Tenant: "t"}
 	if err := s.Persist(ctx, sc, []compiler.Artifact{a}); err != nil {
@@ -702,7 +711,7 @@ func TestCodec(t *testing.T) {
 		t.Fatalf("content round trip = %+v, %v", a2, err)
 	}
 	corrupt := func(b []byte) [][]byte {
-		return [][]byte{nil, {2}, append([]byte{2}, b[1:]...), b[:len(b)-1], append(b[:len(b):len(b)], 0)}
+		return [][]byte{nil, {0x7f}, append([]byte{0x7f}, b[1:]...), b[:len(b)-1], append(b[:len(b):len(b)], 0)}
 	}
 	for _, b := range corrupt(m.encode()) {
 		if m2.decode(b) == nil {

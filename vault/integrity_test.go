@@ -1,0 +1,144 @@
+package vault
+
+import (
+	"context"
+	"crypto/rand"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
+)
+
+// overwriteVlog overwrites n bytes of dir's first value-log file just past
+// its header, under a closed store.
+func overwriteVlog(t *testing.T, dir string, n int) {
+	t.Helper()
+	f, err := os.OpenFile(globOne(t, filepath.Join(dir, "*.vlog")), os.O_RDWR, 0)
+	must(t, err)
+	defer f.Close()
+	junk := make([]byte, n)
+	rand.Read(junk)
+	_, err = f.WriteAt(junk, vlogHeaderSize)
+	must(t, err)
+}
+
+func digests(arts []compiler.Artifact) []compiler.Digest {
+	out := make([]compiler.Digest, len(arts))
+	for i, a := range arts {
+		out[i] = a.Digest
+	}
+	return out
+}
+
+// After 64 KiB of the value log is overwritten, a resent artifact is never
+// confirmed: it is reported missing, stored again and reads back.
+func TestCorruptValueLogNeverConfirmed(t *testing.T) {
+	dir, arts := filledVault(t) // 5 artifacts of 10 KB content each
+	overwriteVlog(t, dir, 64<<10)
+	s := openTest(t, Config{Dir: dir})
+	ctx := context.Background()
+	sc := compiler.Scope{Tenant: "t"}
+	before := s.Stats()
+
+	missing, err := s.Missing(ctx, sc, digests(arts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(missing) != len(arts) {
+		t.Fatalf("Missing confirmed %d of %d artifacts whose content is overwritten", len(arts)-len(missing), len(arts))
+	}
+	st := s.Stats()
+	if st.Corrupt != uint64(len(arts)) || st.Artifacts != 0 || st.Bytes-st.Lineage != 0 {
+		t.Errorf("after dropping: %+v (before %+v)", st, before)
+	}
+	// The compiler stores what Missing reports; it then reads back.
+	if err := s.Persist(ctx, sc, arts); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range arts {
+		got, ok, err := s.Get(ctx, "t", a.Digest)
+		if err != nil || !ok || got.Text != a.Text {
+			t.Fatalf("Get after re-store = %v, %v", ok, err)
+		}
+	}
+	if m, err := s.Missing(ctx, sc, digests(arts)); err != nil || len(m) != 0 {
+		t.Fatalf("Missing after re-store = %d missing, %v", len(m), err)
+	}
+	if st := s.Stats(); st.Artifacts != int64(len(arts)) || st.Written != uint64(len(arts)) {
+		t.Errorf("after re-store: %+v", st)
+	}
+}
+
+// Persist, like Missing, never counts an unreadable record as present.
+func TestCorruptValueLogPersistRewrites(t *testing.T) {
+	dir, arts := filledVault(t)
+	overwriteVlog(t, dir, 64<<10)
+	s := openTest(t, Config{Dir: dir})
+	ctx := context.Background()
+	if err := s.Persist(ctx, compiler.Scope{Tenant: "t"}, arts); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.Written != uint64(len(arts)) || st.Verified != 0 || st.Corrupt != uint64(len(arts)) {
+		t.Fatalf("Persist over corrupt records: %+v", st)
+	}
+	for _, a := range arts {
+		if _, ok, err := s.Get(ctx, "t", a.Digest); err != nil || !ok {
+			t.Fatalf("Get = %v, %v", ok, err)
+		}
+	}
+}
+
+// The background scrub finds corrupt records nobody asked for and drops
+// them, with their bytes.
+func TestScrubDropsCorrupt(t *testing.T) {
+	dir, arts := filledVault(t)
+	overwriteVlog(t, dir, 64<<10)
+	s := openTest(t, Config{Dir: dir, maintainEvery: 10 * time.Millisecond, scrubRate: 1 << 30})
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Stats().Corrupt < uint64(len(arts)) {
+		if time.Now().After(deadline) {
+			t.Fatalf("scrub did not drop the corrupt records: %+v", s.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st := s.Stats(); st.Artifacts != 0 || st.Bytes-st.Lineage != 0 || st.Corrupt != uint64(len(arts)) {
+		t.Errorf("after scrub: %+v", st)
+	}
+}
+
+// A healthy vault: the scrub drops nothing, and Missing reads each record
+// once per process, then answers from memory.
+func TestScrubKeepsIntact(t *testing.T) {
+	dir, arts := filledVault(t)
+	s := openTest(t, Config{Dir: dir, maintainEvery: 5 * time.Millisecond, scrubRate: 1 << 30})
+	time.Sleep(100 * time.Millisecond)
+	ctx := context.Background()
+	for range 2 {
+		if m, err := s.Missing(ctx, compiler.Scope{Tenant: "t"}, digests(arts)); err != nil || len(m) != 0 {
+			t.Fatalf("Missing = %d, %v", len(m), err)
+		}
+	}
+	for _, a := range arts {
+		if !s.checked.has("t", a.Digest) {
+			t.Errorf("artifact %x not remembered as read intact", a.Digest[:4])
+		}
+	}
+	if st := s.Stats(); st.Corrupt != 0 || st.Artifacts != int64(len(arts)) {
+		t.Errorf("healthy vault after scrub: %+v", st)
+	}
+}
+
+func TestVerifiedSetBounded(t *testing.T) {
+	v := verifiedSet{max: 4}
+	for i := range 10 {
+		v.add("t", dg(string(rune('a'+i))))
+		if len(v.m) > v.max {
+			t.Fatalf("set grew to %d, max %d", len(v.m), v.max)
+		}
+	}
+	if !v.has("t", dg("j")) || v.has("u", dg("j")) {
+		t.Error("latest digest not kept, or kept for another tenant")
+	}
+}
