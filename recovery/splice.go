@@ -65,3 +65,35 @@ func joinRaw(src []byte, nodes []*jsonv.Node) []byte {
 	}
 	return out
 }
+
+// member is a key and the JSON bytes of its value.
+type member struct {
+	key   string
+	value []byte
+}
+
+// setMembersEdits returns edits that give object obj the members set:
+// values of keys present are replaced, absent keys are added at the end.
+func setMembersEdits(obj *jsonv.Node, set []member) []edit {
+	var edits []edit
+	var add []byte
+	for _, m := range set {
+		if v := obj.Get(m.key); v != nil {
+			edits = append(edits, edit{v.Start, v.End, m.value})
+			continue
+		}
+		if len(add) > 0 || len(obj.Members) > 0 {
+			add = append(add, ',')
+		}
+		add = jsonv.AppendString(add, m.key)
+		add = append(append(add, ':'), m.value...)
+	}
+	if len(add) > 0 {
+		at := obj.Start + 1
+		if n := len(obj.Members); n > 0 {
+			at = obj.Members[n-1].Value.End
+		}
+		edits = append(edits, edit{at, at, add})
+	}
+	return edits
+}
