@@ -40,7 +40,9 @@ func loopCases(formats ...string) []loopCase {
 	return out
 }
 
-func (c loopCase) String() string { return fmt.Sprintf("%s/rounds=%d/mixed=%v", c.format, c.rounds, c.mixed) }
+func (c loopCase) String() string {
+	return fmt.Sprintf("%s/rounds=%d/mixed=%v", c.format, c.rounds, c.mixed)
+}
 
 // expect returns what the client must end up with: the texts of every
 // round, the summed usage, and the client calls of the final answer.
