@@ -24,14 +24,14 @@ var loopText = "The quick brown fox jumps over the lazy dog. 0123456789 ÄÖÜ �
 
 type loopCase struct {
 	format string
-	rounds int // pages the model asks for; above MaxRounds the limit applies
+	rounds int // pages the model asks for (0: it never calls our tool); above MaxRounds the limit applies
 	mixed  bool
 }
 
 func loopCases(formats ...string) []loopCase {
 	var out []loopCase
 	for _, f := range formats {
-		for _, rounds := range []int{1, 2, 3, 4} {
+		for _, rounds := range []int{0, 1, 2, 3, 4} {
 			for _, mixed := range []bool{false, true} {
 				out = append(out, loopCase{f, rounds, mixed})
 			}
@@ -144,12 +144,16 @@ func TestLoopStream(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			var first []byte
 			for round := 0; ; round++ {
 				turn, err := model.answer(body)
 				if err != nil {
 					t.Fatalf("round %d: provider refused the request: %v\n%s", round, err, body)
 				}
 				stream := turn.stream(c.format, round)
+				if round == 0 {
+					first = stream
+				}
 				for len(stream) > 0 {
 					n := min(len(stream), 7)
 					if _, err := st.Write(stream[:n]); err != nil {
@@ -168,6 +172,9 @@ func TestLoopStream(t *testing.T) {
 				if body, err = FollowUp(c.format, body, r.Answer, r.Calls); err != nil {
 					t.Fatalf("follow-up from the streamed answer: %v\n%s", err, r.Answer)
 				}
+			}
+			if c.rounds == 0 && !bytes.Equal(client.Bytes(), first) {
+				t.Fatalf("a stream that never calls our tool must reach the client byte for byte:\n%s\nwant\n%s", client.Bytes(), first)
 			}
 			texts, wantUsage, wantCalls := c.expect(cfg, model)
 			r := response.NewReader(c.format, response.Options{Stream: true})

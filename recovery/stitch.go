@@ -40,11 +40,12 @@ type Stitcher struct {
 	reader *response.Reader
 	rounds int // rounds ended
 
-	usage  response.Usage // summed over the rounds so far
-	wrote  bool
-	werr   error
-	done   bool // the client stream is finished (or cannot be)
-	oversz bool
+	usage   response.Usage // summed over the rounds so far
+	ownSeen bool           // some round called our tool
+	wrote   bool
+	werr    error
+	done    bool // the client stream is finished (or cannot be)
+	oversz  bool
 }
 
 // streamFormat is one format's stitching.
@@ -57,9 +58,11 @@ type streamFormat interface {
 	// and client calls replace those of the one before (whose client calls
 	// the model will repeat, having been asked again).
 	endRound() (answer []byte, ok bool)
-	// finish writes the end of the stream from the last complete round,
-	// with usage u; false when no round completed.
-	finish(u response.Usage, out func([]byte)) bool
+	// finish writes the end of the stream from the last complete round;
+	// false when no round completed. With rewrite false (one round that
+	// called nothing of ours) the end goes out as the provider sent it;
+	// otherwise it carries usage u and a stop reason without our calls.
+	finish(u response.Usage, rewrite bool, out func([]byte)) bool
 }
 
 // Round is what one streamed round produced.
@@ -137,10 +140,13 @@ func (s *Stitcher) EndRound() (Round, error) {
 	if s.done {
 		return Round{}, errors.New("recovery: the stream is finished")
 	}
-	s.events.Flush()
+	// An event cut off by the end of the stream is dropped, not forwarded
+	// half (the SSE spec discards it too).
+	s.events.Reset()
 	answer, ok := s.f.endRound()
 	r := Round{Calls: OwnCalls(s.reader.ToolCalls()), Answer: answer, Usage: s.reader.Usage()}
 	s.usage = s.usage.Add(r.Usage)
+	s.ownSeen = s.ownSeen || len(r.Calls) > 0
 	s.rounds++
 	s.reader = s.newReader()
 	if !ok || s.oversz {
@@ -162,7 +168,7 @@ func (s *Stitcher) Close() error {
 		return s.werr
 	}
 	s.done = true
-	if !s.f.finish(s.usage, s.out) {
+	if !s.f.finish(s.usage, s.rounds > 1 || s.ownSeen, s.out) {
 		if s.werr == nil {
 			return ErrIncomplete
 		}
@@ -218,12 +224,12 @@ func parseEvent(ev response.Event) *jsonv.Node {
 	return root
 }
 
-// heldEvent is an event kept back, its data copied (Events reuses buffers).
+// heldEvent is an event kept back, copied (Events reuses its buffers).
 type heldEvent struct {
-	name string
-	data []byte
+	name      string
+	data, raw []byte
 }
 
 func hold(ev response.Event) heldEvent {
-	return heldEvent{name: ev.Name, data: bytes.Clone(ev.Data)}
+	return heldEvent{name: ev.Name, data: bytes.Clone(ev.Data), raw: bytes.Clone(ev.Raw)}
 }

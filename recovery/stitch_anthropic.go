@@ -181,7 +181,7 @@ func (s *anthropicStream) endRound() ([]byte, bool) {
 	return answer, ok
 }
 
-func (s *anthropicStream) finish(u response.Usage, out func([]byte)) bool {
+func (s *anthropicStream) finish(u response.Usage, rewrite bool, out func([]byte)) bool {
 	// Blocks a cut-short round left open are closed, so the client's
 	// message stays well formed.
 	open := make([]int, 0, len(s.open))
@@ -208,6 +208,10 @@ func (s *anthropicStream) finish(u response.Usage, out func([]byte)) bool {
 		}
 	}
 	for _, ev := range s.lastEnd {
+		if !rewrite {
+			out(ev.raw)
+			continue
+		}
 		data := ev.data
 		if ev.isType("message_delta") {
 			data = s.finalDelta(data, u)

@@ -137,7 +137,7 @@ func (s *responsesStream) endRound() ([]byte, bool) {
 	return answer, ok
 }
 
-func (s *responsesStream) finish(u response.Usage, out func([]byte)) bool {
+func (s *responsesStream) finish(u response.Usage, rewrite bool, out func([]byte)) bool {
 	if s.lastEnd == nil {
 		return false
 	}
@@ -157,6 +157,18 @@ func (s *responsesStream) finish(u response.Usage, out func([]byte)) bool {
 	}
 	data := s.lastEnd.data
 	root, err := jsonv.Parse(data, jsonv.MaxDepth)
+	if !rewrite {
+		// One round, nothing of ours: the end as sent, renumbered only if
+		// held events moved.
+		if err == nil {
+			out(sseEvent(s.lastEnd.name, setInts(data, root, map[string]int{"sequence_number": s.seq})))
+			s.seq++
+		} else {
+			out(s.lastEnd.raw)
+		}
+		s.lastEnd = nil
+		return true
+	}
 	if err != nil {
 		out(sseEvent(s.lastEnd.name, data))
 		return true

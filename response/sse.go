@@ -101,6 +101,13 @@ func (e *Events) Flush() {
 	}
 }
 
+// Reset discards an event left unterminated (a stream cut short), as the
+// SSE spec does, and readies the scanner for a new stream.
+func (e *Events) Reset() {
+	e.skipping = true // dispatch drops the event
+	e.dispatch()
+}
+
 func (e *Events) push(c byte) {
 	e.any = true
 	if e.skipping {

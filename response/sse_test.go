@@ -103,3 +103,15 @@ func FuzzEvents(f *testing.F) {
 		}
 	})
 }
+
+func TestEventsReset(t *testing.T) {
+	var got []gotEvent
+	e := &Events{OnEvent: func(ev Event) { got = append(got, gotEvent{ev.Name, string(ev.Data), string(ev.Raw)}) }}
+	e.Write([]byte("data: 1\n\ndata: cut"))
+	e.Reset()
+	e.Write([]byte("data: 2\n\n"))
+	want := []gotEvent{{"", "1", "data: 1\n\n"}, {"", "2", "data: 2\n\n"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("%q", got)
+	}
+}
