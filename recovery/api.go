@@ -18,7 +18,7 @@ import (
 // vaulted; false means it cannot (the request is refused). An unknown id,
 // another tenant's id and a malformed id get the same 404 body.
 func NewAPI(arts Artifacts, tenantOf func(*http.Request) (string, bool), cfg Config) http.Handler {
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	return &api{r: reader{arts: arts, cfg: cfg}, tenantOf: tenantOf, prefix: cfg.Path + "artifacts"}
 }
 

@@ -47,7 +47,8 @@ type Config struct {
 	MaxRounds int
 }
 
-func (c Config) withDefaults() Config {
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
 	if c.Path == "" {
 		c.Path = DefaultPath
 	}

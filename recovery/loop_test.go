@@ -47,7 +47,7 @@ func (c loopCase) String() string {
 // expect returns what the client must end up with: the texts of every
 // round, the summed usage, and the client calls of the final answer.
 func (c loopCase) expect(cfg Config, m fakeModel) (texts []string, usage response.Usage, clientCalls []string) {
-	last := min(c.rounds, cfg.withDefaults().MaxRounds)
+	last := min(c.rounds, cfg.WithDefaults().MaxRounds)
 	for k := 0; k <= last; k++ {
 		u := response.Usage{Input: 1000 + 100*k, CacheRead: 500, Output: 20 + k, Known: true}
 		if c.format == response.FormatAnthropic {
@@ -97,7 +97,7 @@ func TestLoopJSON(t *testing.T) {
 				r.Write(ans)
 				usage = usage.Add(r.Usage())
 				calls := OwnCalls(r.ToolCalls())
-				if len(calls) == 0 || round == cfg.withDefaults().MaxRounds {
+				if len(calls) == 0 || round == cfg.WithDefaults().MaxRounds {
 					if final, err = StripOwnCalls(c.format, ans, usage); err != nil {
 						t.Fatal(err)
 					}

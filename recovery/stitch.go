@@ -80,7 +80,7 @@ type Round struct {
 // every write when it has a Flush method (http.Flusher). cfg.MaxRounds
 // bounds the follow-up rounds.
 func NewStitcher(format string, client io.Writer, cfg Config) (*Stitcher, error) {
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	s := &Stitcher{client: client, maxRounds: cfg.MaxRounds, format: format}
 	switch format {
 	case response.FormatAnthropic:

@@ -76,13 +76,11 @@ func (s *anthropicStream) event(ev response.Event, round int, out func([]byte)) 
 		s.failed = true
 	case "content_block_start", "content_block_delta", "content_block_stop":
 		if !hasIndex {
-			out(ev.Raw)
-			return
+			return // no client can place it; it may be part of our call
 		}
 		if typ == "content_block_start" {
 			cb := root.Get("content_block")
 			if !cb.Is(jsonv.Object) {
-				out(ev.Raw)
 				return
 			}
 			s.blocks[i] = &asmBlock{start: slices.Clone(cb.Raw(src))}
@@ -104,8 +102,7 @@ func (s *anthropicStream) event(ev response.Event, round int, out func([]byte)) 
 		}
 		ci, ok := s.idx[i]
 		if !ok {
-			out(ev.Raw) // a block we never saw start: pass it on as it is
-			return
+			return // a block that never started: no client can place it
 		}
 		out(rewrite(ev, setInts(src, root, map[string]int{"index": ci})))
 		if typ == "content_block_stop" {

@@ -84,8 +84,9 @@ func (s *responsesStream) event(ev response.Event, round int, out func([]byte)) 
 		return
 	}
 	item := root.Get("item")
-	if typ == "response.output_item.added" && (item.Get("type").StringIs(src, "function_call") || item.Get("type").StringIs(src, "custom_tool_call")) {
-		s.held[oi] = &heldCall{own: item.Get("type").StringIs(src, "function_call") && item.Get("name").StringIs(src, ToolName)}
+	_, shown := s.outIdx[oi]
+	if !shown && s.held[oi] == nil && (item.Get("type").StringIs(src, "function_call") || item.Get("type").StringIs(src, "custom_tool_call")) {
+		s.held[oi] = &heldCall{own: isOwnCall(src, item)}
 	}
 	done := typ == "response.output_item.done" && item.Is(jsonv.Object)
 	if done {
@@ -97,6 +98,9 @@ func (s *responsesStream) event(ev response.Event, round int, out func([]byte)) 
 			h.item = s.items[oi]
 		}
 		return
+	}
+	if isOwnCall(src, item) {
+		return // a stray piece of our call (its item never announced): never to the client
 	}
 	ci, ok := s.outIdx[oi]
 	if !ok {

@@ -138,7 +138,7 @@ func Execute(ctx context.Context, arts Artifacts, tenant string, args []byte) []
 // The result is the API's JSON for the same request (a Page, Hits, or an
 // error object), so the model reads exactly what a client of the API would.
 func ExecuteWith(ctx context.Context, cfg Config, arts Artifacts, tenant string, args []byte) []byte {
-	r := reader{arts: arts, cfg: cfg.withDefaults()}
+	r := reader{arts: arts, cfg: cfg.WithDefaults()}
 	var a toolArgs
 	dec := json.NewDecoder(bytes.NewReader(args))
 	if err := dec.Decode(&a); err != nil {
