@@ -22,7 +22,7 @@
 //     assistant turn + our results). StripOwnCalls: the final JSON answer
 //     without our calls, usage summed.
 //   - Stitcher: the same loop for SSE answers (Anthropic Messages, OpenAI
-//     Responses), one client stream across rounds.
+//     Responses, OpenAI Chat), one client stream across rounds.
 //
 // Everything is pure except the API's http.Handler: no Caddy, no I/O but
 // the Artifacts it is given (*vault.Store implements it) and the writer a
@@ -45,16 +45,13 @@
 //  3. Non-streaming answer (buffered, bounded like the request): the loop
 //     below.
 //
-//  4. Streaming answer (Anthropic, Responses): st, _ := NewStitcher(format,
+//  4. Streaming answer: st, _ := NewStitcher(format,
 //     w, cfg); copy the upstream body into st; r, err := st.EndRound(); while
 //     r.Continue: Run(r.Calls), FollowUp(format, body, r.Answer, r.Calls),
 //     send it, copy its body into st, EndRound again. On any failure call
 //     st.Close(): it ends the client stream well formed from the last
 //     complete round. Before st.Started() nothing reached the client, so the
-//     glue may still fall back to the plain answer. Chat streams are not
-//     stitched: for them, forward the stream untouched (the model's call of
-//     our tool reaches the client) or do not append the tool to streaming
-//     Chat requests.
+//     glue may still fall back to the plain answer.
 //
 //  5. Upstream requests of the loop reuse the client's headers; their
 //     bodies skip the compiler (they are the compiled body plus appended

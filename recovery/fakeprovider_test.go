@@ -293,6 +293,28 @@ func (t fakeTurn) stream(format string, round int) []byte {
 		}
 		ev("message_delta", fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":%q,"stop_sequence":null},"usage":{"output_tokens":%d}}`, t.stopReason(), t.usage.Output))
 		ev("message_stop", `{"type":"message_stop"}`)
+	case response.FormatChat:
+		chunk := func(delta, finish, usage string) {
+			ev("", fmt.Sprintf(`{"id":"chatcmpl-%d","object":"chat.completion.chunk","created":1733000000,"model":"gpt-4o","choices":[{"index":0,"delta":%s,"logprobs":null,"finish_reason":%s}],"usage":%s}`, round, delta, finish, usage))
+		}
+		chunk(`{"role":"assistant","content":"","refusal":null}`, "null", "null")
+		for _, h := range halves(t.text) {
+			chunk(fmt.Sprintf(`{"content":%s}`, js(h)), "null", "null")
+		}
+		for i, c := range t.calls {
+			chunk(fmt.Sprintf(`{"tool_calls":[{"index":%d,"id":%q,"type":"function","function":{"name":%q,"arguments":""}}]}`, i, c.id, c.name), "null", "null")
+			for _, h := range halves(c.args) {
+				chunk(fmt.Sprintf(`{"tool_calls":[{"index":%d,"function":{"arguments":%s}}]}`, i, js(h)), "null", "null")
+			}
+		}
+		finish := `"stop"`
+		if len(t.calls) > 0 {
+			finish = `"tool_calls"`
+		}
+		chunk(`{}`, finish, "null")
+		ev("", fmt.Sprintf(`{"id":"chatcmpl-%d","object":"chat.completion.chunk","created":1733000000,"model":"gpt-4o","choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d}}}`,
+			round, t.usage.Input, t.usage.Output, t.usage.Input+t.usage.Output, t.usage.CacheRead))
+		ev("", "[DONE]")
 	case response.FormatResponses:
 		seq := 0
 		rev := func(name, data string) {

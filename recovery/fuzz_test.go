@@ -63,14 +63,14 @@ func FuzzStripOwnCalls(f *testing.F) {
 }
 
 func FuzzStitcher(f *testing.F) {
-	for i, format := range []string{response.FormatAnthropic, response.FormatResponses} {
+	for i, format := range allFormats {
 		for _, rounds := range []int{0, 1} {
 			turn, _ := fakeModel{format: format, id: "a_x", rounds: rounds, mixed: true}.answer([]byte(requests[format][:len(requests[format])-1] + `,"tools":[` + string(Definition(format)) + `]}`))
 			f.Add(uint8(i), turn.stream(format, 0), uint16(100))
 		}
 	}
 	f.Fuzz(func(t *testing.T, sel uint8, stream []byte, cut uint16) {
-		format := []string{response.FormatAnthropic, response.FormatResponses}[int(sel)%2]
+		format := allFormats[int(sel)%3]
 		var client bytes.Buffer
 		st, err := NewStitcher(format, &client, Config{MaxRounds: 1})
 		if err != nil {

@@ -136,7 +136,7 @@ func TestLoopJSON(t *testing.T) {
 func TestLoopStream(t *testing.T) {
 	ctx := context.Background()
 	cfg := Config{}
-	for _, c := range loopCases(response.FormatAnthropic, response.FormatResponses) {
+	for _, c := range loopCases(allFormats...) {
 		t.Run(c.String(), func(t *testing.T) {
 			mem, model, body := setupLoop(t, c)
 			var client bytes.Buffer
@@ -263,6 +263,10 @@ func clientEvents(t *testing.T, stream []byte) []clientEvent {
 	var evs []clientEvent
 	e := &response.Events{OnEvent: func(ev response.Event) {
 		var m map[string]any
+		if string(ev.Data) == "[DONE]" {
+			evs = append(evs, clientEvent{ev.Name, nil, bytes.Clone(ev.Data)})
+			return
+		}
 		if err := json.Unmarshal(ev.Data, &m); err != nil {
 			t.Fatalf("client event is not JSON: %q", ev.Raw)
 		}
@@ -285,6 +289,42 @@ func checkClientStream(t *testing.T, c loopCase, stream []byte, texts []string) 
 	}
 	var text strings.Builder
 	switch c.format {
+	case response.FormatChat:
+		if string(evs[len(evs)-1].raw) != "[DONE]" {
+			t.Fatalf("last event %q", evs[len(evs)-1].raw)
+		}
+		finishes, usages, calls := 0, 0, map[int]bool{}
+		for _, ev := range evs[:len(evs)-1] {
+			if ev.data["id"] != "chatcmpl-0" {
+				t.Fatalf("chunk id %v: one stream, one id", ev.data["id"])
+			}
+			if ev.data["usage"] != nil {
+				usages++
+			}
+			chs, _ := ev.data["choices"].([]any)
+			for _, ch := range chs {
+				if fr := field(ch, "finish_reason"); fr != nil {
+					finishes++
+					if want := map[bool]string{false: "stop", true: "tool_calls"}[c.mixed]; fr != want {
+						t.Fatalf("finish_reason %v, want %s", fr, want)
+					}
+				}
+				if s, ok := field(ch, "delta", "content").(string); ok {
+					text.WriteString(s)
+				}
+				tcs, _ := field(ch, "delta", "tool_calls").([]any)
+				for _, tc := range tcs {
+					i := num(field(tc, "index"))
+					if !calls[i] && i != len(calls) {
+						t.Fatalf("tool call index %d after %d calls", i, len(calls))
+					}
+					calls[i] = true
+				}
+			}
+		}
+		if finishes != 1 || usages != 1 {
+			t.Fatalf("%d finish chunks, %d usage chunks", finishes, usages)
+		}
 	case response.FormatAnthropic:
 		if evs[0].name != "message_start" || evs[len(evs)-1].name != "message_stop" || evs[len(evs)-2].name != "message_delta" {
 			t.Fatalf("message framing: first %s, last %s", evs[0].name, evs[len(evs)-1].name)

@@ -76,7 +76,7 @@ type Round struct {
 }
 
 // NewStitcher returns a Stitcher writing to client, for SSE answers of
-// format (Anthropic Messages or OpenAI Responses). client is flushed after
+// format (Anthropic Messages, OpenAI Responses or OpenAI Chat). client is flushed after
 // every write when it has a Flush method (http.Flusher). cfg.MaxRounds
 // bounds the follow-up rounds.
 func NewStitcher(format string, client io.Writer, cfg Config) (*Stitcher, error) {
@@ -87,6 +87,8 @@ func NewStitcher(format string, client io.Writer, cfg Config) (*Stitcher, error)
 		s.f = newAnthropicStream()
 	case response.FormatResponses:
 		s.f = newResponsesStream()
+	case response.FormatChat:
+		s.f = newChatStream()
 	default:
 		return nil, fmt.Errorf("%w: no stream stitching for %q", ErrShape, format)
 	}

@@ -31,7 +31,7 @@ func (f *flushRecorder) Flush() { f.flushes++ }
 // client still receives a well-formed answer without our calls.
 func TestStitcherFailures(t *testing.T) {
 	ctx := context.Background()
-	for _, format := range []string{response.FormatAnthropic, response.FormatResponses} {
+	for _, format := range allFormats {
 		c := loopCase{format: format, rounds: 2, mixed: true}
 		mem, model, body := setupLoop(t, c)
 		first := roundStream(t, c, body, 0)
@@ -127,8 +127,8 @@ func TestStitcherFailures(t *testing.T) {
 			}
 		})
 	}
-	if _, err := NewStitcher(response.FormatChat, &bytes.Buffer{}, Config{}); !errors.Is(err, ErrShape) {
-		t.Fatalf("chat streams are not stitched: %v", err)
+	if _, err := NewStitcher("gemini", &bytes.Buffer{}, Config{}); !errors.Is(err, ErrShape) {
+		t.Fatalf("an unknown format is refused: %v", err)
 	}
 }
 
@@ -156,6 +156,19 @@ func checkWellFormed(t *testing.T, format string, stream []byte) {
 		}
 	}
 	switch format {
+	case response.FormatChat:
+		finishes := 0
+		for _, ev := range evs[:len(evs)-1] {
+			chs, _ := ev.data["choices"].([]any)
+			for _, ch := range chs {
+				if field(ch, "finish_reason") != nil {
+					finishes++
+				}
+			}
+		}
+		if string(evs[len(evs)-1].raw) != "[DONE]" || finishes != 1 {
+			t.Fatalf("%d finish chunks, last %q:\n%s", finishes, evs[len(evs)-1].raw, stream)
+		}
 	case response.FormatAnthropic:
 		if count["message_start"] != 1 || count["message_delta"] != 1 || count["message_stop"] != 1 || evs[len(evs)-1].name != "message_stop" || len(open) != 0 {
 			t.Fatalf("framing %v, open %v:\n%s", count, open, stream)
