@@ -80,7 +80,15 @@ func (anthropicReader) body(r *Reader, b []byte) error {
 	return nil
 }
 
+// anthropicSkip are the events (by SSE event name, which Anthropic always
+// sends) that carry nothing the reader keeps: the bulk of a stream.
+var anthropicSkip = map[string]bool{"ping": true, "message_stop": true}
+
 func (anthropicReader) event(r *Reader, ev Event) error {
+	if anthropicSkip[ev.Name] || ev.Name == "content_block_delta" && !bytes.Contains(ev.Data, []byte("input_json_delta")) &&
+		!bytes.Contains(ev.Data, []byte(`\u`)) {
+		return validJSON(ev.Data)
+	}
 	var v anthropicEvent
 	if err := decode(ev.Data, &v); err != nil {
 		return err

@@ -69,6 +69,14 @@ func (chatReader) event(r *Reader, ev Event) error {
 	if bytes.Equal(bytes.TrimSpace(ev.Data), chatDone) {
 		return nil
 	}
+	// Most chunks carry a piece of text: decoding them would find nothing.
+	// A chunk needs reading only if it names tool_calls or holds a usage
+	// object; one with a \u escape is read anyway (a key could be spelled
+	// with escapes).
+	if !bytes.Contains(ev.Data, []byte(`"tool_calls"`)) && !bytes.Contains(ev.Data, []byte(`"prompt_tokens"`)) &&
+		!bytes.Contains(ev.Data, []byte(`\u`)) {
+		return validJSON(ev.Data)
+	}
 	var v chatBody
 	if err := decode(ev.Data, &v); err != nil {
 		return err

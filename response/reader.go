@@ -193,6 +193,17 @@ func (r *Reader) appendArgs(c *ToolCall, piece string) {
 	c.Arguments = append(c.Arguments, piece...)
 }
 
+var errNotJSON = errors.New("response: not JSON")
+
+// validJSON checks an event the reader skips, so odd input stops the parse
+// whether or not the event mattered.
+func validJSON(b []byte) error {
+	if !json.Valid(b) {
+		return errNotJSON
+	}
+	return nil
+}
+
 // decode is strict enough for provider JSON: one value, nothing after it.
 func decode(b []byte, v any) error {
 	d := json.NewDecoder(bytes.NewReader(b))

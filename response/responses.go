@@ -60,7 +60,16 @@ func (responsesReader) body(r *Reader, b []byte) error {
 	return nil
 }
 
+// responsesRead are the events (by SSE event name, which OpenAI always
+// sends with Responses streams) that carry what the reader keeps; the
+// others are only checked to be JSON.
+var responsesRead = map[string]bool{"response.output_item.done": true, "response.completed": true,
+	"response.incomplete": true, "response.failed": true}
+
 func (responsesReader) event(r *Reader, ev Event) error {
+	if ev.Name != "" && !responsesRead[ev.Name] {
+		return validJSON(ev.Data)
+	}
 	var v responsesEvent
 	if err := decode(ev.Data, &v); err != nil {
 		return err

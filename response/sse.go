@@ -46,7 +46,21 @@ type Events struct {
 
 // Write scans p. It always consumes all of p and never fails.
 func (e *Events) Write(p []byte) (int, error) {
-	for _, c := range p {
+	for i := 0; i < len(p); i++ {
+		// The bytes of a line up to its end are copied as one run.
+		if !e.lastCR {
+			if j := bytes.IndexAny(p[i:], "\r\n"); j != 0 {
+				if j < 0 {
+					j = len(p) - i
+				}
+				e.pushRun(p[i : i+j])
+				e.lineLen += j
+				if i += j; i == len(p) {
+					break
+				}
+			}
+		}
+		c := p[i]
 		if e.lastCR {
 			e.lastCR = false
 			if c == '\n' { // the second half of "\r\n"
@@ -108,16 +122,35 @@ func (e *Events) Reset() {
 	e.dispatch()
 }
 
+// pushRun appends bytes that hold no line ending.
+func (e *Events) pushRun(run []byte) {
+	e.any = true
+	if e.skipping {
+		return
+	}
+	if len(e.raw)+len(run) > e.max() {
+		// Past the bound: the byte that crosses it starts the skip.
+		room := e.max() - len(e.raw)
+		e.raw = append(e.raw, run[:room]...)
+		e.push(run[room])
+		return
+	}
+	e.raw = append(e.raw, run...)
+}
+
+func (e *Events) max() int {
+	if e.Max <= 0 {
+		return DefaultMaxEvent
+	}
+	return e.Max
+}
+
 func (e *Events) push(c byte) {
 	e.any = true
 	if e.skipping {
 		return
 	}
-	max := e.Max
-	if max <= 0 {
-		max = DefaultMaxEvent
-	}
-	if len(e.raw) >= max {
+	if len(e.raw) >= e.max() {
 		e.skipping = true
 		e.raw, e.data, e.lineAt = e.raw[:0], e.data[:0], 0
 		if e.OnOversize != nil {
