@@ -54,6 +54,11 @@ func (m *memArtifacts) Resolve(_ context.Context, tenant, id string) (compiler.D
 			return d, true, nil
 		}
 	}
+	for _, a := range m.store.All(tenant) { // stored by a compiler, not by put
+		if compiler.ArtifactID(a.Digest) == id {
+			return a.Digest, true, nil
+		}
+	}
 	return compiler.Digest{}, false, nil
 }
 
