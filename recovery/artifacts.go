@@ -2,6 +2,7 @@ package recovery
 
 import (
 	"context"
+	"strings"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
 )
@@ -51,6 +52,9 @@ type Config struct {
 func (c Config) WithDefaults() Config {
 	if c.Path == "" {
 		c.Path = DefaultPath
+	}
+	if !strings.HasSuffix(c.Path, "/") {
+		c.Path += "/" // "/tt" serves /tt/artifacts, not /ttartifacts
 	}
 	if c.MaxPageChars <= 0 {
 		c.MaxPageChars = DefaultMaxPageChars
