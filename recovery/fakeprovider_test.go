@@ -220,7 +220,7 @@ func (t fakeTurn) body(format string, round int) []byte {
 		fmt.Fprintf(&b, `,"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d}}}`,
 			t.usage.Input, t.usage.Output, t.usage.Input+t.usage.Output, t.usage.CacheRead)
 	case response.FormatResponses:
-		fmt.Fprintf(&b, `{"id":"resp_%d","object":"response","status":"completed","output":[%s`, round, t.responsesMessage(round))
+		fmt.Fprintf(&b, `{"id":"resp_%d","object":"response","status":"completed","output":[%s,%s`, round, t.responsesMessage(round), responsesReasoning(round))
 		for i, c := range t.calls {
 			fmt.Fprintf(&b, `,%s`, c.responsesItem(round, i))
 		}
@@ -258,6 +258,12 @@ func (t fakeTurn) responsesUsage() string {
 
 func (t fakeTurn) responsesMessage(round int) string {
 	return fmt.Sprintf(`{"id":"msg_%d","type":"message","status":"completed","role":"assistant","content":[{"type":"output_text","annotations":[],"text":%s}]}`, round, js(t.text))
+}
+
+// responsesReasoning is the reasoning item each answer carries between its
+// message and its calls.
+func responsesReasoning(round int) string {
+	return fmt.Sprintf(`{"id":"rs_%d","type":"reasoning","summary":[],"encrypted_content":"enc%d"}`, round, round)
 }
 
 func (c fakeCall) responsesItem(round, i int) string {
@@ -334,8 +340,11 @@ func (t fakeTurn) stream(format string, round int) []byte {
 		}
 		rev("response.output_text.done", fmt.Sprintf(`"item_id":%q,"output_index":0,"content_index":0,"text":%s`, msgID, js(t.text)))
 		rev("response.output_item.done", fmt.Sprintf(`"output_index":0,"item":%s`, t.responsesMessage(round)))
-		items := []string{t.responsesMessage(round)}
+		rev("response.output_item.added", fmt.Sprintf(`"output_index":1,"item":{"id":"rs_%d","type":"reasoning","summary":[]}`, round))
+		rev("response.output_item.done", fmt.Sprintf(`"output_index":1,"item":%s`, responsesReasoning(round)))
+		items := []string{t.responsesMessage(round), responsesReasoning(round)}
 		for i, c := range t.calls {
+			i := i + 1 // after the message and the reasoning item
 			fcID := fmt.Sprintf("fc_%d_%d", round, i)
 			rev("response.output_item.added", fmt.Sprintf(`"output_index":%d,"item":{"id":%q,"type":"function_call","status":"in_progress","arguments":"","call_id":%q,"name":%q}`, i+1, fcID, c.id, c.name))
 			for _, h := range halves(c.args) {

@@ -125,14 +125,26 @@ func isOwnCall(src []byte, n *jsonv.Node) bool {
 		n.Get("name").StringIs(src, ToolName)
 }
 
-// split returns the elements of arr that are not client calls, and our calls.
+// split returns the elements of arr that are not client calls, and our
+// calls. In a Responses output the reasoning items right before a client
+// call go with it: the provider refuses a reasoning item whose following
+// item is missing.
 func split(src []byte, arr *jsonv.Node) (kept, own []*jsonv.Node) {
-	for _, n := range arr.Elems {
-		switch {
-		case isOwnCall(src, n):
+	drop := make([]bool, len(arr.Elems))
+	for i, n := range arr.Elems {
+		if !isClientCall(src, n) {
+			continue
+		}
+		drop[i] = true
+		for j := i - 1; j >= 0 && arr.Elems[j].Get("type").StringIs(src, "reasoning"); j-- {
+			drop[j] = true
+		}
+	}
+	for i, n := range arr.Elems {
+		if isOwnCall(src, n) {
 			own = append(own, n)
-			kept = append(kept, n)
-		case !isClientCall(src, n):
+		}
+		if !drop[i] {
 			kept = append(kept, n)
 		}
 	}

@@ -135,3 +135,22 @@ func TestFollowUpErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestFollowUpReasoningGoesWithItsCall: a reasoning item right before a
+// client call is dropped with it; one before our call stays.
+func TestFollowUpReasoningGoesWithItsCall(t *testing.T) {
+	answer := `{"output":[{"id":"rs_a","type":"reasoning","summary":[]},{"id":"fc_c","type":"function_call","call_id":"client1","name":"bash","arguments":"{}"},` +
+		`{"id":"rs_b","type":"reasoning","summary":[]},{"id":"fc_o","type":"function_call","call_id":"own1","name":"token_terminator","arguments":"{}"}]}`
+	out, err := FollowUp(response.FormatResponses, []byte(requests[response.FormatResponses]), []byte(answer), []Call{{ID: "own1", Result: []byte(`{}`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []any
+	for _, it := range tail(t, response.FormatResponses, out, 4) {
+		ids = append(ids, it["id"])
+	}
+	// The request's last item (no id), then what the answer keeps.
+	if !reflect.DeepEqual(ids, []any{nil, "rs_b", "fc_o", nil}) {
+		t.Fatalf("appended items %v", ids)
+	}
+}

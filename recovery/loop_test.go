@@ -391,6 +391,17 @@ func checkClientStream(t *testing.T, c loopCase, stream []byte, texts []string) 
 			}
 		}
 		final := evs[len(evs)-1].data["response"].(map[string]any)
+		// A reasoning item reaches the client only from the round that
+		// called nothing of ours: the others preceded our calls.
+		var reasoning []any
+		for _, it := range shown {
+			if field(it, "type") == "reasoning" {
+				reasoning = append(reasoning, field(it, "id"))
+			}
+		}
+		if want := []any{fmt.Sprintf("rs_%d", c.rounds)}; c.rounds <= DefaultMaxRounds && !reflect.DeepEqual(reasoning, want) || c.rounds > DefaultMaxRounds && reasoning != nil {
+			t.Fatalf("reasoning items shown %v", reasoning)
+		}
 		if !reflect.DeepEqual(final["output"], shown) {
 			t.Fatalf("completed.output %v\nwant the items shown %v", final["output"], shown)
 		}

@@ -33,7 +33,13 @@ type anthropicStream struct {
 type heldCall struct {
 	own    bool
 	events []heldEvent
-	item   []byte // Responses: the complete item (output_item.done)
+	// Responses only: the complete item (output_item.done), its
+	// output_index, whether it is a reasoning item, and the reasoning
+	// items that came just before a call (they go where it goes).
+	item      []byte
+	oi        int
+	reasoning bool
+	before    []*heldCall
 }
 
 // asmBlock assembles one content block of the answer from its events.
@@ -104,7 +110,7 @@ func (s *anthropicStream) event(ev response.Event, round int, out func([]byte)) 
 		if !ok {
 			return // a block that never started: no client can place it
 		}
-		out(rewrite(ev, setInts(src, root, map[string]int{"index": ci})))
+		out(rewriteEvent(ev, setInts(src, root, map[string]int{"index": ci})))
 		if typ == "content_block_stop" {
 			delete(s.open, ci)
 		}
@@ -246,9 +252,9 @@ func (e heldEvent) isType(t string) bool {
 	return err == nil && root.Get("type").StringIs(e.data, t)
 }
 
-// rewrite returns the event with new data, or its raw bytes when the data
+// rewriteEvent returns the event with new data, or its raw bytes when the data
 // did not change.
-func rewrite(ev response.Event, data []byte) []byte {
+func rewriteEvent(ev response.Event, data []byte) []byte {
 	if string(data) == string(ev.Data) {
 		return ev.Raw
 	}

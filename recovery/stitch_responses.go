@@ -25,6 +25,7 @@ type responsesStream struct {
 	// this round
 	outIdx map[int]int // provider output_index -> client, forwarded items
 	held   map[int]*heldCall
+	pend   []*heldCall    // reasoning items waiting for the item after them
 	items  map[int][]byte // output_item.done items, for the answer
 	end    *heldEvent
 	failed bool
@@ -42,7 +43,7 @@ func newResponsesStream() *responsesStream {
 
 func (s *responsesStream) reset() {
 	s.outIdx, s.held, s.items = map[int]int{}, map[int]*heldCall{}, map[int][]byte{}
-	s.end, s.failed = nil, false
+	s.pend, s.end, s.failed = nil, nil, false
 }
 
 // reseq renumbers an event's sequence_number (and output_index when ci >= 0).
@@ -52,7 +53,7 @@ func (s *responsesStream) reseq(ev response.Event, root *jsonv.Node, ci int) []b
 	if ci >= 0 {
 		set["output_index"] = ci
 	}
-	return rewrite(ev, setInts(ev.Data, root, set))
+	return rewriteEvent(ev, setInts(ev.Data, root, set))
 }
 
 func (s *responsesStream) event(ev response.Event, round int, out func([]byte)) {
@@ -70,6 +71,7 @@ func (s *responsesStream) event(ev response.Event, round int, out func([]byte)) 
 		}
 		return
 	case "response.completed", "response.incomplete", "response.failed":
+		s.flushPending(out)
 		h := hold(ev)
 		s.end = &h
 		return
@@ -85,8 +87,21 @@ func (s *responsesStream) event(ev response.Event, round int, out func([]byte)) 
 	}
 	item := root.Get("item")
 	_, shown := s.outIdx[oi]
-	if !shown && s.held[oi] == nil && (item.Get("type").StringIs(src, "function_call") || item.Get("type").StringIs(src, "custom_tool_call")) {
-		s.held[oi] = &heldCall{own: isOwnCall(src, item)}
+	isCall := item.Get("type").StringIs(src, "function_call") || item.Get("type").StringIs(src, "custom_tool_call")
+	switch {
+	case shown || s.held[oi] != nil:
+	case isCall:
+		// Reasoning items just before a call belong to it: they go where
+		// it goes (the provider refuses a reasoning item whose following
+		// item is missing, and a client sends back what it was shown).
+		s.held[oi] = &heldCall{oi: oi, own: isOwnCall(src, item), before: s.pend}
+		s.pend = nil
+	case typ == "response.output_item.added" && item.Get("type").StringIs(src, "reasoning"):
+		h := &heldCall{oi: oi, reasoning: true}
+		s.held[oi] = h
+		s.pend = append(s.pend, h)
+	case typ == "response.output_item.added":
+		s.flushPending(out)
 	}
 	done := typ == "response.output_item.done" && item.Is(jsonv.Object)
 	if done {
@@ -114,6 +129,35 @@ func (s *responsesStream) event(ev response.Event, round int, out func([]byte)) 
 	out(s.reseq(ev, root, ci))
 }
 
+// flushPending releases the reasoning items held until the item after
+// them was known: it is not a call, so the client sees them now.
+func (s *responsesStream) flushPending(out func([]byte)) {
+	for _, h := range s.pend {
+		delete(s.held, h.oi)
+		s.outIdx[h.oi] = s.release(h, out)
+	}
+	s.pend = nil
+}
+
+// release writes a held item's events as the client's next output item and
+// returns its client output_index.
+func (s *responsesStream) release(h *heldCall, out func([]byte)) int {
+	ci := s.nextOut
+	s.nextOut++
+	for _, ev := range h.events {
+		root, err := jsonv.Parse(ev.data, 64)
+		if err != nil {
+			continue
+		}
+		e := response.Event{Name: ev.name, Data: ev.data, Raw: ev.raw}
+		out(s.reseq(e, root, ci))
+	}
+	if h.item != nil {
+		s.shown = append(s.shown, h.item)
+	}
+	return ci
+}
+
 func (s *responsesStream) endRound() ([]byte, bool) {
 	idx := make([]int, 0, len(s.items))
 	for oi := range s.items {
@@ -132,7 +176,7 @@ func (s *responsesStream) endRound() ([]byte, bool) {
 	if ok {
 		s.lastEnd, s.lastCalls = s.end, nil
 		for _, oi := range idx {
-			if h := s.held[oi]; h != nil && !h.own && h.item != nil {
+			if h := s.held[oi]; h != nil && !h.own && !h.reasoning && h.item != nil {
 				s.lastCalls = append(s.lastCalls, h)
 			}
 		}
@@ -145,27 +189,21 @@ func (s *responsesStream) finish(u response.Usage, rewrite bool, out func([]byte
 	if s.lastEnd == nil {
 		return false
 	}
-	output := slices.Clone(s.shown)
 	for _, h := range s.lastCalls {
-		ci := s.nextOut
-		s.nextOut++
-		for _, ev := range h.events {
-			root, err := jsonv.Parse(ev.data, 64)
-			if err != nil {
-				continue
-			}
-			out(sseEvent(ev.name, setInts(ev.data, root, map[string]int{"output_index": ci, "sequence_number": s.seq})))
-			s.seq++
+		for _, r := range h.before {
+			s.release(r, out)
 		}
-		output = append(output, h.item)
+		s.release(h, out)
 	}
+	output := s.shown
 	data := s.lastEnd.data
 	root, err := jsonv.Parse(data, jsonv.MaxDepth)
 	if !rewrite {
 		// One round, nothing of ours: the end as sent, renumbered only if
 		// held events moved.
 		if err == nil {
-			out(sseEvent(s.lastEnd.name, setInts(data, root, map[string]int{"sequence_number": s.seq})))
+			ev := response.Event{Name: s.lastEnd.name, Data: data, Raw: s.lastEnd.raw}
+			out(rewriteEvent(ev, setInts(data, root, map[string]int{"sequence_number": s.seq})))
 			s.seq++
 		} else {
 			out(s.lastEnd.raw)

@@ -26,7 +26,7 @@ func StripOwnCalls(format string, answer []byte, usage response.Usage) ([]byte, 
 		edits = stripChat(answer, root)
 	case response.FormatResponses:
 		if out := root.Get("output"); out.Is(jsonv.Array) {
-			edits = filterArray(answer, out, isOwnCall, edits)
+			edits = filterArray(answer, out, ownOrItsReasoning(answer, out), edits)
 		}
 	case response.FormatAnthropic:
 		edits = stripAnthropic(answer, root)
@@ -37,6 +37,23 @@ func StripOwnCalls(format string, answer []byte, usage response.Usage) ([]byte, 
 		edits = append(edits, usageEdits(format, answer, root.Get("usage"), usage)...)
 	}
 	return splice(answer, edits), nil
+}
+
+// ownOrItsReasoning selects our calls in a Responses output and the
+// reasoning items right before them: the provider refuses a reasoning item
+// sent back without the item that followed it.
+func ownOrItsReasoning(src []byte, output *jsonv.Node) func([]byte, *jsonv.Node) bool {
+	drop := map[*jsonv.Node]bool{}
+	for i, n := range output.Elems {
+		if !isOwnCall(src, n) {
+			continue
+		}
+		drop[n] = true
+		for j := i - 1; j >= 0 && output.Elems[j].Get("type").StringIs(src, "reasoning"); j-- {
+			drop[output.Elems[j]] = true
+		}
+	}
+	return func(_ []byte, n *jsonv.Node) bool { return drop[n] }
 }
 
 // filterArray appends an edit that rewrites arr without the elements drop

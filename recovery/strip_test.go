@@ -21,8 +21,8 @@ func TestStripOwnCalls(t *testing.T) {
 			`{"id":"chatcmpl-1","object":"chat.completion","model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[` +
 				`{"id":"client1","type":"function","function":{"name":"bash","arguments":"{\"cmd\":\"ls\"}"}}]},"finish_reason":"tool_calls"}],` +
 				`"usage":{"prompt_tokens":800,"completion_tokens":30,"total_tokens":830,"prompt_tokens_details":{"cached_tokens":0}}}`},
-		{"responses, only ours", response.FormatResponses, responsesAnswer(false, ""), sum,
-			`{"id":"resp_1","object":"response","status":"completed","output":[{"id":"rs_1","type":"reasoning","summary":[],"encrypted_content":"gAAAAB=="}],` +
+		{"responses, only ours: its reasoning goes too", response.FormatResponses, responsesAnswer(false, ""), sum,
+			`{"id":"resp_1","object":"response","status":"completed","output":[],` +
 				`"usage":{"input_tokens":2400,"input_tokens_details":{"cached_tokens":1000},"output_tokens":75,"output_tokens_details":{"reasoning_tokens":10},"total_tokens":2475}}`},
 		{"anthropic, only ours: end_turn", response.FormatAnthropic, anthropicAnswer(false, ""), sum,
 			`{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"thinking","thinking":"Need the log.","signature":"EqQBCkYIAxgCIkD"},{"type":"text","text":"Reading it."}],` +
