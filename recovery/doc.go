@@ -21,8 +21,9 @@
 //   - FollowUp: the next request of the loop (request bytes + the
 //     assistant turn + our results). StripOwnCalls: the final JSON answer
 //     without our calls, usage summed.
-//   - Stitcher: the same loop for SSE answers (Anthropic Messages, OpenAI
+//   - Stitcher: the same for SSE answers (Anthropic Messages, OpenAI
 //     Responses, OpenAI Chat), one client stream across rounds.
+//   - LoopJSON, LoopStream: the whole loop around a Sender.
 //
 // Everything is pure except the API's http.Handler: no Caddy, no I/O but
 // the Artifacts it is given (*vault.Store implements it) and the writer a
@@ -42,38 +43,24 @@
 //     cache), forwards AppendTool(format, body). ErrToolPresent: forward
 //     the body without it and do not run the loop.
 //
-//  3. Non-streaming answer (buffered, bounded like the request): the loop
-//     below.
+//  3. Non-streaming answer (buffered, bounded like the request): the client
+//     gets LoopJSON(ctx, cfg, store, tenant, format, body, answer, max,
+//     send), where send posts a follow-up through the next handler and
+//     returns the answer's body (an error for a status other than success).
+//     It returns the answer itself when the model called nothing of ours.
 //
-//  4. Streaming answer: st, _ := NewStitcher(format,
-//     w, cfg); copy the upstream body into st; r, err := st.EndRound(); while
-//     r.Continue: Run(r.Calls), FollowUp(format, body, r.Answer, r.Calls),
-//     send it, copy its body into st, EndRound again. On any failure call
-//     st.Close(): it ends the client stream well formed from the last
-//     complete round. Before st.Started() nothing reached the client, so the
-//     glue may still fall back to the plain answer.
+//  4. Streaming answer: LoopStream(ctx, cfg, store, tenant, format, body,
+//     upstreamBody, w, send) writes the client's stream to w (flushed after
+//     every write when w has a Flush method). Whatever fails, it finishes
+//     the client stream well formed from the last complete round.
 //
 //  5. Upstream requests of the loop reuse the client's headers; their
 //     bodies skip the compiler (they are the compiled body plus appended
 //     turns).
 //
-// The non-streaming loop (cfg = cfg.WithDefaults()):
-//
-//	usage := response.Usage{}
-//	for round := 0; ; round++ {
-//		r := response.NewReader(format, response.Options{Keep: []string{recovery.ToolName}})
-//		r.Write(answer)
-//		usage = usage.Add(r.Usage())
-//		calls := recovery.OwnCalls(r.ToolCalls())
-//		if len(calls) == 0 || round == cfg.MaxRounds {
-//			final, err := recovery.StripOwnCalls(format, answer, usage) // err: send answer as it is
-//			break
-//		}
-//		recovery.Run(ctx, cfg, store, tenant, calls)
-//		next, err := recovery.FollowUp(format, body, answer, calls)
-//		// on err, or when the next upstream call fails: StripOwnCalls(answer)
-//		body, answer = next, <the next upstream answer, buffered>
-//	}
+// LoopJSON and LoopStream are built from the exported pieces (response
+// Reader, OwnCalls, Run, FollowUp, StripOwnCalls, Stitcher), which a glue
+// with other needs can drive itself.
 //
 // The receipts' trailing hint ("| recover: token_terminator artifact_get]")
 // and re-inlining recovered artifacts in later requests belong to the
