@@ -76,9 +76,9 @@ type Round struct {
 }
 
 // NewStitcher returns a Stitcher writing to client, for SSE answers of
-// format (Anthropic Messages, OpenAI Responses or OpenAI Chat). client is flushed after
-// every write when it has a Flush method (http.Flusher). cfg.MaxRounds
-// bounds the follow-up rounds.
+// format (Anthropic Messages, OpenAI Responses or OpenAI Chat). client is
+// flushed after every write when it has a Flush method (http.Flusher).
+// cfg.MaxRounds bounds the follow-up rounds.
 func NewStitcher(format string, client io.Writer, cfg Config) (*Stitcher, error) {
 	cfg = cfg.WithDefaults()
 	s := &Stitcher{client: client, maxRounds: cfg.MaxRounds, format: format}
