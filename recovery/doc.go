@@ -49,10 +49,14 @@
 //     returns the answer's body (an error for a status other than success).
 //     It returns the answer itself when the model called nothing of ours.
 //
-//  4. Streaming answer: LoopStream(ctx, cfg, store, tenant, format, body,
-//     upstreamBody, w, send) writes the client's stream to w (flushed after
-//     every write when w has a Flush method). Whatever fails, it finishes
-//     the client stream well formed from the last complete round.
+//  4. Streaming answer: st, _ := NewStitcher(format, w, cfg); the upstream
+//     answer's body is written into st (st is the io.Writer the glue's
+//     ResponseWriter wrapper writes the body to; w is flushed after every
+//     write when it has a Flush method); then st.Continue(ctx, store,
+//     tenant, body, send) runs the loop, send streaming each follow-up's
+//     answer into st the same way. Whatever fails, the client stream is
+//     finished well formed from the last complete round. (LoopStream does
+//     the same for a glue holding the first answer as an io.Reader.)
 //
 //  5. Upstream requests of the loop reuse the client's headers; their
 //     bodies skip the compiler (they are the compiled body plus appended

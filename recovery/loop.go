@@ -75,43 +75,59 @@ func readAnswer(ctx context.Context, send Sender, body []byte, maxAnswer int) ([
 	return b, nil
 }
 
-// LoopStream runs the recovery loop for a streamed answer: first is the
-// provider's stream for request, client where the client's stream goes.
-// Client-visible events are written as they arrive; follow-ups are sent
-// while the model calls the gateway's tool and rounds remain. Whatever
-// fails, the client stream is finished well formed from the last complete
-// round. It returns the number of follow-ups sent and the first error.
-func LoopStream(ctx context.Context, cfg Config, arts Artifacts, tenant, format string, request []byte, first io.Reader, client io.Writer, send Sender) (int, error) {
-	cfg = cfg.WithDefaults()
-	st, err := NewStitcher(format, client, cfg)
-	if err != nil {
-		// Not a format we stitch: pass the stream through as it is.
-		_, cerr := io.Copy(client, first)
-		return 0, errors.Join(err, cerr)
-	}
-	stream := first
+// StreamSender sends one follow-up request upstream and writes the
+// answer's body (the provider's SSE stream) to w as it arrives; a status
+// other than success is an error, with nothing written. In Caddy it is
+// next.ServeHTTP with a ResponseWriter whose body writes go to w.
+type StreamSender func(ctx context.Context, body []byte, w io.Writer) error
+
+// Continue runs the recovery loop for a streamed answer whose first round
+// (the answer to request) has been written into s: while the model calls
+// the gateway's tool and rounds remain, it answers the calls and streams
+// the follow-up's answer into s. Whatever fails, the client stream is
+// finished well formed from the last complete round. It returns the number
+// of follow-ups sent and the first error.
+func (s *Stitcher) Continue(ctx context.Context, arts Artifacts, tenant string, request []byte, send StreamSender) (int, error) {
 	for rounds := 0; ; rounds++ {
-		if _, err := io.Copy(st, stream); err != nil {
-			st.Close()
-			return rounds, fmt.Errorf("recovery: stream: %w", err)
-		}
-		r, err := st.EndRound()
+		r, err := s.EndRound()
 		if err != nil || !r.Continue {
-			if cerr := st.Close(); err == nil {
+			if cerr := s.Close(); err == nil {
 				err = cerr
 			}
 			return rounds, err
 		}
-		Run(ctx, cfg, arts, tenant, r.Calls)
-		next, err := FollowUp(format, request, r.Answer, r.Calls)
+		Run(ctx, s.cfg, arts, tenant, r.Calls)
+		next, err := FollowUp(s.format, request, r.Answer, r.Calls)
 		if err != nil {
-			return rounds, errors.Join(err, st.Close())
+			return rounds, errors.Join(err, s.Close())
 		}
-		rc, err := send(ctx, next)
-		if err != nil {
-			return rounds, errors.Join(err, st.Close())
+		if err := send(ctx, next, s); err != nil {
+			return rounds + 1, errors.Join(fmt.Errorf("recovery: follow-up: %w", err), s.Close())
 		}
-		request, stream = next, rc
-		defer rc.Close()
+		request = next
 	}
+}
+
+// LoopStream is Continue for a glue that holds the first answer as a
+// reader and sends follow-ups with a Sender: it streams first into a new
+// Stitcher writing to client, then continues. A format the stitcher does
+// not know is copied through untouched.
+func LoopStream(ctx context.Context, cfg Config, arts Artifacts, tenant, format string, request []byte, first io.Reader, client io.Writer, send Sender) (int, error) {
+	st, err := NewStitcher(format, client, cfg)
+	if err != nil {
+		_, cerr := io.Copy(client, first)
+		return 0, errors.Join(err, cerr)
+	}
+	if _, err := io.Copy(st, first); err != nil {
+		return 0, errors.Join(fmt.Errorf("recovery: stream: %w", err), st.Close())
+	}
+	return st.Continue(ctx, arts, tenant, request, func(ctx context.Context, body []byte, w io.Writer) error {
+		rc, err := send(ctx, body)
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		_, err = io.Copy(w, rc)
+		return err
+	})
 }

@@ -106,3 +106,38 @@ func checkAnswer(t *testing.T, c loopCase, body []byte, stream bool, usage *resp
 		t.Fatalf("client calls %v, want %v", got, calls)
 	}
 }
+
+// TestStitcherContinue drives the Caddy-shaped seam: the first answer is
+// written into the Stitcher, follow-ups stream into it through a
+// StreamSender.
+func TestStitcherContinue(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range loopCases(allFormats...) {
+		t.Run(c.String(), func(t *testing.T) {
+			mem, model, body := setupLoop(t, c)
+			texts, wantUsage, wantCalls := c.expect(Config{}, model)
+			var client bytes.Buffer
+			st, err := NewStitcher(c.format, &client, Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			first, _ := model.answer(body)
+			st.Write(first.stream(c.format, 0))
+			sent := 0
+			rounds, err := st.Continue(ctx, mem, loopTenant, body, func(_ context.Context, next []byte, w io.Writer) error {
+				sent++
+				turn, err := model.answer(next)
+				if err != nil {
+					t.Fatalf("follow-up refused: %v", err)
+				}
+				_, err = w.Write(turn.stream(c.format, sent))
+				return err
+			})
+			if err != nil || rounds != sent || rounds != min(c.rounds, DefaultMaxRounds) {
+				t.Fatalf("Continue: %v, %d rounds, %d sent", err, rounds, sent)
+			}
+			checkAnswer(t, c, client.Bytes(), true, &wantUsage, wantCalls)
+			checkClientStream(t, c, client.Bytes(), texts)
+		})
+	}
+}

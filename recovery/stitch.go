@@ -32,6 +32,7 @@ var ErrIncomplete = errors.New("recovery: the provider's stream ended early")
 type Stitcher struct {
 	client    io.Writer
 	flush     func()
+	cfg       Config
 	maxRounds int
 	format    string
 
@@ -81,7 +82,7 @@ type Round struct {
 // cfg.MaxRounds bounds the follow-up rounds.
 func NewStitcher(format string, client io.Writer, cfg Config) (*Stitcher, error) {
 	cfg = cfg.WithDefaults()
-	s := &Stitcher{client: client, maxRounds: cfg.MaxRounds, format: format}
+	s := &Stitcher{client: client, cfg: cfg, maxRounds: cfg.MaxRounds, format: format}
 	switch format {
 	case response.FormatAnthropic:
 		s.f = newAnthropicStream()
