@@ -220,7 +220,7 @@ func parseEvent(ev response.Event) *jsonv.Node {
 	if len(ev.Data) == 0 {
 		return nil
 	}
-	root, err := jsonv.Parse(ev.Data, 64)
+	root, err := jsonv.Parse(ev.Data, jsonv.MaxDepth)
 	if err != nil || !root.Is(jsonv.Object) {
 		return nil
 	}

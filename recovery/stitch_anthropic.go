@@ -138,7 +138,7 @@ func (b *asmBlock) add(src []byte, d *jsonv.Node) {
 // block returns the assembled block: the start's object with its text,
 // thinking, signature or input completed.
 func (b *asmBlock) block() []byte {
-	obj, err := jsonv.Parse(b.start, 64)
+	obj, err := jsonv.Parse(b.start, jsonv.MaxDepth)
 	if err != nil {
 		return b.start
 	}
@@ -203,7 +203,7 @@ func (s *anthropicStream) finish(u response.Usage, rewrite bool, out func([]byte
 		ci := s.nextIndex
 		s.nextIndex++
 		for _, ev := range h.events {
-			root, err := jsonv.Parse(ev.data, 64)
+			root, err := jsonv.Parse(ev.data, jsonv.MaxDepth)
 			if err != nil {
 				continue
 			}
@@ -228,7 +228,7 @@ func (s *anthropicStream) finish(u response.Usage, rewrite bool, out func([]byte
 // finalDelta sets the stop reason (no tool call left: end_turn) and the
 // usage summed over the rounds.
 func (s *anthropicStream) finalDelta(data []byte, u response.Usage) []byte {
-	root, err := jsonv.Parse(data, 64)
+	root, err := jsonv.Parse(data, jsonv.MaxDepth)
 	if err != nil {
 		return data
 	}
@@ -248,7 +248,7 @@ func (s *anthropicStream) finalDelta(data []byte, u response.Usage) []byte {
 
 // isType reports whether a held event's data is of JSON type t.
 func (e heldEvent) isType(t string) bool {
-	root, err := jsonv.Parse(e.data, 64)
+	root, err := jsonv.Parse(e.data, jsonv.MaxDepth)
 	return err == nil && root.Get("type").StringIs(e.data, t)
 }
 

@@ -124,7 +124,7 @@ func (s *chatStream) event(ev response.Event, round int, out func([]byte)) {
 	if finished {
 		s.end = append(s.end, heldEvent{name: ev.Name, data: rest, raw: sseEvent(ev.Name, rest)})
 	} else if c := delta.Get("content"); c.Is(jsonv.String) && c.End-c.Start > 2 {
-		restRoot, err := jsonv.Parse(rest, 64)
+		restRoot, err := jsonv.Parse(rest, jsonv.MaxDepth)
 		if err == nil {
 			out(s.relabel(response.Event{Name: ev.Name, Data: rest, Raw: sseEvent(ev.Name, rest)}, restRoot, nil))
 		}
@@ -195,7 +195,7 @@ func (s *chatStream) finish(u response.Usage, rewrite bool, out func([]byte)) bo
 		}
 	}
 	for _, ev := range s.lastEnd {
-		root, err := jsonv.Parse(ev.data, 64)
+		root, err := jsonv.Parse(ev.data, jsonv.MaxDepth)
 		if err != nil || !root.Is(jsonv.Object) {
 			out(ev.raw)
 			continue
@@ -220,7 +220,7 @@ func (s *chatStream) finish(u response.Usage, rewrite bool, out func([]byte)) bo
 // releasePiece re-emits a held piece of a client call as client call ci:
 // as it came when nothing changes, else a chunk whose delta holds just it.
 func (s *chatStream) releasePiece(p chatPiece, ci int) []byte {
-	root, err := jsonv.Parse(p.chunk, 64)
+	root, err := jsonv.Parse(p.chunk, jsonv.MaxDepth)
 	if err != nil {
 		return nil
 	}
@@ -228,7 +228,7 @@ func (s *chatStream) releasePiece(p chatPiece, ci int) []byte {
 	if p.alone && p.index == ci {
 		return s.relabel(ev, root, nil)
 	}
-	elem, err := jsonv.Parse(p.elem, 64)
+	elem, err := jsonv.Parse(p.elem, jsonv.MaxDepth)
 	if err != nil {
 		return nil
 	}

@@ -145,7 +145,7 @@ func (s *responsesStream) release(h *heldCall, out func([]byte)) int {
 	ci := s.nextOut
 	s.nextOut++
 	for _, ev := range h.events {
-		root, err := jsonv.Parse(ev.data, 64)
+		root, err := jsonv.Parse(ev.data, jsonv.MaxDepth)
 		if err != nil {
 			continue
 		}
