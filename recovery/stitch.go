@@ -41,12 +41,13 @@ type Stitcher struct {
 	reader *response.Reader
 	rounds int // rounds ended
 
-	usage   response.Usage // summed over the rounds so far
-	ownSeen bool           // some round called our tool
-	wrote   bool
-	werr    error
-	done    bool // the client stream is finished (or cannot be)
-	oversz  bool
+	usage    response.Usage // summed over the rounds so far
+	ownSeen  bool           // some round called our tool
+	wrote    bool
+	werr     error
+	done     bool // the client stream is finished (or cannot be)
+	sawEvent bool // an event was complete: the answer is a stream
+	oversz   bool
 }
 
 // streamFormat is one format's stitching.
@@ -96,7 +97,10 @@ func NewStitcher(format string, client io.Writer, cfg Config) (*Stitcher, error)
 	if fl, ok := client.(interface{ Flush() }); ok {
 		s.flush = fl.Flush
 	}
-	s.events.OnEvent = func(ev response.Event) { s.f.event(ev, s.rounds, s.out) }
+	s.events.OnEvent = func(ev response.Event) {
+		s.sawEvent = true
+		s.f.event(ev, s.rounds, s.out)
+	}
 	s.events.OnOversize = func() { s.oversz = true }
 	s.reader = s.newReader()
 	return s, nil
@@ -144,8 +148,14 @@ func (s *Stitcher) EndRound() (Round, error) {
 		return Round{}, errors.New("recovery: the stream is finished")
 	}
 	// An event cut off by the end of the stream is dropped, not forwarded
-	// half (the SSE spec discards it too).
-	s.events.Reset()
+	// half (the SSE spec discards it too). But a first answer without a
+	// single complete event is no stream at all (a JSON error body): it
+	// goes to the client as it came.
+	if s.rounds == 0 && !s.sawEvent {
+		s.events.Flush()
+	} else {
+		s.events.Reset()
+	}
 	answer, ok := s.f.endRound()
 	r := Round{Calls: OwnCalls(s.reader.ToolCalls()), Answer: answer, Usage: s.reader.Usage()}
 	s.usage = s.usage.Add(r.Usage)

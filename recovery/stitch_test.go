@@ -184,3 +184,26 @@ func checkWellFormed(t *testing.T, format string, stream []byte) {
 		}
 	}
 }
+
+// TestStitcherNotAStream: an error answer in JSON (the provider refused the
+// request) written into a Stitcher reaches the client byte for byte.
+func TestStitcherNotAStream(t *testing.T) {
+	bodies := []string{
+		`{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: too large"}}`,
+		"{\n  \"error\": {\n    \"message\": \"Invalid 'input'\",\n    \"type\": \"invalid_request_error\"\n  }\n}\n",
+	}
+	for _, format := range allFormats {
+		for _, body := range bodies {
+			var client bytes.Buffer
+			st, _ := NewStitcher(format, &client, Config{})
+			st.Write([]byte(body))
+			if _, err := st.EndRound(); !errors.Is(err, ErrIncomplete) {
+				t.Fatalf("%s: %v", format, err)
+			}
+			st.Close()
+			if client.String() != body {
+				t.Fatalf("%s: client got %q, want %q", format, client.String(), body)
+			}
+		}
+	}
+}
