@@ -46,7 +46,8 @@ type heldCall struct {
 type asmBlock struct {
 	start                    []byte // content_block of content_block_start
 	text, thinking, input    []byte
-	signature                []byte // JSON string
+	signature                []byte   // JSON string
+	citations                [][]byte // citations_delta objects
 	hasText, hasThink, hasIn bool
 }
 
@@ -132,6 +133,10 @@ func (b *asmBlock) add(src []byte, d *jsonv.Node) {
 		}
 	case d.Get("type").StringIs(src, "input_json_delta"):
 		b.input, b.hasIn = d.Get("partial_json").AppendText(b.input, src), true
+	case d.Get("type").StringIs(src, "citations_delta"):
+		if c := d.Get("citation"); c.Is(jsonv.Object) {
+			b.citations = append(b.citations, slices.Clone(c.Raw(src)))
+		}
 	}
 }
 
@@ -158,6 +163,19 @@ func (b *asmBlock) block() []byte {
 		if _, err := jsonv.Parse(b.input, jsonv.MaxDepth); err == nil {
 			set = append(set, member{"input", b.input})
 		}
+	}
+	if len(b.citations) > 0 {
+		list := []byte{'['}
+		if prev := obj.Get("citations"); prev.Is(jsonv.Array) && len(prev.Elems) > 0 {
+			list = append(append(list, joinRaw(b.start, prev.Elems)...), ',')
+		}
+		for i, c := range b.citations {
+			if i > 0 {
+				list = append(list, ',')
+			}
+			list = append(list, c...)
+		}
+		set = append(set, member{"citations", append(list, ']')})
 	}
 	return splice(b.start, setMembersEdits(obj, set))
 }

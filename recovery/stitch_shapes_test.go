@@ -40,6 +40,10 @@ func TestStitcherAnswerShapes(t *testing.T) {
 			`content_block_stop {"type":"content_block_stop","index":0}`,
 			`content_block_start {"type":"content_block_start","index":1,"content_block":{"type":"redacted_thinking","data":"EmwKAhgBEgy3"}}`,
 			`content_block_stop {"type":"content_block_stop","index":1}`,
+			`content_block_start {"type":"content_block_start","index":3,"content_block":{"type":"text","text":"","citations":[]}}`,
+			`content_block_delta {"type":"content_block_delta","index":3,"delta":{"type":"citations_delta","citation":{"type":"char_location","cited_text":"x","document_index":0}}}`,
+			`content_block_delta {"type":"content_block_delta","index":3,"delta":{"type":"text_delta","text":"As the log says,"}}`,
+			`content_block_stop {"type":"content_block_stop","index":3}`,
 			`content_block_start {"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"own1","name":"token_terminator","input":{}}}`,
 			`content_block_delta {"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"action\":\"artifact_search\","}}`,
 			`content_block_delta {"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"\"query\":\"log\"}"}}`,
@@ -48,6 +52,7 @@ func TestStitcherAnswerShapes(t *testing.T) {
 			`message_stop {"type":"message_stop"}`),
 			`{"role":"assistant","content":[{"type":"thinking","thinking":"I need the \"log\".","signature":"EqQBCkYIAxgC"},` +
 				`{"type":"redacted_thinking","data":"EmwKAhgBEgy3"},` +
+				`{"type":"text","text":"As the log says,","citations":[{"type":"char_location","cited_text":"x","document_index":0}]},` +
 				`{"type":"tool_use","id":"own1","name":"token_terminator","input":{"action":"artifact_search","query":"log"}}]}`},
 		{"chat: text beside a call, finish on the last call chunk", response.FormatChat, sse(
 			`- {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":"Hm. "},"finish_reason":null}]}`,
