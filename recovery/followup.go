@@ -1,6 +1,7 @@
 package recovery
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 
@@ -206,6 +207,9 @@ func followUpAnthropic(request []byte, req *jsonv.Node, answer []byte, ans *json
 		out = append(out, c.Get("id").Raw(answer)...)
 		out = append(out, `,"content":`...)
 		out = append(out, r...)
+		if bytes.HasPrefix(r, []byte(`"{\"error\":`)) {
+			out = append(out, `,"is_error":true`...) // the model reads it as a failed call
+		}
 		out = append(out, '}')
 	}
 	out = append(out, "]}"...)

@@ -154,3 +154,15 @@ func TestFollowUpReasoningGoesWithItsCall(t *testing.T) {
 		t.Fatalf("appended items %v", ids)
 	}
 }
+
+func TestFollowUpAnthropicErrorResult(t *testing.T) {
+	res := errorJSON(errNotFound)
+	out, err := FollowUp(response.FormatAnthropic, []byte(requests[response.FormatAnthropic]), []byte(anthropicAnswer(false, "")), []Call{{ID: "own1", Result: res}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := tail(t, response.FormatAnthropic, out, 1)
+	if r := m[0]["content"].([]any)[0].(map[string]any); r["is_error"] != true || r["content"] != string(res) {
+		t.Fatalf("%v", r)
+	}
+}
