@@ -1,0 +1,143 @@
+package recovery
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"reflect"
+	"testing"
+
+	"github.com/tokenterminator/caddy-token-terminator/response"
+)
+
+// fakeSender answers follow-ups with the scripted model; failAt makes the
+// n-th follow-up (1-based) fail.
+func fakeSender(t *testing.T, m fakeModel, stream bool, failAt int) (Sender, *int) {
+	sent := 0
+	return func(_ context.Context, body []byte) (io.ReadCloser, error) {
+		sent++
+		if sent == failAt {
+			return nil, errors.New("upstream: 529 overloaded")
+		}
+		turn, err := m.answer(body)
+		if err != nil {
+			t.Fatalf("follow-up %d refused: %v\n%s", sent, err, body)
+		}
+		if stream {
+			return io.NopCloser(bytes.NewReader(turn.stream(m.format, sent))), nil
+		}
+		return io.NopCloser(bytes.NewReader(turn.body(m.format, sent))), nil
+	}, &sent
+}
+
+// TestLoopHelpers: LoopJSON and LoopStream run the loop of TestLoopJSON and
+// TestLoopStream and give the client what those checked; a failing
+// follow-up still leaves the client a whole answer without our calls.
+func TestLoopHelpers(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range loopCases(allFormats...) {
+		t.Run(c.String(), func(t *testing.T) {
+			mem, model, body := setupLoop(t, c)
+			texts, wantUsage, wantCalls := c.expect(Config{}, model)
+			first, _ := model.answer(body)
+
+			send, sent := fakeSender(t, model, false, 0)
+			final, rounds, err := LoopJSON(ctx, Config{}, mem, loopTenant, c.format, body, first.body(c.format, 0), 1<<20, send)
+			if err != nil || rounds != *sent || rounds != min(c.rounds, DefaultMaxRounds) {
+				t.Fatalf("LoopJSON: %v, %d rounds, %d sent", err, rounds, *sent)
+			}
+			if got := answerText(c.format, final); got != texts[len(texts)-1] {
+				t.Fatalf("LoopJSON text %q", got)
+			}
+			if c.rounds == 0 && !bytes.Equal(final, first.body(c.format, 0)) {
+				t.Fatal("LoopJSON changed an answer that called nothing of ours")
+			}
+			checkAnswer(t, c, final, false, &wantUsage, wantCalls)
+
+			send, _ = fakeSender(t, model, true, 0)
+			var client bytes.Buffer
+			rounds, err = LoopStream(ctx, Config{}, mem, loopTenant, c.format, body, bytes.NewReader(first.stream(c.format, 0)), &client, send)
+			if err != nil || rounds != min(c.rounds, DefaultMaxRounds) {
+				t.Fatalf("LoopStream: %v, %d rounds", err, rounds)
+			}
+			checkAnswer(t, c, client.Bytes(), true, &wantUsage, wantCalls)
+			checkClientStream(t, c, client.Bytes(), texts)
+
+			if c.rounds < 2 {
+				return
+			}
+			// The second follow-up fails.
+			send, _ = fakeSender(t, model, false, 2)
+			final, rounds, err = LoopJSON(ctx, Config{}, mem, loopTenant, c.format, body, first.body(c.format, 0), 1<<20, send)
+			if err == nil || rounds != 1 || final == nil {
+				t.Fatalf("LoopJSON with a failing follow-up: %v, %d rounds", err, rounds)
+			}
+			checkAnswer(t, c, final, false, nil, nil)
+			send, _ = fakeSender(t, model, true, 2)
+			client.Reset()
+			if _, err := LoopStream(ctx, Config{}, mem, loopTenant, c.format, body, bytes.NewReader(first.stream(c.format, 0)), &client, send); err == nil {
+				t.Fatal("LoopStream hides the failure")
+			}
+			checkWellFormed(t, c.format, client.Bytes())
+		})
+	}
+}
+
+// checkAnswer reads what the client got: never a call of ours; with usage
+// given, that usage summed and exactly the client calls wanted.
+func checkAnswer(t *testing.T, c loopCase, body []byte, stream bool, usage *response.Usage, calls []string) {
+	t.Helper()
+	r := response.NewReader(c.format, response.Options{Stream: stream})
+	r.Write(body)
+	got := callIDs(r.ToolCalls())
+	for _, id := range got {
+		if len(id) > 4 && id[:4] == "OWN:" {
+			t.Fatalf("our call reached the client: %v", got)
+		}
+	}
+	if usage == nil {
+		return
+	}
+	if u := r.Usage(); u != openAIUsage(c.format, *usage) {
+		t.Fatalf("usage %+v, want %+v", u, *usage)
+	}
+	if !reflect.DeepEqual(got, calls) {
+		t.Fatalf("client calls %v, want %v", got, calls)
+	}
+}
+
+// TestStitcherContinue drives the Caddy-shaped seam: the first answer is
+// written into the Stitcher, follow-ups stream into it through a
+// StreamSender.
+func TestStitcherContinue(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range loopCases(allFormats...) {
+		t.Run(c.String(), func(t *testing.T) {
+			mem, model, body := setupLoop(t, c)
+			texts, wantUsage, wantCalls := c.expect(Config{}, model)
+			var client bytes.Buffer
+			st, err := NewStitcher(c.format, &client, Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			first, _ := model.answer(body)
+			st.Write(first.stream(c.format, 0))
+			sent := 0
+			rounds, err := st.Continue(ctx, mem, loopTenant, body, func(_ context.Context, next []byte, w io.Writer) error {
+				sent++
+				turn, err := model.answer(next)
+				if err != nil {
+					t.Fatalf("follow-up refused: %v", err)
+				}
+				_, err = w.Write(turn.stream(c.format, sent))
+				return err
+			})
+			if err != nil || rounds != sent || rounds != min(c.rounds, DefaultMaxRounds) {
+				t.Fatalf("Continue: %v, %d rounds, %d sent", err, rounds, sent)
+			}
+			checkAnswer(t, c, client.Bytes(), true, &wantUsage, wantCalls)
+			checkClientStream(t, c, client.Bytes(), texts)
+		})
+	}
+}

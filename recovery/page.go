@@ -1,0 +1,164 @@
+package recovery
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
+)
+
+// Page is one page of an artifact, as the API and the tool return it.
+// Offsets count characters (Unicode code points), so a page never splits a
+// UTF-8 sequence. NextOffset is nil on the last page.
+type Page struct {
+	ArtifactID string `json:"artifact_id"`
+	Content    string `json:"content"`
+	Offset     int    `json:"offset"`
+	NextOffset *int   `json:"next_offset"`
+	TotalChars int    `json:"total_chars"`
+	SHA256     string `json:"sha256"`
+	ToolName   string `json:"tool_name"`
+}
+
+// Hit is one search result: never content.
+type Hit struct {
+	ArtifactID string `json:"artifact_id"`
+	ToolName   string `json:"tool_name"`
+	TotalChars int    `json:"total_chars"`
+}
+
+// Hits is a search answer.
+type Hits struct {
+	Results []Hit `json:"results"`
+}
+
+// Error is an API or tool error. Its JSON is {"error":{"type","message"}};
+// Status is the HTTP status the API answers with.
+type Error struct {
+	Status  int    `json:"-"`
+	Type    string `json:"type"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return e.Type + ": " + e.Message }
+
+// errNotFound is the one answer for an unknown id, another tenant's id and
+// a malformed id alike, so a caller learns nothing about other tenants.
+var errNotFound = &Error{Status: http.StatusNotFound, Type: "not_found", Message: "no artifact with this id"}
+
+var errStore = &Error{Status: http.StatusServiceUnavailable, Type: "unavailable", Message: "the artifact store could not be read"}
+
+func badRequest(msg string) *Error {
+	return &Error{Status: http.StatusBadRequest, Type: "invalid_request", Message: msg}
+}
+
+// reader answers page and search requests for one Config; the API and the
+// tool share it, so both give the same JSON for the same request.
+type reader struct {
+	arts Artifacts
+	cfg  Config
+}
+
+// page returns characters [offset, offset+limit) of tenant's artifact id;
+// limit 0 means the default page size, and a limit over MaxPageChars is
+// capped.
+func (r reader) page(ctx context.Context, tenant, id string, offset, limit int) (*Page, *Error) {
+	if offset < 0 {
+		return nil, badRequest("offset must be a non-negative integer")
+	}
+	if limit < 0 {
+		return nil, badRequest("limit must be a positive integer")
+	}
+	if limit == 0 {
+		limit = DefaultPageChars
+	}
+	limit = min(limit, r.cfg.MaxPageChars)
+	d, ok, err := r.arts.Resolve(ctx, tenant, id)
+	if err != nil {
+		return nil, errStore
+	}
+	if !ok {
+		return nil, errNotFound
+	}
+	a, ok, err := r.arts.Get(ctx, tenant, d)
+	if err != nil {
+		return nil, errStore
+	}
+	if !ok {
+		return nil, errNotFound // evicted since Resolve
+	}
+	total := utf8.RuneCountInString(a.Text)
+	if offset > total {
+		return nil, badRequest("offset is beyond the end of the artifact (total_chars " + strconv.Itoa(total) + ")")
+	}
+	start := byteOffset(a.Text, 0, offset)
+	end := byteOffset(a.Text, start, limit)
+	p := &Page{
+		ArtifactID: compiler.ArtifactID(d),
+		Content:    a.Text[start:end],
+		Offset:     offset,
+		TotalChars: total,
+		SHA256:     hex.EncodeToString(d[:]),
+		ToolName:   compiler.SanitizeTool(a.Tool),
+	}
+	if end < len(a.Text) {
+		next := offset + utf8.RuneCountInString(p.Content)
+		p.NextOffset = &next
+	}
+	return p, nil
+}
+
+// byteOffset returns the byte index n characters after byte index from.
+func byteOffset(s string, from, n int) int {
+	i := from
+	for ; n > 0 && i < len(s); n-- {
+		_, size := utf8.DecodeRuneInString(s[i:])
+		i += size
+	}
+	return i
+}
+
+// search lists tenant's artifacts matching query; limit 0 means the
+// default, and a limit over MaxSearchResults is capped.
+func (r reader) search(ctx context.Context, tenant, query string, limit int) (*Hits, *Error) {
+	if limit < 0 {
+		return nil, badRequest("limit must be a positive integer")
+	}
+	if limit == 0 {
+		limit = DefaultSearchResults
+	}
+	limit = min(limit, r.cfg.MaxSearchResults)
+	arts, err := r.arts.Search(ctx, tenant, query, limit)
+	if err != nil {
+		return nil, errStore
+	}
+	h := &Hits{Results: make([]Hit, 0, len(arts))}
+	for _, a := range arts[:min(len(arts), limit)] {
+		h.Results = append(h.Results, Hit{ArtifactID: compiler.ArtifactID(a.Digest), ToolName: compiler.SanitizeTool(a.Tool), TotalChars: a.Chars})
+	}
+	return h, nil
+}
+
+// marshal encodes v without HTML escaping (content reads as stored) and
+// without a trailing newline; the bytes are deterministic.
+func marshal(v any) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		// Only this package's types are encoded, and they always encode.
+		return []byte(`{"error":{"type":"internal","message":"encoding failed"}}`)
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+}
+
+func errorJSON(e *Error) []byte {
+	return marshal(struct {
+		Error *Error `json:"error"`
+	}{e})
+}
