@@ -69,14 +69,21 @@ func BenchmarkNonCandidate(b *testing.B) {
 func provisionedHandler(b *testing.B) *Handler {
 	b.Helper()
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	app := new(App)
+	if err := app.Provision(ctx); err != nil {
+		b.Fatal(err)
+	}
 	h := &Handler{VaultDir: b.TempDir()}
-	if err := h.Provision(ctx); err != nil {
+	if err := h.provision(ctx, app); err != nil {
 		b.Fatal(err)
 	}
 	h.logger = zap.NewNop()
 	b.Cleanup(func() {
 		cancel()
 		if err := h.Cleanup(); err != nil {
+			b.Error(err)
+		}
+		if err := app.Cleanup(); err != nil {
 			b.Error(err)
 		}
 	})

@@ -64,7 +64,7 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{name: "min equals max", input: "token_terminator {\nmin_artifact_chars 10\nmax_artifact_chars 10\n}", want: `{"min_artifact_chars":10,"max_artifact_chars":10}`},
 
 		// refusals
-		{name: "unknown subdirective", input: "token_terminator {\nvault_size 1\n}", err: "unrecognized token_terminator subdirective 'vault_size'"},
+		{name: "unknown subdirective", input: "token_terminator {\nvault_size 1\n}", err: "unrecognized subdirective 'vault_size'"},
 		{name: "repeated subdirective", input: "token_terminator {\nmode shadow\nmode enforce\n}", err: "duplicate subdirective 'mode'"},
 		{name: "repeated vault_dir", input: "token_terminator {\nvault_dir /a\nvault_dir /b\n}", err: "duplicate subdirective 'vault_dir'"},
 		{name: "inline argument", input: "token_terminator shadow", err: "no inline arguments"},
