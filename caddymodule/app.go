@@ -169,9 +169,12 @@ func (a *App) vault(m VaultBackend, maxArtifactBytes int64) (*openVault, func(),
 		return nil, nil, err
 	}
 	ov := v.(*openVault)
+	// Releases hold the shared state itself: Caddy may clean up the App
+	// before its handlers.
+	sh, log := a.shared, a.logger
 	release := func() {
-		if _, err := a.shared.vaults.Delete(key); err != nil {
-			a.logger.Error("closing vault", zap.String("vault", key), zap.Error(err))
+		if _, err := sh.vaults.Delete(key); err != nil {
+			log.Error("closing vault", zap.String("vault", key), zap.Error(err))
 		}
 	}
 	if ov.config != cfg {
@@ -203,7 +206,8 @@ func (a *App) counter(cfg tokens.Config) (compiler.TokenCounter, func(), error) 
 	if !loaded && cfg.Tokenizer != "off" {
 		go warmCounter(c)
 	}
-	return c, func() { _, _ = a.shared.counters.Delete(key) }, nil
+	sh := a.shared
+	return c, func() { _, _ = sh.counters.Delete(key) }, nil
 }
 
 func counterKey(cfg tokens.Config) string {
@@ -227,7 +231,7 @@ func (compilerHandle) Destruct() error { return nil }
 // compiler returns the shared compiler for a vault, a counter and options,
 // so its caches survive a reload that keeps them.
 func (a *App) compiler(vaultKey, counterKey string, opts compiler.Options, store compiler.Store, tc compiler.TokenCounter) (*compiler.Compiler, func(), error) {
-	key := fmt.Sprintf("%s|%s|%+v", vaultKey, counterKey, opts)
+	key := compilerKey(vaultKey, counterKey, opts)
 	v, _, err := a.shared.compilers.LoadOrNew(key, func() (caddy.Destructor, error) {
 		c, err := compiler.New(opts, store, tc)
 		if err != nil {
@@ -238,7 +242,12 @@ func (a *App) compiler(vaultKey, counterKey string, opts compiler.Options, store
 	if err != nil {
 		return nil, nil, err
 	}
-	return v.(compilerHandle).c, func() { _, _ = a.shared.compilers.Delete(key) }, nil
+	sh := a.shared
+	return v.(compilerHandle).c, func() { _, _ = sh.compilers.Delete(key) }, nil
+}
+
+func compilerKey(vaultKey, counterKey string, opts compiler.Options) string {
+	return fmt.Sprintf("%s|%s|%+v", vaultKey, counterKey, opts)
 }
 
 // warnOnce logs msg at warn level the first time key is seen by this

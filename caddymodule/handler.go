@@ -108,7 +108,7 @@ func (h *Handler) provision(ctx caddy.Context, app *App) error {
 	}
 	h.tenants = tenantHasher(key)
 
-	tcfg := tokens.Config{Tokenizer: h.Tokenizer, Budget: time.Duration(h.TokenBudget), CacheBytes: *h.TokenCacheSize}
+	tcfg := tokensConfig(h)
 	counter, release, err := app.counter(tcfg)
 	if err != nil {
 		return fmt.Errorf("tokenizer '%s': %v", h.Tokenizer, err)
@@ -122,6 +122,10 @@ func (h *Handler) provision(ctx caddy.Context, app *App) error {
 	h.releases = append(h.releases, release)
 	h.comp = comp.Compile
 	return nil
+}
+
+func tokensConfig(h *Handler) tokens.Config {
+	return tokens.Config{Tokenizer: h.Tokenizer, Budget: time.Duration(h.TokenBudget), CacheBytes: *h.TokenCacheSize}
 }
 
 // vaultModule loads the configured vault backend module, or the badger
