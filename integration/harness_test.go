@@ -68,6 +68,9 @@ type upstream struct {
 	// onBody, if set, replaces the default body read: it must consume
 	// r.Body and return it.
 	onBody func(r *http.Request) ([]byte, error)
+	// status, if set, gives the status of the n-th response (from 0);
+	// 0 means 200.
+	status func(n int) int
 }
 
 func newUpstream(t testing.TB) *upstream {
@@ -86,6 +89,7 @@ func newUpstream(t testing.TB) *upstream {
 			ContentLength: r.ContentLength, TransferEncoding: r.TransferEncoding,
 		}
 		u.mu.Lock()
+		n := len(u.reqs)
 		u.reqs = append(u.reqs, rec)
 		u.mu.Unlock()
 		if err != nil {
@@ -93,6 +97,11 @@ func newUpstream(t testing.TB) *upstream {
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
+		if u.status != nil {
+			if code := u.status(n); code != 0 {
+				w.WriteHeader(code)
+			}
+		}
 		fmt.Fprintf(w, `{"id":"resp","received_bytes":%d}`, len(body))
 	}))
 	t.Cleanup(u.Close)
