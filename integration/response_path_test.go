@@ -106,7 +106,7 @@ func TestPlaceholdersThroughCaddy(t *testing.T) {
 	if r.Header.Get("X-TT-Decision") != "accepted" || r.Header.Get("X-TT-Reason") != "" {
 		t.Fatalf("step 2 headers: %v", r.Header)
 	}
-	if got, want := r.Header.Get("X-TT-Bytes"), strconv.Itoa(len(step2)) + ">" + strconv.Itoa(sent); got != want {
+	if got, want := r.Header.Get("X-TT-Bytes"), strconv.Itoa(len(step2))+">"+strconv.Itoa(sent); got != want {
 		t.Fatalf("X-TT-Bytes %q, want %q", got, want)
 	}
 	data, err := os.ReadFile(accessLog)
@@ -285,4 +285,26 @@ func TestVaultBlockAndTenantKey(t *testing.T) {
 	if c, d := tenantOf(withoutKey), tenantOf(withoutKey); c == d {
 		t.Fatalf("two vaults' own keys gave one tenant %q", c)
 	}
+}
+
+// A full vault is reported as vault_full (the shared compiler.ErrFull), and
+// the original goes out.
+func TestVaultFullReported(t *testing.T) {
+	up := newUpstream(t)
+	g := startGateway(t, `
+	token_terminator {
+		vault_dir $VAULT
+		vault_max_bytes 1KB
+	}
+	reverse_proxy $UPSTREAM
+`, up)
+	out := bigOutput("full", 10000)
+	body := newConversation("sys", "check twice").
+		tool("bash", `{"cmd":"cat a"}`, out).
+		tool("bash", `{"cmd":"cat a"}`, out).body()
+	r := g.post(chatPath, body)
+	if !strings.HasPrefix(r.TT, "passthrough=vault_full;") {
+		t.Fatalf("%q", r.TT)
+	}
+	expectSame(t, body, up.last(t))
 }
