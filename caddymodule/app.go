@@ -184,7 +184,7 @@ func (a *App) vault(m VaultBackend, maxArtifactBytes int64) (*openVault, func(),
 	return ov, release, nil
 }
 
-type counterHandle struct{ counter *tokens.Counter }
+type counterHandle struct{ counter *warmCounter }
 
 func (counterHandle) Destruct() error { return nil }
 
@@ -192,36 +192,22 @@ func (counterHandle) Destruct() error { return nil }
 // tokenizer tables in the background, so no request waits for them.
 func (a *App) counter(cfg tokens.Config) (compiler.TokenCounter, func(), error) {
 	key := counterKey(cfg)
-	v, loaded, err := a.shared.counters.LoadOrNew(key, func() (caddy.Destructor, error) {
+	v, _, err := a.shared.counters.LoadOrNew(key, func() (caddy.Destructor, error) {
 		c, err := tokens.New(cfg)
 		if err != nil {
 			return nil, err
 		}
-		return counterHandle{counter: c}, nil
+		return counterHandle{counter: newWarmCounter(c, cfg.Tokenizer, a.logger.Named("tokens"))}, nil
 	})
 	if err != nil {
 		return nil, nil, err
 	}
-	c := v.(counterHandle).counter
-	if !loaded && cfg.Tokenizer != "off" {
-		go warmCounter(c)
-	}
 	sh := a.shared
-	return c, func() { _, _ = sh.counters.Delete(key) }, nil
+	return v.(counterHandle).counter, func() { _, _ = sh.counters.Delete(key) }, nil
 }
 
 func counterKey(cfg tokens.Config) string {
 	return fmt.Sprintf("%s|%d|%d", cfg.Tokenizer, cfg.Budget, cfg.CacheBytes)
-}
-
-// warmCounter builds the tokenizer tables (each encoding is built once per
-// process, on first use) by counting a tiny body per encoding.
-func warmCounter(c *tokens.Counter) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for _, model := range []string{"gpt-4o", "gpt-4"} { // o200k_base, cl100k_base
-		c.Count(ctx, model, []byte(`{"model":"`+model+`"}`))
-	}
 }
 
 type compilerHandle struct{ c *compiler.Compiler }
