@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -53,8 +54,26 @@ func (h *Handler) readBody(r *http.Request, ex *exchange) (buf []byte, reason co
 	if orig == nil {
 		orig = http.NoBody
 	}
+	var pumped *pumpedBody
+	if h.BodyReadTimeout > 0 && orig != http.NoBody {
+		pumped = pump(orig, ex.start.Add(time.Duration(h.BodyReadTimeout)))
+		orig = pumped
+	}
 	buf, over, busy, readErr := readAtMost(orig, *h.MaxBodySize, r.ContentLength, grow)
 	rep.read = time.Since(ex.start)
+	if errors.Is(readErr, errSlowBody) {
+		// A slow client: stream what came and the rest through, so the
+		// request does not hold buffer budget while it trickles in.
+		pumped.stream()
+		r.Body = readCloser{io.MultiReader(bytes.NewReader(buf), orig), orig}
+		if r.ContentLength < 0 {
+			rep.rawBytes, rep.sentBytes = -1, -1
+		}
+		return nil, compiler.ReasonSlowBody, release
+	}
+	if pumped != nil {
+		pumped.stream()
+	}
 	switch {
 	case readErr != nil:
 		// The body already read cannot be un-read: forward it followed by

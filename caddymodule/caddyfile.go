@@ -49,6 +49,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    inline_recent_turns     <n>
 //	    compile_timeout         <duration>
 //	    max_buffered_bytes      <size>
+//	    body_read_timeout       <duration>
 //	}
 //
 // Every subdirective but vault takes exactly one argument, and each may
@@ -167,6 +168,7 @@ var subdirectives = map[string]func(t *Handler, v string) error{
 	"token_budget":            func(t *Handler, v string) error { return setDuration(&t.TokenBudget, v) },
 	"compile_timeout":         func(t *Handler, v string) error { return setDuration(&t.CompileTimeout, v) },
 	"max_buffered_bytes":      func(t *Handler, v string) error { return setSize(&t.MaxBufferedBytes, v) },
+	"body_read_timeout":       func(t *Handler, v string) error { return setDuration(&t.BodyReadTimeout, v) },
 	"mode": func(t *Handler, v string) error {
 		switch v {
 		case "enforce", "shadow", "off":

@@ -69,7 +69,10 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{name: "tenant_key and tenant", input: "token_terminator {\ntenant_key {env.TT_TENANT_KEY}\ntenant {http.auth.user.id}\n}",
 			want: `{"tenant_key":"{env.TT_TENANT_KEY}","tenant":"{http.auth.user.id}"}`},
 
+		{name: "body_read_timeout", input: "token_terminator {\nbody_read_timeout 5s\n}", want: `{"body_read_timeout":5000000000}`},
+
 		// refusals
+		{name: "zero body_read_timeout", input: "token_terminator {\nbody_read_timeout 0s\n}", err: "body_read_timeout: duration must be positive"},
 		{name: "vault block with vault_dir", input: "token_terminator {\nvault_dir /a\nvault badger {\ndir /b\n}\n}", err: "vault_dir cannot be combined with a vault block"},
 		{name: "vault block with vault_max_bytes", input: "token_terminator {\nvault badger\nvault_max_bytes 1GiB\n}", err: "vault_max_bytes cannot be combined with a vault block"},
 		{name: "vault without backend", input: "token_terminator {\nvault\n}", err: "vault needs a backend name"},
@@ -226,6 +229,7 @@ func TestValidateJSON(t *testing.T) {
 		{`{"inline_recent_turns":-1}`, "inline_recent_turns"},
 		{`{"collapse_after_turns":2,"inline_recent_turns":3}`, "collapse_after_turns (2) must be 0 or at least inline_recent_turns (3)"},
 		{`{"compile_timeout":"-2s"}`, "compile_timeout"},
+		{`{"body_read_timeout":"-2s"}`, "body_read_timeout"},
 		{`{"vault_dir":"   "}`, "vault_dir"},
 		{`{"vault":{"backend":"badger"},"vault_dir":"/x"}`, "vault_dir cannot be combined with a vault block"},
 		{`{"vault":{"backend":"badger"},"vault_max_bytes":5}`, "vault_max_bytes cannot be combined with a vault block"},

@@ -126,6 +126,11 @@ type Handler struct {
 	// (passthrough=busy). Default: 256MiB.
 	MaxBufferedBytes *int64 `json:"max_buffered_bytes,omitempty"`
 
+	// Longest the handler waits for a candidate's body; past it, what has
+	// arrived and the rest stream through untouched (passthrough=slow_body),
+	// so a slow client holds no buffer budget. Default: 0, no limit.
+	BodyReadTimeout caddy.Duration `json:"body_read_timeout,omitempty"`
+
 	// The vault backend, a module of the token_terminator.vaults namespace
 	// selected by its "backend" key, e.g. {"backend":"badger","dir":"…"}.
 	// Default: badger in Caddy's data directory + "/token-terminator".
@@ -279,6 +284,9 @@ func (h *Handler) check() error {
 	}
 	if h.CompileTimeout < 0 {
 		return errf("compile_timeout must be positive, got %s", time.Duration(h.CompileTimeout))
+	}
+	if h.BodyReadTimeout < 0 {
+		return errf("body_read_timeout must be positive, got %s", time.Duration(h.BodyReadTimeout))
 	}
 	if *h.MaxBufferedBytes < 1 {
 		return errf("max_buffered_bytes must be positive, got %d", *h.MaxBufferedBytes)

@@ -52,6 +52,9 @@ const (
 	ReasonNoTenant Reason = "no_tenant"
 	// ReasonClientAbort: the client went away before the compile finished.
 	ReasonClientAbort Reason = "client_abort"
+	// ReasonSlowBody: the body did not arrive within the gateway's
+	// body_read_timeout, so it streamed through.
+	ReasonSlowBody Reason = "slow_body"
 )
 
 // Defaults of Options, applied by New to zero values. The gateway's
