@@ -50,7 +50,6 @@ type shared struct {
 	counters  *caddy.UsagePool // tokens config -> counterHandle
 	compilers *caddy.UsagePool // vault key + options -> compilerHandle
 	stats     Stats
-	warned    sync.Map // one-time warnings already logged, by key
 }
 
 func (*shared) Destruct() error { return nil }
@@ -234,14 +233,6 @@ func (a *App) compiler(vaultKey, counterKey string, opts compiler.Options, store
 
 func compilerKey(vaultKey, counterKey string, opts compiler.Options) string {
 	return fmt.Sprintf("%s|%s|%+v", vaultKey, counterKey, opts)
-}
-
-// warnOnce logs msg at warn level the first time key is seen by this
-// process.
-func (a *App) warnOnce(key, msg string, fields ...zap.Field) {
-	if _, seen := a.shared.warned.LoadOrStore(key, true); !seen {
-		a.logger.Warn(msg, fields...)
-	}
 }
 
 // Interface guards
