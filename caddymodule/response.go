@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"time"
@@ -38,7 +39,27 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 		tap.reader = newResponseReader(rep.format)
 	}
 	upstart := time.Now()
+	defer func() {
+		// reverse_proxy aborts a response that broke mid-stream (upstream
+		// reset, client gone) with a panic; it is not accepted, and the log
+		// line is still written before the panic goes on.
+		if v := recover(); v != nil {
+			h.finish(r, ex, tap, upstart, errAborted)
+			panic(v)
+		}
+	}()
 	err := next.ServeHTTP(tap, r)
+	h.finish(r, ex, tap, upstart, err)
+	return err
+}
+
+// errAborted stands for a response aborted with a panic.
+var errAborted = errors.New("response aborted")
+
+// finish notes the provider's answer, commits the lineage if the provider
+// accepted the request and writes the log line.
+func (h *Handler) finish(r *http.Request, ex *exchange, tap *responseTap, upstart time.Time, err error) {
+	rep := &ex.rep
 	rep.upstream = time.Since(upstart)
 	rep.status = tap.status
 	rep.responseBytes = tap.n
@@ -48,7 +69,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 
 	// The provider's answer is part of "accepted": a receipt's lease counts
 	// only for a request it answered 2xx in full. An error status, a reset
-	// (next returns an error) or a client that left records nothing.
+	// (next fails or aborts) or a client that left records nothing.
 	accepted := err == nil && tap.status >= 200 && tap.status < 300
 	switch {
 	case accepted && ex.commit != nil:
@@ -59,15 +80,17 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 	case ex.commit != nil && h.stats != nil:
 		h.stats.Uncommitted.Add(1)
 	}
-	if err != nil {
+	switch {
+	case err == nil:
+	case r.Context().Err() != nil:
+		rep.outcome = string(compiler.ReasonClientAbort)
+	case err == errAborted:
+		rep.outcome = "aborted"
+	default:
 		rep.outcome = "error"
-		if r.Context().Err() != nil {
-			rep.outcome = string(compiler.ReasonClientAbort)
-		}
 	}
 	rep.total = time.Since(ex.start)
 	h.logger.Info("request", rep.fields()...)
-	return err
 }
 
 // responseTap passes the response through unbuffered and notes its status

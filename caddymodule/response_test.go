@@ -265,3 +265,31 @@ func TestPlaceholders(t *testing.T) {
 		}
 	}
 }
+
+// reverse_proxy aborts a response that broke mid-stream with
+// panic(http.ErrAbortHandler): nothing is committed, the log line is still
+// written, and the panic goes on to the server.
+func TestAbortedResponseNotCommitted(t *testing.T) {
+	var commits atomic.Int32
+	h, logs := testHandler(t, committingCompiler(&commits), nil)
+	next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, "data: {\"partial\":")
+		panic(http.ErrAbortHandler)
+	})
+	func() {
+		defer func() {
+			if v := recover(); v != http.ErrAbortHandler {
+				t.Fatalf("recovered %v, want http.ErrAbortHandler", v)
+			}
+		}()
+		_ = h.ServeHTTP(httptest.NewRecorder(), newRequest(http.MethodPost, chatPath, strings.NewReader("{}")), next)
+	}()
+	if commits.Load() != 0 {
+		t.Fatal("an aborted response was committed")
+	}
+	e := logs.All()
+	if len(e) != 1 || e[0].ContextMap()["outcome"] != "aborted" || e[0].ContextMap()["status"] != int64(200) {
+		t.Fatalf("log: %+v", e)
+	}
+}

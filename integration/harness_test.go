@@ -68,9 +68,9 @@ type upstream struct {
 	// onBody, if set, replaces the default body read: it must consume
 	// r.Body and return it.
 	onBody func(r *http.Request) ([]byte, error)
-	// status, if set, gives the status of the n-th response (from 0);
-	// 0 means 200.
-	status func(n int) int
+	// respond, if set, may answer the n-th request (from 0) itself; it
+	// returns false to leave it to the default JSON answer.
+	respond func(n int, w http.ResponseWriter) bool
 }
 
 func newUpstream(t testing.TB) *upstream {
@@ -97,15 +97,38 @@ func newUpstream(t testing.TB) *upstream {
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		if u.status != nil {
-			if code := u.status(n); code != 0 {
-				w.WriteHeader(code)
-			}
+		if u.respond != nil && u.respond(n, w) {
+			return
 		}
 		fmt.Fprintf(w, `{"id":"resp","received_bytes":%d}`, len(body))
 	}))
 	t.Cleanup(u.Close)
 	return u
+}
+
+// statusFor answers request n with status code, when it is not 0.
+func statusFor(code func(n int) int) func(n int, w http.ResponseWriter) bool {
+	return func(n int, w http.ResponseWriter) bool {
+		c := code(n)
+		if c == 0 {
+			return false
+		}
+		w.WriteHeader(c)
+		fmt.Fprintf(w, `{"error":{"code":%d}}`, c)
+		return true
+	}
+}
+
+// resetMidStream starts a 200 event stream, then drops the connection.
+func resetMidStream(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	io.WriteString(w, "data: {\"partial\":")
+	http.NewResponseController(w).Flush()
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err == nil {
+		conn.Close()
+	}
 }
 
 // addr is the upstream's host:port, as reverse_proxy wants it.

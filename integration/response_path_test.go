@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -20,7 +21,7 @@ import (
 // 2xx, the one after it gets the receipt.
 func TestProviderRejectionRecordsNoExposure(t *testing.T) {
 	up := newUpstream(t)
-	up.status = func(n int) int {
+	up.respond = statusFor(func(n int) int {
 		switch n {
 		case 0:
 			return http.StatusTooManyRequests
@@ -28,7 +29,7 @@ func TestProviderRejectionRecordsNoExposure(t *testing.T) {
 			return http.StatusInternalServerError
 		}
 		return 0
-	}
+	})
 	g := startGateway(t, defaultSnippet, up)
 	out := bigOutput("rejected", 9000)
 	step1, step2 := agentRun("List.", out)
@@ -69,6 +70,41 @@ func TestProviderRejectionRecordsNoExposure(t *testing.T) {
 	}
 	if len(statuses) != 4 || statuses[0] != 429 || statuses[1] != 500 || statuses[2] != 200 {
 		t.Fatalf("logged statuses %v", statuses)
+	}
+}
+
+// A provider that drops the connection mid-stream (after a 200 header) did
+// not accept the request: nothing is recorded, the log line says aborted.
+func TestUpstreamResetRecordsNoExposure(t *testing.T) {
+	up := newUpstream(t)
+	up.respond = func(n int, w http.ResponseWriter) bool {
+		if n == 0 {
+			resetMidStream(w)
+			return true
+		}
+		return false
+	}
+	g := startGateway(t, defaultSnippet, up)
+	out := bigOutput("reset", 9000)
+	step1, step2 := agentRun("List.", out)
+	if _, err := g.try(http.MethodPost, chatPath, bytes.NewReader(step1), int64(len(step1))); err == nil {
+		t.Log("client saw the truncated stream end without an error")
+	}
+	r := g.post(chatPath, step2)
+	if !strings.HasPrefix(r.TT, "passthrough=nothing_to_replace;") {
+		t.Fatalf("after a reset: %q (the reset request was counted)", r.TT)
+	}
+	lines := g.logLines()
+	var first map[string]any
+	for _, l := range lines {
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) == nil && m["decision"] != nil {
+			first = m
+			break
+		}
+	}
+	if first == nil || first["committed"] != false || first["outcome"] != "aborted" {
+		t.Fatalf("log of the reset request: %v", first)
 	}
 }
 
