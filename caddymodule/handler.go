@@ -167,7 +167,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	format, ok := h.formatFor(r.Method, r.URL.Path)
 	if !ok {
-		if r.Method == http.MethodGet && strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		if r.Method == http.MethodGet && isWebSocket(r.Header) {
 			h.upgrade(r)
 		}
 		return next.ServeHTTP(w, r)
@@ -266,6 +266,13 @@ func (h *Handler) compile(parent context.Context, req compiler.Request) (res com
 		}
 	}()
 	return h.comp(ctx, req)
+}
+
+// isWebSocket reports a WebSocket upgrade request. The canonical key is
+// looked up directly: this runs for every GET the handler sees.
+func isWebSocket(h http.Header) bool {
+	v := h["Upgrade"]
+	return len(v) > 0 && strings.EqualFold(v[0], "websocket")
 }
 
 // upgrade reports a protocol upgrade (Codex's WebSocket transport of
