@@ -1,16 +1,23 @@
 package integration
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
+
+	"github.com/tokenterminator/caddy-token-terminator/caddymodule"
 
 	"github.com/tokenterminator/caddy-token-terminator/vault"
 )
@@ -343,4 +350,67 @@ func TestVaultFullReported(t *testing.T) {
 		t.Fatalf("%q", r.TT)
 	}
 	expectSame(t, body, up.last(t))
+}
+
+// A WebSocket upgrade of /v1/responses (Codex) passes through Caddy
+// uncompiled and unbuffered, both ways, and is logged with websocket=true.
+func TestWebSocketUpgradePassesThrough(t *testing.T) {
+	up := newUpstream(t)
+	ws := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "websocket" {
+			http.Error(w, "want an upgrade", http.StatusBadRequest)
+			return
+		}
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+		brw.Flush()
+		// Echo one line back at once.
+		line, err := brw.ReadString('\n')
+		if err != nil {
+			return
+		}
+		brw.WriteString("echo " + line)
+		brw.Flush()
+	}))
+	t.Cleanup(ws.Close)
+	g := startGateway(t, `
+	token_terminator {
+		vault_dir $VAULT
+	}
+	reverse_proxy `+strings.TrimPrefix(ws.URL, "http://")+`
+`, up)
+
+	conn, err := net.DialTimeout("tcp", strings.TrimPrefix(g.URL, "http://"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(20 * time.Second))
+	fmt.Fprintf(conn, "GET /v1/responses HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nAuthorization: Bearer sk-ws\r\n\r\n", strings.TrimPrefix(g.URL, "http://"))
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols || resp.Header.Get(caddymodule.HeaderName) != "" {
+		t.Fatalf("status %d, %s %q", resp.StatusCode, caddymodule.HeaderName, resp.Header.Get(caddymodule.HeaderName))
+	}
+	fmt.Fprintf(conn, "hello\n")
+	echo, err := br.ReadString('\n')
+	if err != nil || echo != "echo hello\n" {
+		t.Fatalf("echo %q, %v", echo, err)
+	}
+	var found bool
+	for _, l := range g.logLines() {
+		if strings.Contains(l, `"websocket":true`) && strings.Contains(l, `"format":"openai_responses"`) {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no upgrade log line:\n%s", strings.Join(g.logLines(), "\n"))
+	}
 }
