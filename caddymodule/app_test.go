@@ -126,9 +126,24 @@ func TestTenantKey(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "tenant_key '{env.TT_TEST_SHORT}'") || strings.Contains(err.Error(), "short'") {
 		t.Fatalf("short key: %v", err)
 	}
-	err = provisionHandler(t, app, ctx, &Handler{VaultDir: t.TempDir(), TenantKey: "{env.TT_TEST_UNSET_KEY}"})
-	if err == nil || !strings.Contains(err.Error(), "{env.TT_TEST_UNSET_KEY}") {
-		t.Fatalf("unset key: %v", err)
+	for _, bad := range []string{"{env.TT_TEST_UNSET_KEY}", "{enz.TT_TEST_TENANT_KEY}-typo-long-enough"} {
+		err = provisionHandler(t, app, ctx, &Handler{VaultDir: t.TempDir(), TenantKey: bad})
+		if err == nil || !strings.Contains(err.Error(), "tenant_key '"+bad+"'") {
+			t.Fatalf("tenant_key %s: %v", bad, err)
+		}
+	}
+
+	// A key file (trailing newline trimmed by Caddy's file placeholder).
+	file := filepath.Join(t.TempDir(), "tenant.key")
+	if err := os.WriteFile(file, []byte("0123456789abcdef-fleet-key\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hf := &Handler{VaultDir: t.TempDir(), TenantKey: "{file." + file + "}"}
+	if err := provisionHandler(t, app, ctx, hf); err != nil {
+		t.Fatal(err)
+	}
+	if hf.tenants("Bearer sk-same") != tenants[0] {
+		t.Fatal("tenant_key from a file differs from the same key from the environment")
 	}
 }
 

@@ -43,7 +43,12 @@ func (h *Handler) resolveTenantKey(ov *openVault) ([]byte, error) {
 		}
 		return key, nil
 	}
-	v := caddy.NewReplacer().ReplaceKnown(h.TenantKey, "")
+	// An unknown or empty placeholder is refused rather than taken as a
+	// literal key (a typo would otherwise become everyone's key).
+	v, err := caddy.NewReplacer().ReplaceOrErr(h.TenantKey, true, true)
+	if err != nil {
+		return nil, fmt.Errorf("tenant_key '%s': %v", h.TenantKey, err)
+	}
 	if len(v) < minTenantKeyBytes {
 		// Name the setting, never the value it resolved to.
 		return nil, fmt.Errorf("tenant_key '%s' resolves to %d bytes, want at least %d", h.TenantKey, len(v), minTenantKeyBytes)
