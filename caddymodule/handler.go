@@ -13,6 +13,7 @@ package caddymodule
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"runtime"
@@ -91,8 +92,8 @@ func (h *Handler) provision(ctx caddy.Context, app *App) error {
 		return err
 	}
 	ov, release, err := app.vault(backend, *h.MaxBodySize)
-	if _, ok := err.(errVaultConfig); ok {
-		return err
+	if cfgErr := (errVaultConfig{}); errors.As(err, &cfgErr) {
+		return err // the operator fixes this in the config
 	}
 	if err != nil {
 		h.vaultErr = "vault did not open: " + err.Error()
