@@ -18,23 +18,6 @@ func init() {
 	caddy.RegisterModule(BadgerVault{})
 }
 
-// VaultBackend is a module of the token_terminator.vaults namespace: it
-// names one storage and opens a vault.Backend on it. The App opens each
-// storage once, whatever the number of handlers and configs that name it,
-// and refuses a second, different configuration of the same storage.
-type VaultBackend interface {
-	caddy.Module
-	// VaultKey names the storage, e.g. "badger:/var/lib/tt"; one key, one
-	// open backend.
-	VaultKey() string
-	// VaultConfig describes the rest of the configuration (e.g.
-	// "max_bytes=536870912"); two configurations of one key must agree.
-	VaultConfig() string
-	// OpenVault opens the backend. maxArtifactBytes bounds one artifact
-	// (no artifact is larger than the body it came from).
-	OpenVault(log *zap.Logger, maxArtifactBytes int64) (vault.Backend, error)
-}
-
 // BadgerVault is the embedded vault: a Badger database in a directory.
 //
 //	vault badger {
