@@ -31,7 +31,9 @@ func TestBadgerVaultOptions(t *testing.T) {
 
 	app, ctx := newApp(t)
 	dir := t.TempDir()
-	raw := func(v string) json.RawMessage { return json.RawMessage(`{"backend":"badger","dir":"` + dir + `",` + v + `}`) }
+	raw := func(v string) json.RawMessage {
+		return json.RawMessage(`{"backend":"badger","dir":"` + dir + `",` + v + `}`)
+	}
 	a := &Handler{VaultRaw: raw(`"max_bytes":1048576,"tenant_max_bytes":1048576`)}
 	if err := provisionHandler(t, app, ctx, a); err != nil {
 		t.Fatal(err)
