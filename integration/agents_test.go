@@ -66,7 +66,7 @@ var agentTasks = []agentTask{
 const reReadTask, reReadFile = 3, "a.txt"
 
 // agentFileLine is line n of a generated file: it names its file and line,
-// so "a.txt line 0001:" occurs once per copy of a.txt.
+// so "a.txt line 0170:" occurs once per copy of a.txt.
 func agentFileLine(name string, n int) string {
 	words := []string{"alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet"}
 	var b strings.Builder
@@ -93,8 +93,10 @@ func writeAgentFiles(t *testing.T, dir string) {
 	}
 }
 
-// fileMarker occurs once in every copy of the file's content.
-func fileMarker(name string) []byte { return []byte(name + " line 0001:") }
+// fileMarker occurs once in every whole copy of the file's content: a line
+// from the middle, which a client that truncates long output (keeping head
+// and tail) would drop.
+func fileMarker(name string) []byte { return []byte(name + " line 0170:") }
 
 // agentOutcome is how a client session ended, comparable between a direct
 // run and one through the gateway.
@@ -111,14 +113,17 @@ type agentClient struct {
 	// run drives the whole session against baseURL (the provider or the
 	// gateway) and returns each task's final result.
 	run func(ctx context.Context, t *testing.T, bin, baseURL, workdir string) ([]string, error)
+	// premise checks a scripted request the client sent has the shape the
+	// test is about (what real-clients.md describes).
+	premise func(body []byte) error
 	// benefitsNeedAgentsCompiler: the gateway's gains for this client are
 	// asserted only with compilerHandlesAgents.
 	benefitsNeedAgentsCompiler bool
 }
 
 var agentClients = []agentClient{
-	{name: "ClaudeCode", dialect: func(w string) agentDialect { return claudeDialect{workdir: w} }, run: runClaudeCode, benefitsNeedAgentsCompiler: true},
-	{name: "Codex", dialect: func(string) agentDialect { return codexDialect{} }, run: runCodex},
+	{name: "ClaudeCode", dialect: func(w string) agentDialect { return claudeDialect{workdir: w} }, run: runClaudeCode, premise: claudePremise, benefitsNeedAgentsCompiler: true},
+	{name: "Codex", dialect: func(string) agentDialect { return codexDialect{} }, run: runCodex, premise: codexPremise},
 }
 
 // TestAgentCLIs drives the real Claude Code and Codex CLIs over a ten-turn
@@ -172,6 +177,14 @@ func testAgentClient(t *testing.T, c agentClient, bin string) {
 
 	taps := tp.all()
 	fwd := prov.bySeq()
+	for _, r := range taps {
+		if fwd[r.Seq].Answer == "side" {
+			continue
+		}
+		if err := c.premise(r.Body); err != nil {
+			t.Errorf("request %d: %v", r.Seq, err)
+		}
+	}
 	for _, r := range taps {
 		if r.Status != http.StatusOK {
 			t.Errorf("request %d %s %s failed through the gateway: status %d", r.Seq, r.Method, r.Path, r.Status)
@@ -332,6 +345,40 @@ func runClaudeCode(ctx context.Context, t *testing.T, bin, baseURL, workdir stri
 	return finals, nil
 }
 
+// claudePremise: thinking is on (Claude Code's default) and so, with it,
+// is context_management.
+func claudePremise(body []byte) error {
+	var req struct {
+		Thinking *struct {
+			Type string `json:"type"`
+		} `json:"thinking"`
+		ContextManagement json.RawMessage `json:"context_management"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		return err
+	}
+	if req.Thinking == nil || req.Thinking.Type == "disabled" || len(req.ContextManagement) == 0 {
+		return fmt.Errorf("Claude Code sent no thinking or no context_management")
+	}
+	return nil
+}
+
+// codexPremise: the whole history goes in every request (no
+// previous_response_id), streamed.
+func codexPremise(body []byte) error {
+	var req struct {
+		Stream             bool   `json:"stream"`
+		PreviousResponseID string `json:"previous_response_id"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		return err
+	}
+	if !req.Stream || req.PreviousResponseID != "" {
+		return fmt.Errorf("Codex sent stream=%v previous_response_id=%q", req.Stream, req.PreviousResponseID)
+	}
+	return nil
+}
+
 // runCodex drives Codex non-interactively: `codex exec` for the first task,
 // `codex exec resume --last` for each next one, through a custom provider
 // with wire_api "responses" (HTTPS and SSE; Codex ignores OPENAI_BASE_URL).
@@ -379,6 +426,8 @@ func codexConfig(baseURL string) string {
 model_provider = "tt"
 approval_policy = "never"
 sandbox_mode = "danger-full-access"
+# keep whole files in the history (the default truncates output to ~10 KB)
+tool_output_token_limit = 40000
 
 [model_providers.tt]
 name = "Token Terminator gateway"
