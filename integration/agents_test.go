@@ -528,13 +528,14 @@ func renderedPrompt(path string, body []byte) []byte {
 	return out
 }
 
-// preamble is what a client sends before the conversation proper, the same
-// in every request of a session and the longest cacheable prefix: tools and
-// system, and the session context in the first message(s). Claude Code:
-// tools, system, the <system-reminder> blocks before the person's words in
-// the first message and its role "system" environment message; Codex:
-// tools, instructions, and the developer and <environment_context> items
-// before the person's first message. Empty for a side request.
+// preamble is what a client sends before the conversation proper, the
+// longest prefix its requests share: tools, system and instructions, and
+// the session context before the model's first answer: role "system" and
+// "developer" messages (Claude Code's environment, Codex's instructions)
+// and the user blocks that are not the person's words (Claude Code's
+// <system-reminder> blocks, Codex's <environment_context>). Once the
+// person's first message (or a folded turn standing for it) is passed,
+// later user messages are the conversation. Empty for a side request.
 func preamble(path string, body []byte) []byte {
 	var m map[string]json.RawMessage
 	if json.Unmarshal(body, &m) != nil {
@@ -547,10 +548,11 @@ func preamble(path string, body []byte) []byte {
 	if len(items) == 0 {
 		_ = json.Unmarshal(m["input"], &items)
 	}
-	person := []byte(taskTag(1) + " ")
+	person := [][]byte{[]byte(taskTag(1) + " "), []byte(compiler.FoldPrefix)}
+	isPerson := func(b []byte) bool { return bytes.Contains(b, person[0]) || bytes.Contains(b, person[1]) }
+	passed := false // the person's first message
 	for _, it := range items {
 		var msg struct {
-			Type    string          `json:"type"`
 			Role    string          `json:"role"`
 			Content json.RawMessage `json:"content"`
 		}
@@ -561,13 +563,17 @@ func preamble(path string, body []byte) []byte {
 			continue
 		case msg.Role != "user":
 			return out // the model's first answer: the conversation is under way
+		case passed:
+			continue
 		}
 		var blocks []json.RawMessage
 		if json.Unmarshal(msg.Content, &blocks) != nil {
 			blocks = []json.RawMessage{msg.Content}
 		}
 		for _, b := range blocks {
-			if !bytes.Contains(b, person) {
+			if isPerson(b) {
+				passed = true
+			} else if !passed {
 				out = append(out, b...)
 			}
 		}
