@@ -20,14 +20,18 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/compiler/compilertest"
 )
 
-// compilerHandlesAgents switches on the assertions about what the gateway
-// gains for real agents: Claude Code with thinking on (its default, which
-// sends context_management) gets accepted rewrites, and a file the agent
-// reads again reaches the provider once, the older copy a receipt, although
-// the client's volatile trailer makes the two results differ. They need the
-// compiler of branch agents-compiler (context_management judged edit by
-// edit, wrapper-aware identity, preamble pinning); the lead sets this to
-// true when merging it. The client-behaviour assertions hold either way.
+// compilerHandlesAgents switches on the assertions that need the compiler
+// of branch agents-compiler (context_management judged edit by edit,
+// wrapper-aware identity, preamble pinning): Claude Code with thinking on
+// (its default, which sends context_management) gets accepted rewrites; a
+// file it reads again reaches the provider once, the older copy a receipt,
+// although its volatile trailer makes the two results differ; and with
+// compaction on, folding the first turn keeps each client's preamble. Off,
+// they are logged. The lead sets this to true when merging agents-compiler;
+// Claude Code's preamble also needs Anthropic role "system" messages (its
+// environment, sent after the first user message) pinned like Chat's. The
+// client-behaviour assertions (finishes as directly, checker, no failed
+// request, preamble with compaction off, determinism) hold either way.
 const compilerHandlesAgents = false
 
 // Pinned client versions: what docs/notes describe (Claude Code 2.1.x,
