@@ -89,7 +89,7 @@ func newAgentProvider(t *testing.T, tasks []agentTask, d agentDialect) *agentPro
 		body, err := io.ReadAll(r.Body)
 		answer := "side"
 		task, step, ok := d.next(body)
-		if err == nil && r.Method == http.MethodPost && ok && task >= 1 && task <= len(tasks) && step <= len(tasks[task-1].steps) {
+		if err == nil && r.Method == http.MethodPost && isCandidate(r.URL.Path) && ok && task >= 1 && task <= len(tasks) && step <= len(tasks[task-1].steps) {
 			answer = fmt.Sprintf("t%ds%d", task, step)
 		}
 		// The request and its answer are recorded together, so that they

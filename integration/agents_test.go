@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -191,7 +192,7 @@ func testAgentClient(ctx context.Context, t *testing.T, c agentClient, bin strin
 	tp := newTap(t, g.URL)
 	got := driveAgent(ctx, t, c, bin, tp.URL, gwDir, prov)
 
-	if !equalJSON(got, want) {
+	if !reflect.DeepEqual(got, want) {
 		t.Errorf("through the gateway the client ended differently\n got: %+v\nwant: %+v", got, want)
 	}
 	if b, err := os.ReadFile(filepath.Join(gwDir, "a.txt")); err != nil || !bytes.Contains(b, []byte(editedTo+"\n")) || bytes.Contains(b, []byte(editedLine)) {
@@ -242,7 +243,12 @@ func testAgentClient(ctx context.Context, t *testing.T, c agentClient, bin strin
 	}
 	again := replay(defaultSnippet)
 	for _, r := range taps {
-		if a, ok := again[r.Seq]; ok && !bytes.Equal(a.Body, fwd[r.Seq].Body) {
+		if r.Method != "POST" || !isCandidate(r.Path) {
+			continue
+		}
+		if a, ok := again[r.Seq]; !ok {
+			t.Errorf("request %d: the replay never reached the provider", r.Seq)
+		} else if !bytes.Equal(a.Body, fwd[r.Seq].Body) {
 			t.Errorf("request %d: a replay through a fresh gateway forwarded different bytes (%d vs %d)", r.Seq, len(a.Body), len(fwd[r.Seq].Body))
 		}
 	}
@@ -273,7 +279,7 @@ func driveAgent(ctx context.Context, t *testing.T, c agentClient, bin, baseURL, 
 		s := sha256.Sum256(b)
 		out.Files[name] = hex.EncodeToString(s[:])
 	}
-	if want := scriptedSteps(); !equalJSON(out.Script, want) {
+	if want := scriptedSteps(); !reflect.DeepEqual(out.Script, want) {
 		var seen []string
 		prov.mu.Lock()
 		for i, r := range prov.reqs {
@@ -294,12 +300,6 @@ func scriptedSteps() []string {
 		}
 	}
 	return out
-}
-
-func equalJSON(a, b any) bool {
-	x, _ := json.Marshal(a)
-	y, _ := json.Marshal(b)
-	return bytes.Equal(x, y)
 }
 
 // cliEnv is a minimal environment for a CLI: nothing of the host's
@@ -500,6 +500,14 @@ func checkAgentSession(t *testing.T, what string, taps []tapped, fwd map[int]for
 		if err := compiler.CheckRules(r.Path, r.Body); err == nil {
 			if err := compiler.CheckRules(r.Path, out.Body); err != nil {
 				t.Errorf("%s: request %d %s: forwarded body breaks the provider's rules: %v", what, r.Seq, r.Path, err)
+			}
+		}
+		if out.ContentLength != int64(len(out.Body)) {
+			t.Errorf("%s: request %d: Content-Length %d for %d bytes", what, r.Seq, out.ContentLength, len(out.Body))
+		}
+		for _, k := range []string{"Authorization", "X-Api-Key"} {
+			if out.Header.Get(k) != r.Header.Get(k) {
+				t.Errorf("%s: request %d: %s not forwarded as sent", what, r.Seq, k)
 			}
 		}
 		f.requests++
