@@ -76,18 +76,19 @@ type agentDialect interface {
 // request it got with the step it answered.
 type agentProvider struct {
 	*upstream
-	tasks   []agentTask
-	dialect agentDialect
-	answers []string // guarded by upstream.mu; answers[i] is what reqs[i] got: "t1s0", or "side"
+	answers []string // guarded by upstream.mu; answers[i] is what reqs[i] got: "t1s0", or sideRequest
 }
+
+// sideRequest is the answer recorded for a request outside the script.
+const sideRequest = "side"
 
 func newAgentProvider(t *testing.T, tasks []agentTask, d agentDialect) *agentProvider {
 	t.Helper()
 	u := &upstream{}
-	p := &agentProvider{upstream: u, tasks: tasks, dialect: d}
-	u.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	p := &agentProvider{upstream: u}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
-		answer := "side"
+		answer := sideRequest
 		task, step, ok := d.next(body)
 		if err == nil && r.Method == http.MethodPost && isCandidate(r.URL.Path) && ok && task >= 1 && task <= len(tasks) && step <= len(tasks[task-1].steps) {
 			answer = fmt.Sprintf("t%ds%d", task, step)
@@ -101,7 +102,7 @@ func newAgentProvider(t *testing.T, tasks []agentTask, d agentDialect) *agentPro
 		switch {
 		case err != nil:
 			http.Error(w, err.Error(), http.StatusBadRequest)
-		case answer == "side":
+		case answer == sideRequest:
 			d.sideReply(w, r, body)
 		default:
 			var calls []agentAction
@@ -111,7 +112,6 @@ func newAgentProvider(t *testing.T, tasks []agentTask, d agentDialect) *agentPro
 			d.reply(w, body, task, step, calls, fmt.Sprintf("Task %d finished after %d tool steps.", task, step))
 		}
 	}))
-	u.Start()
 	t.Cleanup(u.Close)
 	return p
 }
@@ -123,7 +123,7 @@ func (p *agentProvider) script() []string {
 	defer p.mu.Unlock()
 	var out []string
 	for _, a := range p.answers {
-		if a != "side" {
+		if a != sideRequest {
 			out = append(out, a)
 		}
 	}

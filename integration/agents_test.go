@@ -202,7 +202,7 @@ func testAgentClient(ctx context.Context, t *testing.T, c agentClient, bin strin
 	taps := tp.all()
 	fwd := prov.bySeq()
 	for _, r := range taps {
-		if fwd[r.Seq].Answer == "side" {
+		if fwd[r.Seq].Answer == sideRequest {
 			continue
 		}
 		if err := c.premise(r.Body); err != nil {
@@ -518,7 +518,7 @@ func checkAgentSession(t *testing.T, what string, taps []tapped, fwd map[int]for
 		f.sentBytes += len(out.Body)
 		f.receipts += bytes.Count(out.Body, []byte(compiler.ReceiptPrefix)) - bytes.Count(r.Body, []byte(compiler.ReceiptPrefix))
 		f.folds += bytes.Count(out.Body, []byte(compiler.FoldPrefix)) - bytes.Count(r.Body, []byte(compiler.FoldPrefix))
-		if out.Answer == "side" {
+		if out.Answer == sideRequest {
 			continue // a side request is its own cache line; the session's cost is the main loop's
 		}
 		raw, sent := renderedPrompt(r.Path, r.Body), renderedPrompt(r.Path, out.Body)
@@ -620,7 +620,7 @@ func checkPreamble(t *testing.T, what string, taps []tapped, fwd map[int]forward
 	distinct := map[string]bool{}
 	for _, r := range taps {
 		out, ok := fwd[r.Seq]
-		if !ok || out.Answer == "side" || !isCandidate(r.Path) {
+		if !ok || out.Answer == sideRequest || !isCandidate(r.Path) {
 			continue
 		}
 		raw, sent := preamble(r.Path, r.Body), preamble(r.Path, out.Body)
