@@ -28,12 +28,19 @@ import (
 // file it reads again reaches the provider once, the older copy a receipt,
 // although its volatile trailer makes the two results differ; and with
 // compaction on, folding the first turn keeps each client's preamble. Off,
-// they are logged. The lead sets this to true when merging agents-compiler;
-// Claude Code's preamble also needs Anthropic role "system" messages (its
-// environment, sent after the first user message) pinned like Chat's. The
-// client-behaviour assertions (finishes as directly, checker, no failed
+// they are logged. The lead sets this to true when merging agents-compiler.
+// The client-behaviour assertions (finishes as directly, checker, no failed
 // request, preamble with compaction off, determinism) hold either way.
 const compilerHandlesAgents = false
+
+// compilerPinsAnthropicSystemMessages switches on, with compilerHandlesAgents,
+// the preamble assertion for Claude Code with compaction on. Claude Code
+// 2.1.332 sends its environment (cwd, platform, git state, ~10 KB) as a
+// role "system" message right after the first user message; agents-compiler
+// at 41ca74c pins Chat's system messages but folds Anthropic's with turn 1.
+// Pinning them like Chat's (in.pinned for role "system" in the Anthropic
+// history walk) makes the assertion pass; then set this to true.
+const compilerPinsAnthropicSystemMessages = false
 
 // Pinned client versions: what docs/notes describe (Claude Code 2.1.x,
 // Codex 0.17x). Bump together with the notes.
@@ -121,13 +128,16 @@ type agentClient struct {
 	// premise checks a scripted request the client sent has the shape the
 	// test is about (what real-clients.md describes).
 	premise func(body []byte) error
+	// systemMessagePreamble: the client's preamble includes role "system"
+	// messages in the history (see compilerPinsAnthropicSystemMessages).
+	systemMessagePreamble bool
 	// benefitsNeedAgentsCompiler: the gateway's gains for this client are
 	// asserted only with compilerHandlesAgents.
 	benefitsNeedAgentsCompiler bool
 }
 
 var agentClients = []agentClient{
-	{name: "ClaudeCode", dialect: func(w string) agentDialect { return claudeDialect{workdir: w} }, run: runClaudeCode, premise: claudePremise, benefitsNeedAgentsCompiler: true},
+	{name: "ClaudeCode", dialect: func(w string) agentDialect { return claudeDialect{workdir: w} }, run: runClaudeCode, premise: claudePremise, systemMessagePreamble: true, benefitsNeedAgentsCompiler: true},
 	{name: "Codex", dialect: func(string) agentDialect { return codexDialect{} }, run: runCodex, premise: codexPremise},
 }
 
@@ -217,7 +227,8 @@ func testAgentClient(ctx context.Context, t *testing.T, c agentClient, bin strin
 	live := checkAgentSession(t, "live", taps, fwd, true)
 	// With compaction on, keeping the preamble needs the compiler to pin the
 	// client's session context when it folds the first turn.
-	checkPreamble(t, "live", taps, fwd, compilerHandlesAgents)
+	pinned := compilerHandlesAgents && (!c.systemMessagePreamble || compilerPinsAnthropicSystemMessages)
+	checkPreamble(t, "live", taps, fwd, pinned)
 	checkBenefits(t, c, taps, fwd)
 
 	// Replays of the recorded originals through fresh vaults.
