@@ -97,7 +97,9 @@ func (s suite) tooLarge(t *testing.T) {
 func (s suite) tenantQuota(t *testing.T) {
 	clk := newClock()
 	t0 := clk.Now()
-	mk := func(tenant string, i int) compiler.Artifact { return art(text(fmt.Sprintf("%s-%d", tenant, i), artBytes)) }
+	mk := func(tenant string, i int) compiler.Artifact {
+		return art(text(fmt.Sprintf("%s-%d", tenant, i), artBytes))
+	}
 	one := size(mk("a", 0))
 	quota := 2*one + one/2 // two fit per tenant, three do not
 	st := s.open(t, Config{MaxBytes: 20 * one, TenantMaxBytes: quota, Retention: time.Hour, Now: clk.Now})
