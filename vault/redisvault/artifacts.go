@@ -339,7 +339,7 @@ func (s *Store) evict(ctx context.Context, need int64) error {
 		for i, tag := range tags {
 			tk := s.k.tagged(tag)
 			scans[i] = scan{tk: tk, bytes: p.Get(ctx, tk.bytes),
-				old: p.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: tk.seen, Start: "-inf", Stop: "(" + strconv.FormatInt(cutoff, 10), ByScore: true, Count: scanLimit}),
+				old:    p.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: tk.seen, Start: "-inf", Stop: "(" + strconv.FormatInt(cutoff, 10), ByScore: true, Count: scanLimit}),
 				oldest: p.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: tk.seen, Start: cutoff, Stop: "+inf", ByScore: true, Count: 1})}
 		}
 		return nil
