@@ -264,14 +264,16 @@ func (s *Store) checkWait(wait *redis.Cmd) error {
 	return nil
 }
 
-// waitTimeout is WAIT's server-side timeout: most of what is left of ctx,
-// at least a millisecond (0 would mean forever).
+// waitTimeout is WAIT's server-side timeout. The server checks it only on
+// its cron tick (every 100ms at the default hz 10), so WAIT may answer up to
+// a tick late: take half of what is left of ctx minus a tick, at least a
+// millisecond (0 would mean forever).
 func (s *Store) waitTimeout(ctx context.Context) time.Duration {
 	left := s.opTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		left = time.Until(dl)
 	}
-	return max(time.Millisecond, left*3/4)
+	return max(time.Millisecond, left/2-100*time.Millisecond)
 }
 
 func (s *Store) nowMS() int64 { return s.now().UnixMilli() }

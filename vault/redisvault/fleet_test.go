@@ -1,0 +1,67 @@
+package redisvault
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"testing"
+
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/compiler/compilertest"
+)
+
+func sha(s string) compiler.Digest { return sha256.Sum256([]byte(s)) }
+
+// Two replicas on one Redis, a compiler on each, and one session whose
+// requests alternate between them forward exactly the bytes a single store
+// would, and share one tenant key.
+func TestFleetAlternatingReplicas(t *testing.T) {
+	srv := startServer(t)
+	a := srv.open(t, Config{KeyPrefix: "fleet:"})
+	b := srv.open(t, Config{KeyPrefix: "fleet:"})
+	single := srv.open(t, Config{KeyPrefix: "single:"})
+	ctx := context.Background()
+	ka, err := a.TenantKey(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kb, err := b.TenantKey(ctx); err != nil || !bytes.Equal(ka, kb) {
+		t.Fatalf("replicas disagree on the tenant key: %v", err)
+	}
+
+	opts := compiler.Options{InlineLeases: 1, Compaction: compiler.Compaction{
+		Enabled: true, MinVaultChars: 4000, CollapseAfterTurns: 6, InlineRecentTurns: 5}}
+	newCompiler := func(s compiler.Store) *compiler.Compiler {
+		c, err := compiler.New(opts, s, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	fleet := []*compiler.Compiler{newCompiler(a), newCompiler(b)}
+	one := newCompiler(single)
+
+	// A session that re-reads files: tool results repeat across steps.
+	turns := compilertest.Turns(7, 24, 9000)
+	for i := range turns {
+		if i%3 == 2 {
+			turns[i].Output = turns[i-2].Output
+		}
+	}
+	receipts := 0
+	for step := 1; step <= len(turns); step++ {
+		body := compilertest.ChatBody("gpt-4o", turns[:step], "")
+		req := compiler.Request{Path: "/v1/chat/completions", Body: body, Scope: compiler.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce}
+		got := fleet[step%2].Compile(ctx, req)
+		want := one.Compile(ctx, req)
+		if !bytes.Equal(got.Body, want.Body) || got.Decision != want.Decision || got.Reason != want.Reason {
+			t.Fatalf("step %d: fleet forwarded %d bytes (%s %s), one store %d (%s %s)",
+				step, len(got.Body), got.Decision, got.Reason, len(want.Body), want.Decision, want.Reason)
+		}
+		receipts += got.Receipts
+	}
+	if receipts == 0 {
+		t.Fatal("the session never produced a receipt: the test proves nothing")
+	}
+	t.Logf("%d steps, %d receipts in total", len(turns), receipts)
+}
