@@ -131,7 +131,7 @@ func parseMeta(m string) (size int64, chars int, err error) {
 	a, b, ok := strings.Cut(m, " ")
 	size, err1 := strconv.ParseInt(a, 10, 64)
 	c, err2 := strconv.Atoi(b)
-	if !ok || err1 != nil || err2 != nil {
+	if !ok || err1 != nil || err2 != nil || size < 0 || c < 0 {
 		return 0, 0, errors.New("corrupt metadata")
 	}
 	return size, c, nil

@@ -38,6 +38,18 @@ func (s suite) ancestor(t *testing.T) {
 		{"empty", nil, false, compiler.Record{}},
 		{"other conversation", chain("other", 6), false, compiler.Record{}},
 	}
+	// A long conversation: the ancestor lies far back in the chain.
+	long := chain("long", 600)
+	r11 := compiler.Record{ChainEnd: long[10], Length: 11, Exposures: map[compiler.Digest]int{b: 3}}
+	if err := st.Record(ctx, sc, r11); err != nil {
+		t.Fatal(err)
+	}
+	cases = append(cases, struct {
+		name  string
+		chain []compiler.Digest
+		found bool
+		want  compiler.Record
+	}{"600 messages, ancestor at 11", long, true, r11})
 	for _, c := range cases {
 		lin, err := st.Ancestor(ctx, sc, c.chain)
 		if err != nil {
