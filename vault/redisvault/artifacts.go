@@ -222,8 +222,12 @@ func (s *Store) write(ctx context.Context, tk tenantKeys, arts []*compiler.Artif
 		ks = append(ks, tk.artifact(h))
 		args = append(args, h, artSize(a), a.Chars, vault.EncodeContent(a))
 	}
+	node, err := s.node(ctx, tk.seen)
+	if err != nil {
+		return err
+	}
 	var wr, wait *redis.Cmd
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err = node.Pipelined(ctx, func(p redis.Pipeliner) error {
 		wr = writeScript.Eval(ctx, p, ks, args...)
 		wait = s.queueWait(ctx, p)
 		return nil

@@ -26,6 +26,10 @@ type Config struct {
 	// for TLS. Required. Secrets belong in a Caddy placeholder such as
 	// {env.TT_REDIS_URL}; the URL is never logged.
 	URL string
+	// Cluster makes URL a Redis Cluster seed list:
+	// redis://[user:password@]host:port?addr=host2:port&addr=host3:port.
+	// Every multi-key call stays on one slot (the tenant's hash tag).
+	Cluster bool
 	// KeyPrefix starts every key, so several fleets (or tests) can share a
 	// server. Default "tt:". It may not contain '{' or '}': the tenant's
 	// hash tag must be the key's first braces.

@@ -17,9 +17,17 @@ func sha(s string) compiler.Digest { return sha256.Sum256([]byte(s)) }
 // would, and share one tenant key.
 func TestFleetAlternatingReplicas(t *testing.T) {
 	srv := startServer(t)
-	a := srv.open(t, Config{KeyPrefix: "fleet:"})
-	b := srv.open(t, Config{KeyPrefix: "fleet:"})
-	single := srv.open(t, Config{KeyPrefix: "single:"})
+	fleetAlternating(t, func(prefix string) *Store { return srv.open(t, Config{KeyPrefix: prefix}) })
+}
+
+// The same on a three-master Redis Cluster with the cluster client.
+func TestClusterFleetAlternatingReplicas(t *testing.T) {
+	url := startCluster(t)
+	fleetAlternating(t, func(prefix string) *Store { return openCluster(t, Config{URL: url, KeyPrefix: prefix}) })
+}
+
+func fleetAlternating(t *testing.T, open func(prefix string) *Store) {
+	a, b, single := open("fleet:"), open("fleet:"), open("single:")
 	ctx := context.Background()
 	ka, err := a.TenantKey(ctx)
 	if err != nil {

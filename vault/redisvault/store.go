@@ -52,7 +52,7 @@ var (
 // Store is the Redis-backed vault. It is safe for concurrent use, and any
 // number of Stores (replicas of a fleet) may share one server and prefix.
 type Store struct {
-	rdb        *redis.Client
+	rdb        redis.UniversalClient // *redis.Client, or *redis.ClusterClient with Config.Cluster
 	k          keys
 	log        *zap.Logger
 	maxBytes   int64
@@ -92,24 +92,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts, err := redis.ParseURL(cfg.URL)
+	rdb, err := newClient(cfg)
 	if err != nil {
-		// The parser's message may quote the URL, which can hold a password.
-		return nil, errors.New("redisvault: url is not a valid redis:// or rediss:// URL")
+		return nil, err
 	}
-	opts.DialTimeout = cfg.OpTimeout
-	opts.ReadTimeout = cfg.OpTimeout
-	opts.WriteTimeout = cfg.OpTimeout
-	opts.PoolTimeout = cfg.OpTimeout
-	opts.ContextTimeoutEnabled = true // every call is bounded by its context
-	// No automatic retries: a retried write could be applied twice, and the
-	// compiler passes the request through on any error anyway.
-	opts.MaxRetries = -1
-	opts.Protocol = 2
-	opts.DisableIdentity = true
-	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	s := &Store{
-		rdb:        redis.NewClient(opts),
+		rdb:        rdb,
 		k:          keys{prefix: cfg.KeyPrefix},
 		log:        cfg.Logger,
 		maxBytes:   cfg.MaxBytes,
@@ -133,6 +121,56 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	return s, nil
 }
 
+// newClient builds the client for cfg: every call bounded by its context,
+// no retries of our own (the compiler passes the request through on any
+// error, and a retried reservation would count twice), RESP2, no
+// per-connection CLIENT SETINFO or maintenance-notification handshakes.
+func newClient(cfg Config) (redis.UniversalClient, error) {
+	// The parsers' messages may quote the URL, which can hold a password.
+	badURL := errors.New("redisvault: url is not a valid redis:// or rediss:// URL")
+	if cfg.Cluster {
+		opts, err := redis.ParseClusterURL(cfg.URL)
+		if err != nil {
+			return nil, badURL
+		}
+		opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout, opts.PoolTimeout = cfg.OpTimeout, cfg.OpTimeout, cfg.OpTimeout, cfg.OpTimeout
+		opts.ContextTimeoutEnabled = true
+		opts.MaxRetries = -1
+		opts.Protocol = 2
+		opts.DisableIdentity = true
+		opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+		return redis.NewClusterClient(opts), nil
+	}
+	opts, err := redis.ParseURL(cfg.URL)
+	if err != nil {
+		return nil, badURL
+	}
+	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout, opts.PoolTimeout = cfg.OpTimeout, cfg.OpTimeout, cfg.OpTimeout, cfg.OpTimeout
+	opts.ContextTimeoutEnabled = true
+	opts.MaxRetries = -1
+	opts.Protocol = 2
+	opts.DisableIdentity = true
+	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	return redis.NewClient(opts), nil
+}
+
+// node returns the client of the server holding key: the store's client,
+// or on a cluster the master of key's slot. A pipeline that ends in WAIT
+// runs on it, since WAIT acknowledges its own connection's writes.
+func (s *Store) node(ctx context.Context, key string) (*redis.Client, error) {
+	switch c := s.rdb.(type) {
+	case *redis.ClusterClient:
+		n, err := c.MasterForKey(ctx, key)
+		if err != nil {
+			return nil, fmt.Errorf("redisvault: %w", err)
+		}
+		return n, nil
+	case *redis.Client:
+		return c, nil
+	}
+	return nil, errors.New("redisvault: unknown client")
+}
+
 // checkServer verifies the server's eviction policy once.
 func (s *Store) checkServer(ctx context.Context) error {
 	if s.ready.Load() {
@@ -149,10 +187,31 @@ func (s *Store) checkServer(ctx context.Context) error {
 	return nil
 }
 
-// evictionPolicy reads maxmemory-policy from INFO (allowed on most managed
-// servers), else from CONFIG GET.
+// evictionPolicy reads maxmemory-policy (of every master on a cluster): the
+// first one that is not noeviction, else noeviction.
 func (s *Store) evictionPolicy(ctx context.Context) (string, error) {
-	info, err := s.rdb.Info(ctx, "memory").Result()
+	c, ok := s.rdb.(*redis.ClusterClient)
+	if !ok {
+		return nodePolicy(ctx, s.rdb)
+	}
+	var mu sync.Mutex
+	worst := "noeviction"
+	err := c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+		p, err := nodePolicy(ctx, n)
+		mu.Lock()
+		if err == nil && p != "noeviction" {
+			worst = p
+		}
+		mu.Unlock()
+		return err
+	})
+	return worst, err
+}
+
+// nodePolicy reads one server's maxmemory-policy from INFO (allowed on most
+// managed servers), else from CONFIG GET.
+func nodePolicy(ctx context.Context, c redis.Cmdable) (string, error) {
+	info, err := c.Info(ctx, "memory").Result()
 	if err != nil {
 		return "", err
 	}
@@ -161,7 +220,7 @@ func (s *Store) evictionPolicy(ctx context.Context) (string, error) {
 			return strings.TrimSpace(v), nil
 		}
 	}
-	kv, err := s.rdb.ConfigGet(ctx, "maxmemory-policy").Result()
+	kv, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
 	if err != nil {
 		return "", fmt.Errorf("cannot read maxmemory-policy: %w", err)
 	}
@@ -217,9 +276,13 @@ func (s *Store) TenantKey(ctx context.Context) ([]byte, error) {
 	fresh := make([]byte, 32)
 	rand.Read(fresh)
 	key := s.k.global("tenantkey")
+	node, err := s.node(ctx, key)
+	if err != nil {
+		return nil, err
+	}
 	var get *redis.StringCmd
 	var wait *redis.Cmd
-	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err = node.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.SetNX(ctx, key, fresh, 0)
 		get = p.Get(ctx, key)
 		wait = s.queueWait(ctx, p)
