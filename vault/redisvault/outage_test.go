@@ -203,6 +203,9 @@ func TestMinReplicas(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	// A roomier timeout: WAIT gets half of it less a cron tick, and the
+	// replica's ack must arrive within that on a loaded machine.
+	st = primary.open(t, Config{MinReplicas: 1, OpTimeout: 3 * time.Second})
 	if err := st.Persist(ctx, compiler.Scope{Tenant: "t"}, []compiler.Artifact{testArt(2, 9000)}); err != nil {
 		t.Fatalf("persist with a replica: %v", err)
 	}
