@@ -3,6 +3,7 @@ package redisvault
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -58,5 +59,33 @@ func TestOpenRefusesEvictingPolicy(t *testing.T) {
 				t.Fatalf("open on %s: %v, want ErrEvictingPolicy naming it", policy, err)
 			}
 		})
+	}
+}
+
+// A server that refuses the URL's credentials is refused at open (it
+// answered: this is configuration, not an outage); the right ones work.
+func TestOpenRefusesWrongPassword(t *testing.T) {
+	srv := startServer(t)
+	if err := srv.client().ConfigSet(context.Background(), "requirepass", "right-one").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		url string
+		ok  bool
+	}{
+		{fmt.Sprintf("redis://:wrong-one@127.0.0.1:%d/0", srv.port), false},
+		{fmt.Sprintf("redis://127.0.0.1:%d/0", srv.port), false},
+		{fmt.Sprintf("redis://:right-one@127.0.0.1:%d/0", srv.port), true},
+	} {
+		st, err := Open(context.Background(), Config{URL: c.url})
+		if c.ok != (err == nil) {
+			t.Fatalf("open with %s: %v", strings.Split(c.url, "@")[0], err)
+		}
+		if err != nil && (strings.Contains(err.Error(), "wrong-one") || strings.Contains(err.Error(), "right-one")) {
+			t.Fatalf("error leaks the password: %v", err)
+		}
+		if st != nil {
+			st.Close()
+		}
 	}
 }

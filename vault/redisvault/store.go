@@ -112,7 +112,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	octx, cancel := context.WithTimeout(ctx, cfg.OpTimeout)
 	defer cancel()
 	if err := s.checkServer(octx); err != nil {
-		if errors.Is(err, ErrEvictingPolicy) {
+		// A server that answers but refuses is misconfiguration: name it.
+		// One that does not answer is runtime state: start anyway.
+		if errors.Is(err, ErrEvictingPolicy) || refusedCredentials(err) {
 			s.rdb.Close()
 			return nil, err
 		}
@@ -171,6 +173,23 @@ func (s *Store) node(ctx context.Context, key string) (*redis.Client, error) {
 	return nil, errors.New("redisvault: unknown client")
 }
 
+// isReply reports whether err is the server's error reply.
+func isReply(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr)
+}
+
+// refusedCredentials reports whether the server rejected the URL's
+// credentials (a server error reply, not a network failure).
+func refusedCredentials(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	msg := rerr.Error()
+	return strings.HasPrefix(msg, "WRONGPASS") || strings.HasPrefix(msg, "NOAUTH") || strings.Contains(msg, "invalid password")
+}
+
 // checkServer verifies the server's eviction policy once.
 func (s *Store) checkServer(ctx context.Context) error {
 	if s.ready.Load() {
@@ -212,8 +231,8 @@ func (s *Store) evictionPolicy(ctx context.Context) (string, error) {
 // managed servers), else from CONFIG GET.
 func nodePolicy(ctx context.Context, c redis.Cmdable) (string, error) {
 	info, err := c.Info(ctx, "memory").Result()
-	if err != nil {
-		return "", err
+	if err != nil && !isReply(err) {
+		return "", err // unreachable; a refusal (ACL, renamed command) tries CONFIG GET
 	}
 	for line := range strings.Lines(info) {
 		if v, ok := strings.CutPrefix(line, "maxmemory_policy:"); ok {
