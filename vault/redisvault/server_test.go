@@ -1,3 +1,8 @@
+//go:build unix
+
+// The Redis tests start redis-server processes and signal them (SIGSTOP,
+// SIGKILL), so they run on Unix only.
+
 package redisvault
 
 import (
