@@ -15,6 +15,8 @@ package compiler
 import (
 	"context"
 	"time"
+
+	"github.com/tokenterminator/caddy-token-terminator/cost"
 )
 
 // Digest is a SHA-256 digest. Artifacts are addressed by the digest of their
@@ -54,6 +56,9 @@ type Lineage struct {
 	// ancestry that carried the artifact inline (cumulative, including the
 	// ancestor itself).
 	Exposures map[Digest]int
+	// Cache is the ancestor's Record.Cache, returned as stored (nil when
+	// none was recorded).
+	Cache []byte
 }
 
 // Record is written after a request is forwarded: the forwarded request's
@@ -69,6 +74,10 @@ type Record struct {
 	// Referenced lists artifacts this request named in receipts, so the Store
 	// can keep them alive (retention) while the conversation is active.
 	Referenced []Digest
+	// Cache is the compiler's opaque record of the provider prompt cache
+	// after this request (what was forwarded, rendered, and when); a Store
+	// keeps it with the node and returns it as Lineage.Cache. May be nil.
+	Cache []byte
 }
 
 // Store is the compiler's view of the vault. Implementations must be safe for
@@ -151,6 +160,12 @@ type Options struct {
 	Timeout time.Duration
 	// Compaction configures context compaction; see Compaction.
 	Compaction Compaction
+	// Cost is the billing model every decision is made by: plans that keep
+	// the provider's cached prompt prefix are weighed against rewriting it,
+	// and the gate refuses a rewrite whose expected billed cost exceeds the
+	// original's (not_cheaper). The zero value is the published prices;
+	// Cost.Off judges by bytes and tokens only.
+	Cost cost.Config
 }
 
 // Request is one candidate provider request.
@@ -159,6 +174,9 @@ type Request struct {
 	Body  []byte // complete body; never modified
 	Scope Scope
 	Mode  Mode
+	// Time is when the request goes upstream, for the prompt cache's TTL;
+	// zero means now.
+	Time time.Time
 }
 
 // Result is the outcome of a compile. Body is what must be forwarded: the
@@ -179,6 +197,15 @@ type Result struct {
 	Slots     int // eligible tool results seen
 
 	Tokens TokenReport
+
+	// Expected billed input cost in base-input-token units (cost package):
+	// of the original as if every request of the conversation had gone out
+	// raw, and of what was sent (the original on pass-through). Zero
+	// with Cost.Off, and for requests that were not compiled.
+	CostRaw    float64
+	CostSent   float64
+	usageKey   string  // the forwarded request's conversation node, for ObserveUsage
+	expectRead float64 // tokens the decision expected the provider to read from its cache
 
 	Parse, Vault, Total time.Duration
 }

@@ -145,7 +145,10 @@ func cleanBoundaries(infos []msgInfo) []bool {
 // and turns older than CollapseAfterTurns become summaries. The last
 // InlineRecentTurns turns, and any tool result the model has not answered
 // yet, are never touched.
-func (c *Compiler) compact(p *plan, h *history) *compaction {
+//
+// aligned is the compaction boundary in turns (alignedTurns of the turn
+// count, or an earlier boundary the cost decision keeps).
+func (c *Compiler) compact(p *plan, h *history, aligned int) *compaction {
 	opt := c.opts.Compaction
 	d := p.d
 	turns, list, offset := h.turns, h.list, h.offset
@@ -156,7 +159,7 @@ func (c *Compiler) compact(p *plan, h *history) *compaction {
 
 	// Both boundaries move together, only when the turn count crosses a
 	// multiple of compactBlock; they never enter the guaranteed windows.
-	aligned := len(turns) / compactBlock * compactBlock
+	aligned = min(aligned, alignedTurns(len(turns)))
 
 	// Old tool results: every slot in a turn before the recent window.
 	vaultTurns := max(0, aligned-opt.InlineRecentTurns)
@@ -203,7 +206,13 @@ func (c *Compiler) compact(p *plan, h *history) *compaction {
 		if tooLarge(t) {
 			continue
 		}
-		f := c.foldTurn(d, list, h.infos, turns[t])
+		f, ok := p.foldMemo[turns[t].first]
+		if !ok {
+			f = c.foldTurn(d, list, h.infos, turns[t])
+			if p.foldMemo != nil {
+				p.foldMemo[turns[t].first] = f
+			}
+		}
 		if folded[t] = len(f.summary) < turns[t].size(list) || crossed(t); folded[t] {
 			cp.folds = append(cp.folds, f)
 		}

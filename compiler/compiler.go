@@ -38,6 +38,10 @@ const (
 
 	ReasonNotSmaller Reason = "not_smaller"
 	ReasonMoreTokens Reason = "not_fewer_tokens"
+	// ReasonNotCheaper: the rewrite is smaller but its expected billed cost
+	// (prompt-cache reads and writes over the horizon) exceeds the
+	// original's, e.g. it would rewrite a warm cached prefix.
+	ReasonNotCheaper Reason = "not_cheaper"
 	ReasonTimeout    Reason = "timeout"
 	ReasonPanic      Reason = "panic"
 	ReasonInternal   Reason = "internal_error"
@@ -70,6 +74,8 @@ type Compiler struct {
 	texts  *textCache
 	// invalid counts rewrites the validity check refused (invalid_output).
 	invalid atomic.Uint64
+	// usage holds what providers reported about recent responses.
+	usage *usageNotes
 }
 
 // InvalidOutputs returns how many rewrites failed the validity check and
@@ -96,7 +102,10 @@ func New(opts Options, store Store, tokens TokenCounter) (*Compiler, error) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = defaultTimeout
 	}
-	return &Compiler{opts: opts, store: store, tokens: tokens, texts: newTextCache()}, nil
+	if err := opts.Cost.Validate(); err != nil {
+		return nil, fmt.Errorf("compiler: %w", err)
+	}
+	return &Compiler{opts: opts, store: store, tokens: tokens, texts: newTextCache(), usage: newUsageNotes()}, nil
 }
 
 // Compile compiles one request. It never fails: every problem yields a
@@ -159,6 +168,16 @@ type plan struct {
 	hist       *history    // the described conversation, nil if none
 	compaction *compaction // nil when compaction does not apply
 
+	// The cost decision (nil with Cost.Off) and this plan's variant.
+	choice     *choice
+	variant    variant
+	prev       *cacheState  // the conversation's recorded cache state, nil if none
+	head       uint64       // fingerprint of what renders before the units
+	headSize   int          // its bytes
+	foldMemo   map[int]fold // folded turns by first element, shared by the variants
+	sameAs     []int        // per slot: the earlier copy a receipt names, -1 for none
+	receiptLen []int        // per slot: bytes of its receipt JSON string
+
 	// Built from the decisions by build:
 	edits    []edit
 	arts     []Artifact // unique artifacts named by receipts and summaries
@@ -180,6 +199,7 @@ func (p *plan) build() {
 	slots := p.d.slots
 	p.receipt = make([]bool, len(slots))
 	p.gone = make([]bool, len(slots))
+	p.receiptLen = make([]int, len(slots))
 	named := map[Digest]bool{}
 	add := func(a Artifact, t *text) {
 		if !named[a.Digest] {
@@ -200,7 +220,12 @@ func (p *plan) build() {
 		p.receipt[i] = true
 		p.receipts++
 		r := Receipt(s.text.digest, s.tool, s.text.chars)
-		p.edits = append(p.edits, edit{start: s.value.Start, end: s.value.End, repl: jsonv.AppendString(nil, r)})
+		if k := p.sameAs[i]; k >= 0 {
+			r = receiptSameAs(r, p.d.callID(slots[k]))
+		}
+		repl := jsonv.AppendString(nil, r)
+		p.receiptLen[i] = len(repl)
+		p.edits = append(p.edits, edit{start: s.value.Start, end: s.value.End, repl: repl})
 		add(Artifact{Digest: s.text.digest, Raw: s.value.Raw(p.d.src), Tool: s.tool, Args: s.args, Chars: s.text.chars}, s.text)
 	}
 	for _, f := range p.folds() {
@@ -232,8 +257,10 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Resu
 		return nil
 	}
 	// Leases need the conversation's lineage; without an eligible slot there
-	// is nothing to lease, so the vault is not asked (nor told) anything.
-	if res.Slots > 0 {
+	// is nothing to lease, so the vault is not asked (nor told) anything,
+	// unless compaction may fold: then the cost decision needs the
+	// conversation's cache state.
+	if res.Slots > 0 || (!c.opts.Cost.Off && c.opts.Compaction.Enabled) {
 		p.chain = d.hasher.chain(f.name(), d.units)
 		tv := time.Now()
 		lin, err := c.store.Ancestor(ctx, req.Scope, p.chain)
@@ -249,18 +276,17 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Resu
 	if tf, ok := f.(turnFormat); ok && (res.Slots > 0 || c.opts.Compaction.Enabled) {
 		p.hist = describeHistory(p.d, tf)
 	}
-	c.decide(p)
-	if p.hist != nil && c.opts.Compaction.Enabled {
-		p.compaction = c.compact(p, p.hist)
-	}
-	p.build()
+	p, ch := c.choose(p, f.name(), req)
 
 	out := req.Body
 	forwarded := false
 	if len(p.edits) == 0 {
-		if res.Slots == 0 {
+		switch {
+		case ch != nil && ch.declined:
+			res.Reason = ReasonNotCheaper // a rewrite existed; the bill prefers the original
+		case res.Slots == 0:
 			res.Reason = ReasonNoSlots
-		} else {
+		default:
 			res.Reason = ReasonNothingToDo
 		}
 	} else {
@@ -276,6 +302,12 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Resu
 	case forwarded:
 		res.Decision, res.Body, res.SentBytes = Accepted, out, len(out)
 		res.Receipts, res.Folded = p.receipts, len(p.folds())
+	}
+	if ch != nil {
+		ch.costs(res, res.Reason == "")
+	}
+	if len(p.chain) > 0 {
+		res.usageKey = usageKey(req.Scope, p.chain[len(p.chain)-1])
 	}
 	return func() time.Duration { return c.record(ctx, req.Scope, p, forwarded) }
 }
@@ -314,22 +346,45 @@ func parseDoc(f format, src []byte, cache *textCache) (parsed, Reason) {
 // receipt everywhere, except where the model has not answered it yet: a
 // result it just asked for again (a re-read file, a re-run test) goes
 // inline, or it would never see that content again.
+//
+// With a recorded cache state two rules keep the cached prefix: the stable
+// variant replays the previous request's decision for every slot it
+// carried, and duplicates keep the copy the previous request sent inline
+// (plan_dup.go), unless a lease receipts that copy anyway.
 func (c *Compiler) decide(p *plan) {
 	slots := p.d.slots
 	p.replace = make([]bool, len(slots))
+	p.sameAs = make([]int, len(slots))
 	newest := map[Digest]int{}
+	kept := map[Digest]int{}
 	for i, s := range slots {
+		p.sameAs[i] = -1
 		if p.eligible[i] {
 			newest[s.text.digest] = i
+			if _, ok := kept[s.text.digest]; !ok && p.keepsCached(i) {
+				kept[s.text.digest] = i
+			}
 		}
+	}
+	leased := func(i int) bool {
+		return c.opts.InlineLeases > 0 && p.lineage.Exposures[slots[i].text.digest] >= c.opts.InlineLeases && !p.hist.unanswered(slots[i])
 	}
 	for i, s := range slots {
 		if !p.eligible[i] {
 			continue
 		}
 		dg := s.text.digest
-		leased := c.opts.InlineLeases > 0 && p.lineage.Exposures[dg] >= c.opts.InlineLeases && !p.hist.unanswered(s)
-		p.replace[i] = leased || newest[dg] != i
+		if p.variant.replay && p.old(i) {
+			p.replace[i] = p.prev.wasReceipted(dg)
+			continue
+		}
+		if k, ok := kept[dg]; ok && (p.variant.replay || !leased(k)) {
+			if i != k && !p.hist.unanswered(s) {
+				p.replace[i], p.sameAs[i] = true, k
+			}
+			continue
+		}
+		p.replace[i] = leased(i) || newest[dg] != i
 	}
 }
 
@@ -345,7 +400,7 @@ func (c *Compiler) rewrite(ctx context.Context, f format, p *plan, req Request, 
 		c.invalid.Add(1)
 		return nil, ReasonInvalidOutput
 	}
-	if reason := c.gate(ctx, p.d.model, req.Body, out, res); reason != "" {
+	if reason := c.gate(ctx, p.d.model, req.Body, out, res, p.choice); reason != "" {
 		return nil, reason
 	}
 	// Nothing is lost: receipts go out only once their content is durable.
@@ -392,11 +447,25 @@ func (c *Compiler) persist(ctx context.Context, scope Scope, p *plan) error {
 }
 
 // gate is the strict final gate: the rewrite goes out only if it is strictly
-// smaller in bytes and, when a tokenizer applies, strictly fewer tokens.
-func (c *Compiler) gate(ctx context.Context, model string, raw, out []byte, res *Result) Reason {
+// smaller in bytes, strictly fewer tokens when a tokenizer applies, and,
+// with a cost model (ch non-nil), not more expensive in expected billed
+// cost than the original.
+func (c *Compiler) gate(ctx context.Context, model string, raw, out []byte, res *Result, ch *choice) Reason {
 	if len(out) >= len(raw) {
 		return ReasonNotSmaller
 	}
+	if reason := c.tokenGate(ctx, model, raw, out, res); reason != "" {
+		return reason
+	}
+	if ch != nil && !ch.cheaper(res, len(raw), len(out)) {
+		return ReasonNotCheaper
+	}
+	return ""
+}
+
+// tokenGate counts both bodies when a tokenizer applies and vetoes a
+// rewrite that is not strictly fewer tokens.
+func (c *Compiler) tokenGate(ctx context.Context, model string, raw, out []byte, res *Result) Reason {
 	if c.tokens == nil {
 		return ""
 	}
@@ -460,6 +529,9 @@ func (c *Compiler) record(ctx context.Context, scope Scope, p *plan, forwarded b
 		ChainEnd: p.chain[len(p.chain)-1], Length: len(p.chain),
 		Parent: p.lineage.Ancestor, HasParent: p.lineage.Found,
 		Exposures: exp, Referenced: refs,
+	}
+	if p.choice != nil {
+		rec.Cache = p.choice.state(p, forwarded)
 	}
 	// The request goes out whatever happens here; a lost record only means
 	// a later request finds an older ancestor and inlines more.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
 // TestCorpus replays every body of the shared corpus (../shared/corpus)
@@ -40,18 +41,11 @@ func TestCorpus(t *testing.T) {
 		if n := c.InvalidOutputs(); n != 0 {
 			t.Fatalf("%s: %d rewrites refused by the checker", f.Name, n)
 		}
-		fmt.Fprintf(&table, "%-80s %-18s %5d %10d %10d %6.1f%% %8d\n", f.Name, f.Format, len(f.Requests), raw, sent, pct(raw, sent), rec)
+		fmt.Fprintf(&table, "%-80s %-18s %5d %10d %10d %6.1f%% %8d\n", f.Name, f.Format, len(f.Requests), raw, sent, fixtures.Reduction(raw, sent), rec)
 		totRaw, totSent, totRec = totRaw+raw, totSent+sent, totRec+rec
 	}
-	fmt.Fprintf(&table, "%-80s %-18s %5s %10d %10d %6.1f%% %8d\n", "total", "", "", totRaw, totSent, pct(totRaw, totSent), totRec)
+	fmt.Fprintf(&table, "%-80s %-18s %5s %10d %10d %6.1f%% %8d\n", "total", "", "", totRaw, totSent, fixtures.Reduction(totRaw, totSent), totRec)
 	t.Log(table.String())
-}
-
-func pct(raw, sent int) float64 {
-	if raw == 0 {
-		return 0
-	}
-	return 100 * float64(raw-sent) / float64(raw)
 }
 
 // TestCorpusDerivedSessions replays each last-step file as the session that
@@ -84,10 +78,10 @@ func TestCorpusDerivedSessions(t *testing.T) {
 			assertValidRewrite(t, r.Path, body, res)
 			raw, sent, rec = raw+len(body), sent+len(res.Body), rec+res.Receipts
 		}
-		fmt.Fprintf(&table, "%-80s %-18s %5d %10d %10d %6.1f%% %8d\n", f.Name, f.Format, len(steps), raw, sent, pct(raw, sent), rec)
+		fmt.Fprintf(&table, "%-80s %-18s %5d %10d %10d %6.1f%% %8d\n", f.Name, f.Format, len(steps), raw, sent, fixtures.Reduction(raw, sent), rec)
 		totRaw, totSent, totRec = totRaw+raw, totSent+sent, totRec+rec
 	}
-	fmt.Fprintf(&table, "%-80s %-18s %5s %10d %10d %6.1f%% %8d\n", "total", "", "", totRaw, totSent, pct(totRaw, totSent), totRec)
+	fmt.Fprintf(&table, "%-80s %-18s %5s %10d %10d %6.1f%% %8d\n", "total", "", "", totRaw, totSent, fixtures.Reduction(totRaw, totSent), totRec)
 	t.Log(table.String())
 }
 

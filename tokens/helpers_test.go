@@ -10,9 +10,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
-const corpusDir = "/work/shared/corpus"
+// corpusDir is the shared corpus, "" when absent (the tests using it skip).
+var corpusDir, _ = fixtures.CorpusDir()
 
 // direct is the reference count: tiktoken-go on the whole text at once.
 func direct(t testing.TB, enc, s string) int {

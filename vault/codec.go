@@ -152,6 +152,7 @@ type node struct {
 	HasParent bool
 	Time      int64
 	Exposures map[compiler.Digest]int
+	Cache     []byte // the compiler's cache state; optional trailing field
 }
 
 func (n *node) encode() []byte {
@@ -175,6 +176,10 @@ func (n *node) encode() []byte {
 		b = append(b, d[:]...)
 		b = binary.AppendVarint(b, int64(n.Exposures[d]))
 	}
+	if len(n.Cache) > 0 {
+		b = binary.AppendUvarint(b, uint64(len(n.Cache)))
+		b = append(b, n.Cache...)
+	}
 	return b
 }
 
@@ -197,6 +202,12 @@ func (n *node) decode(b []byte) error {
 		var d compiler.Digest
 		copy(d[:], r.bytes(32))
 		n.Exposures[d] = int(r.varint())
+	}
+	if len(r.b) > 0 && !r.bad {
+		// Written only when non-empty, so an empty field is corrupt.
+		if n.Cache = bytes.Clone(r.field()); len(n.Cache) == 0 {
+			r.bad = true
+		}
 	}
 	return r.done()
 }

@@ -24,7 +24,7 @@ func (s *Store) Record(ctx context.Context, scope compiler.Scope, rec compiler.R
 		return err
 	}
 	now := s.now().UnixNano()
-	n := node{Length: rec.Length, Parent: rec.Parent, HasParent: rec.HasParent, Time: now, Exposures: rec.Exposures}
+	n := node{Length: rec.Length, Parent: rec.Parent, HasParent: rec.HasParent, Time: now, Exposures: rec.Exposures, Cache: rec.Cache}
 	key := hex.AppendEncode(scopePrefix(scope), rec.ChainEnd[:])
 	val := n.encode()
 	err = s.update(ctx, func(txn *badger.Txn) error {
@@ -85,7 +85,7 @@ func (s *Store) Ancestor(ctx context.Context, scope compiler.Scope, chain []comp
 			if err := item.Value(n.decode); err != nil {
 				return err
 			}
-			lin = compiler.Lineage{Found: true, Ancestor: chain[i], Length: i + 1, Exposures: n.Exposures}
+			lin = compiler.Lineage{Found: true, Ancestor: chain[i], Length: i + 1, Exposures: n.Exposures, Cache: n.Cache}
 			return nil
 		}
 		return nil

@@ -1,18 +1,19 @@
-// Command tt-replay feeds recorded agent sessions through the request
-// compiler, step by step, with a fresh embedded vault, and prints per session
-// what went upstream: bytes, reduction, receipts, folded turns, compile time,
-// and an Anthropic-style cache-adjusted cost.
+// Command tt-replay feeds agent sessions through the request compiler, step
+// by step, with a fresh embedded vault, and bills every step as the
+// provider's prompt cache would (cost.Simulator: render order, breakpoints,
+// minimum prefix, block granularity, TTL with idle gaps between steps). It
+// prints per session the bytes that went upstream and the billed input cost
+// raw vs sent, in base-input-token units (tokens estimated at
+// cost.DefaultBytesPerToken bytes each), with compaction on and off.
 //
 // Usage:
 //
-//	go run ./cmd/tt-replay [-corpus ../shared/corpus] [-match substring] [-tokenizer auto]
+//	go run ./cmd/tt-replay [-corpus ../shared/corpus] [-generated] [-match substring]
+//	    [-gap 20s] [-idle 10m -idle_every 6] [-compaction=true] [-cost=true]
 //
-// The cache-adjusted cost prices each step as a provider with exact-prefix
-// prompt caching would: the part of the forwarded body that repeats the
-// previous step's forwarded body as a prefix is a cache read (0.1x), the
-// rest a cache write (1.25x). It is computed for the raw session and for
-// the compiled one, in bytes, and in tokens where the model's own tokenizer
-// is known (OpenAI models; Claude and open models show "none").
+// Sessions: the corpus's step files (every request of a real session) and,
+// with -generated, generated sessions with person turns and re-reads in all
+// three formats plus Claude Code- and Codex-shaped ones.
 package main
 
 import (
@@ -22,71 +23,97 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/cost"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 	"github.com/tokenterminator/caddy-token-terminator/tokens"
 	"github.com/tokenterminator/caddy-token-terminator/vault"
 )
 
 func main() {
-	def, _ := compilertest.CorpusDir()
-	dir := flag.String("corpus", def, "corpus folder (with index.json)")
-	match := flag.String("match", "", "only sessions whose file name contains this")
+	def, _ := fixtures.CorpusDir()
+	dir := flag.String("corpus", def, "corpus folder (with index.json); empty: none")
+	gen := flag.Bool("generated", false, "also replay generated sessions")
+	match := flag.String("match", "", "only sessions whose name contains this")
 	leases := flag.Int("inline_leases", 1, "inline leases (0 = off)")
 	compaction := flag.Bool("compaction", true, "context compaction")
-	tokenizer := flag.String("tokenizer", "auto", "token gate and token figures: auto|o200k_base|cl100k_base|off")
+	costOn := flag.Bool("cost", true, "decide by expected billed cost")
+	tokenizer := flag.String("tokenizer", "auto", "token gate: auto|o200k_base|cl100k_base|off")
+	gap := flag.Duration("gap", 20*time.Second, "time between steps")
+	idle := flag.Duration("idle", 0, "an idle gap inserted every -idle_every steps (e.g. past the cache TTL)")
+	idleEvery := flag.Int("idle_every", 0, "steps between idle gaps (0: none)")
 	flag.Parse()
-	if *dir == "" {
-		fmt.Fprintln(os.Stderr, "tt-replay: no corpus folder (use -corpus)")
-		os.Exit(2)
+
+	var sessions []fixtures.CorpusFile
+	if *dir != "" {
+		files, err := fixtures.LoadCorpus(*dir)
+		if err != nil {
+			fail(err)
+		}
+		for _, f := range files {
+			if f.Steps && f.Format != "mixed" {
+				sessions = append(sessions, f)
+			}
+		}
 	}
-	sessions, err := compilertest.LoadCorpus(*dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "tt-replay:", err)
-		os.Exit(1)
+	if *gen {
+		sessions = append(sessions, Generated()...)
 	}
-	var pick []compilertest.CorpusFile
+	var pick []fixtures.CorpusFile
 	for _, s := range sessions {
-		if s.Format != "mixed" && strings.Contains(s.Name, *match) {
+		if strings.Contains(s.Name, *match) {
 			pick = append(pick, s)
 		}
 	}
+	if len(pick) == 0 {
+		fmt.Fprintln(os.Stderr, "tt-replay: no sessions (use -corpus or -generated)")
+		os.Exit(2)
+	}
 	tmp, err := os.MkdirTemp("", "tt-replay-*")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "tt-replay:", err)
-		os.Exit(1)
+		fail(err)
 	}
 	defer os.RemoveAll(tmp)
 	store, err := vault.Open(vault.Config{Dir: tmp})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "tt-replay:", err)
-		os.Exit(1)
+		fail(err)
 	}
 	defer store.Close()
+	// Offline, the replay can wait for exact counts.
+	counter, err := tokens.New(tokens.Config{Tokenizer: *tokenizer, Budget: time.Minute})
+	if err != nil {
+		fail(err)
+	}
 	opts := DefaultOptions()
 	opts.InlineLeases = *leases
 	opts.Compaction.Enabled = *compaction
-	// Offline, the replay can wait for exact counts: a long budget means
-	// no request is judged or reported without them.
-	counter, err := tokens.New(tokens.Config{Tokenizer: *tokenizer, Budget: time.Minute})
+	opts.Cost.Off = !*costOn
+	off := opts
+	off.Compaction.Enabled = false
+	on, err := compiler.New(opts, store, counter)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "tt-replay:", err)
-		os.Exit(2)
+		fail(err)
 	}
-	c, err := compiler.New(opts, store, counter)
+	noCompaction, err := compiler.New(off, store, counter)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "tt-replay:", err)
-		os.Exit(1)
+		fail(err)
 	}
+	clock := Clock{Gap: *gap, Idle: *idle, IdleEvery: *idleEvery}
 	var rows []Row
 	for _, s := range pick {
-		rows = append(rows, Replay(c, counter, s))
+		r := Replay(on, s, clock, "on/")
+		r.SentOff = Replay(noCompaction, s, clock, "off/").Billed.Sent
+		rows = append(rows, r)
 	}
 	Print(os.Stdout, rows)
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "tt-replay:", err)
+	os.Exit(1)
 }
 
 // DefaultOptions are the gateway's defaults (Caddyfile.example).
@@ -97,87 +124,107 @@ func DefaultOptions() compiler.Options {
 	}
 }
 
-// Row is the replay of one session.
-type Row struct {
-	Name, Format      string
-	Steps             int
-	Raw, Sent         int
-	Receipts, Folded  int
-	Accepted          int
-	Reasons           map[compiler.Reason]int
-	P50, P99          time.Duration
-	RawCost, SentCost float64
-	Invalid           int
-
-	// Token figures, where the model's own tokenizer applies to every step.
-	Tokens                  bool
-	RawTokens, SentTokens   int
-	RawTokCost, SentTokCost float64
+// Generated are the generated sessions the replay reports: 36 steps with 12
+// person turns and re-reads in each format, and real-client shapes.
+func Generated() []fixtures.CorpusFile {
+	var out []fixtures.CorpusFile
+	for _, g := range []fixtures.SessionOptions{
+		{Format: "openai_chat", Steps: 36, PersonTurns: 12, OutputChars: 6000, ReReadEvery: 5, Seed: 1},
+		{Format: "openai_responses", Steps: 36, PersonTurns: 12, OutputChars: 6000, ReReadEvery: 5, Seed: 2},
+		{Format: "anthropic_messages", Steps: 36, PersonTurns: 12, OutputChars: 6000, ReReadEvery: 5, Seed: 3, Client: "claude-code"},
+		{Format: "openai_responses", Steps: 22, PersonTurns: 6, OutputChars: 9000, ReReadEvery: 4, Seed: 4, Client: "codex"},
+		{Format: "anthropic_messages", Steps: 22, PersonTurns: 6, OutputChars: 9000, ReReadEvery: 4, Seed: 5, Client: "claude-code"},
+		{Format: "openai_chat", Steps: 60, PersonTurns: 15, OutputChars: 9000, ReReadEvery: 7, Seed: 6},
+	} {
+		name := fmt.Sprintf("generated/%s-%d-steps-%d-turns", g.Format, g.Steps, g.PersonTurns)
+		if g.Client != "" {
+			name += "-" + g.Client
+		}
+		out = append(out, fixtures.CorpusFile{Name: name, Format: g.Format, Steps: true, Requests: fixtures.Session(g)})
+	}
+	return out
 }
 
-// Replay compiles every step of a session in order, as one tenant.
-func Replay(c *compiler.Compiler, tc compiler.TokenCounter, s compilertest.CorpusFile) Row {
-	r := Row{Name: s.Name, Format: s.Format, Steps: len(s.Requests), Reasons: map[compiler.Reason]int{}, Tokens: true}
+// Clock spaces the steps of a session: Gap between steps, and every
+// IdleEvery steps an Idle gap instead (a person away past the cache TTL).
+type Clock struct {
+	Gap, Idle time.Duration
+	IdleEvery int
+}
+
+// At is when step i (from 0) is sent.
+func (c Clock) At(i int) time.Time {
+	t := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	for k := 1; k <= i; k++ {
+		if c.IdleEvery > 0 && k%c.IdleEvery == 0 {
+			t = t.Add(c.Idle)
+		} else {
+			t = t.Add(c.Gap)
+		}
+	}
+	return t
+}
+
+// Row is the replay of one session.
+type Row struct {
+	Name, Format     string
+	Steps            int
+	Raw, Sent        int
+	Receipts, Folded int
+	Accepted         int
+	Reasons          map[compiler.Reason]int
+	P50, P99         time.Duration
+	Invalid          int
+	// Billed input cost, base-input-token units, as the provider cache
+	// simulation charges it: the raw session, the compiled one, the
+	// compiled one with compaction off.
+	Billed  Billed
+	SentOff float64
+	// The compiler's own expected figures (Result.CostRaw / CostSent).
+	ExpectRaw, ExpectSent float64
+}
+
+// Billed is a session's simulated bill.
+type Billed struct{ Raw, Sent float64 }
+
+// Replay compiles every step of a session in order, as one tenant, and
+// bills the raw and the forwarded bodies with one provider cache each.
+func Replay(c *compiler.Compiler, s fixtures.CorpusFile, clock Clock, tenant string) Row {
+	r := Row{Name: s.Name, Format: s.Format, Steps: len(s.Requests), Reasons: map[compiler.Reason]int{}}
 	var durs []time.Duration
-	var prevRaw, prevSent []byte
-	for _, req := range s.Requests {
-		body := req.Body
+	var cfg cost.Config
+	var rawSim, sentSim *cost.Simulator
+	for i, req := range s.Requests {
+		at := clock.At(i)
 		res := c.Compile(context.Background(), compiler.Request{
-			Path: req.Path, Body: body, Mode: compiler.ModeEnforce,
-			Scope: compiler.Scope{Tenant: "replay/" + s.Name},
+			Path: req.Path, Body: req.Body, Mode: compiler.ModeEnforce, Time: at,
+			Scope: compiler.Scope{Tenant: "replay/" + tenant + s.Name},
 		})
+		if rawSim == nil {
+			m := cfg.Model(s.Format, modelOf(req.Body))
+			rawSim, sentSim = &cost.Simulator{Model: m, Config: cfg}, &cost.Simulator{Model: m, Config: cfg}
+		}
 		durs = append(durs, res.Total)
-		r.Raw += len(body)
+		r.Raw += len(req.Body)
 		r.Sent += len(res.Body)
 		r.Receipts += res.Receipts
 		r.Folded += res.Folded
+		r.ExpectRaw += res.CostRaw
+		r.ExpectSent += res.CostSent
 		if res.Decision == compiler.Accepted {
 			r.Accepted++
-			if err := compiler.CheckCompacted(req.Path, body, res.Body); err != nil {
+			if err := compiler.CheckCompacted(req.Path, req.Body, res.Body); err != nil {
 				r.Invalid++
 			}
 		} else {
 			r.Reasons[res.Reason]++
 		}
-		r.RawCost += compilertest.CacheCost(prevRaw, body)
-		r.SentCost += compilertest.CacheCost(prevSent, res.Body)
-		if r.Tokens {
-			model := modelOf(body)
-			rawCost, rawN, ok1 := TokenCacheCost(tc, model, prevRaw, body)
-			sentCost, sentN, ok2 := TokenCacheCost(tc, model, prevSent, res.Body)
-			r.Tokens = ok1 && ok2
-			r.RawTokens += rawN
-			r.SentTokens += sentN
-			r.RawTokCost += rawCost
-			r.SentTokCost += sentCost
-		}
-		prevRaw, prevSent = body, res.Body
+		r.Billed.Raw += rawSim.Step(cost.Render(s.Format, req.Body), at).Cost
+		r.Billed.Sent += sentSim.Step(cost.Render(s.Format, res.Body), at).Cost
 	}
-	slices.Sort(durs)
-	r.P50 = durs[len(durs)/2]
-	r.P99 = durs[(len(durs)*99)/100]
+	r.P50, r.P99 = fixtures.Quantile(durs, 0.5), fixtures.Quantile(durs, 0.99)
+	r.SentOff = r.Billed.Sent
 	return r
-}
-
-// TokenCacheCost is CacheCost in tokens: the tokens of the shared prefix
-// are read at 0.1x, the rest of the body's tokens written at 1.25x. ok is
-// false when no exact tokenizer applies to the model.
-func TokenCacheCost(tc compiler.TokenCounter, model string, prev, cur []byte) (cost float64, n int, ok bool) {
-	ctx := context.Background()
-	all := tc.Count(ctx, model, cur)
-	if all.Status != compiler.TokensExact {
-		return 0, 0, false
-	}
-	p := compilertest.CommonPrefix(prev, cur)
-	read := 0
-	if p > 0 {
-		pc := tc.Count(ctx, model, cur[:p])
-		if pc.Status != compiler.TokensExact {
-			return 0, 0, false
-		}
-		read = min(pc.N, all.N)
-	}
-	return 0.1*float64(read) + 1.25*float64(all.N-read), all.N, true
 }
 
 func modelOf(body []byte) string {
@@ -188,9 +235,10 @@ func modelOf(body []byte) string {
 
 // Print writes the rows as a Markdown table with a total line.
 func Print(w io.Writer, rows []Row) {
-	fmt.Fprintln(w, "| session | format | steps | raw bytes | sent bytes | reduction | receipts | folded | accepted | p50 ms | p99 ms | cache cost raw | cache cost sent | cost change | raw tokens | sent tokens | token cache cost change |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| session | format | steps | raw bytes | sent bytes | reduction | receipts | folded | accepted | not_cheaper | p50 ms | p99 ms | billed raw | billed sent | sent/raw | sent/raw compaction off |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	var tot Row
+	tot.Reasons = map[compiler.Reason]int{}
 	for _, r := range rows {
 		printRow(w, shortName(r.Name), r)
 		tot.Steps += r.Steps
@@ -199,17 +247,12 @@ func Print(w io.Writer, rows []Row) {
 		tot.Receipts += r.Receipts
 		tot.Folded += r.Folded
 		tot.Accepted += r.Accepted
-		tot.RawCost += r.RawCost
-		tot.SentCost += r.SentCost
+		tot.Billed.Raw += r.Billed.Raw
+		tot.Billed.Sent += r.Billed.Sent
+		tot.SentOff += r.SentOff
 		tot.Invalid += r.Invalid
-		if r.Tokens {
-			tot.RawTokens += r.RawTokens
-			tot.SentTokens += r.SentTokens
-			tot.RawTokCost += r.RawTokCost
-			tot.SentTokCost += r.SentTokCost
-		}
+		tot.Reasons[compiler.ReasonNotCheaper] += r.Reasons[compiler.ReasonNotCheaper]
 	}
-	tot.Tokens = tot.RawTokens > 0
 	printRow(w, "**total**", tot)
 	if tot.Invalid > 0 {
 		fmt.Fprintf(w, "\nWARNING: %d forwarded bodies failed the validity oracle\n", tot.Invalid)
@@ -221,30 +264,26 @@ func printRow(w io.Writer, name string, r Row) {
 	if r.Format != "" {
 		timing = fmt.Sprintf("| %.2f | %.2f ", ms(r.P50), ms(r.P99))
 	}
-	toks := "| none | none | none |"
-	if r.Tokens {
-		toks = fmt.Sprintf("| %d | %d | %+.1f%% |", r.RawTokens, r.SentTokens, 100*(r.SentTokCost-r.RawTokCost)/r.RawTokCost)
-	}
-	fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %.1f%% | %d | %d | %d %s| %.0f | %.0f | %+.1f%% %s\n",
-		name, r.Format, r.Steps, r.Raw, r.Sent, pct(r.Raw-r.Sent, r.Raw), r.Receipts, r.Folded, r.Accepted,
-		timing, r.RawCost, r.SentCost, pct(int(r.SentCost-r.RawCost), int(r.RawCost)), toks)
+	fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %.1f%% | %d | %d | %d | %d %s| %.0f | %.0f | %.3f | %.3f |\n",
+		name, r.Format, r.Steps, r.Raw, r.Sent, fixtures.Reduction(r.Raw, r.Sent), r.Receipts, r.Folded, r.Accepted,
+		r.Reasons[compiler.ReasonNotCheaper], timing, r.Billed.Raw, r.Billed.Sent, ratio(r.Billed.Sent, r.Billed.Raw), ratio(r.SentOff, r.Billed.Raw))
 }
 
-func shortName(n string) string {
-	if i := strings.LastIndex(n, "/"); i >= 0 {
-		n = n[i+1:]
-	}
-	if len(n) > 48 {
-		n = n[:48] + "…"
-	}
-	return n
-}
-
-func pct(a, b int) float64 {
+func ratio(a, b float64) float64 {
 	if b == 0 {
 		return 0
 	}
-	return 100 * float64(a) / float64(b)
+	return a / b
+}
+
+func shortName(n string) string {
+	if i := strings.LastIndex(n, "/"); i >= 0 && !strings.HasPrefix(n, "generated/") {
+		n = n[i+1:]
+	}
+	if len(n) > 60 {
+		n = n[:60] + "…"
+	}
+	return n
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

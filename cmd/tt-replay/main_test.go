@@ -3,59 +3,105 @@ package main
 import (
 	"bytes"
 	"testing"
+	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/compiler/compilertest"
-	"github.com/tokenterminator/caddy-token-terminator/tokens"
+	"github.com/tokenterminator/caddy-token-terminator/cost"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
-func TestCacheCost(t *testing.T) {
-	tests := []struct {
-		prev, cur string
-		want      float64
-	}{
-		{"", "abcd", 5},             // all written
-		{"abcd", "abcd", 0.4},       // all read
-		{"abcd", "abXY", 0.2 + 2.5}, // 2 read, 2 written
-		{"abcdef", "ab", 0.2},
-	}
-	for _, tt := range tests {
-		if got := compilertest.CacheCost([]byte(tt.prev), []byte(tt.cur)); got < tt.want-1e-9 || got > tt.want+1e-9 {
-			t.Errorf("CacheCost(%q, %q) = %v, want %v", tt.prev, tt.cur, got, tt.want)
+func TestClock(t *testing.T) {
+	c := Clock{Gap: 10 * time.Second, Idle: 10 * time.Minute, IdleEvery: 3}
+	base := c.At(0)
+	for i, want := range []time.Duration{0, 10 * time.Second, 20 * time.Second, 20*time.Second + 10*time.Minute, 30*time.Second + 10*time.Minute} {
+		if got := c.At(i).Sub(base); got != want {
+			t.Errorf("At(%d) = +%v, want +%v", i, got, want)
 		}
 	}
 }
 
-// A generated agent session: every step resends the history and adds a
-// tool round. The replay must shrink it, keep every body valid, and make it
-// cheaper under prefix caching.
-func TestReplayGeneratedSession(t *testing.T) {
-	turns := compilertest.Turns(7, 12, 9000)
-	var steps []compilertest.CorpusRequest
-	for i := 1; i <= len(turns); i++ {
-		steps = append(steps, compilertest.CorpusRequest{Path: "/v1/chat/completions", Body: compilertest.ChatBody("gpt-4o", turns[:i], "")})
-	}
-	c, err := compiler.New(DefaultOptions(), compilertest.NewMemStore(), nil)
+// The replay's bill of a session is the simulator's over the same bodies:
+// with nothing to compile (every result below the thresholds) the sent
+// bill equals the raw one, step by step.
+func TestReplayBillsLikeTheSimulator(t *testing.T) {
+	s := fixtures.CorpusFile{Name: "three", Format: "anthropic_messages", Steps: true,
+		Requests: fixtures.Session(fixtures.SessionOptions{Format: "anthropic_messages", Steps: 3, PersonTurns: 1, OutputChars: 3000, Seed: 9, Client: "claude-code"})}
+	opts := DefaultOptions()
+	opts.MinArtifactChars, opts.Compaction.Enabled = 1000000, false
+	c, err := compiler.New(opts, compilertest.NewMemStore(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tc, err := tokens.New(tokens.Config{Budget: 1 << 62})
-	if err != nil {
-		t.Fatal(err)
+	clock := Clock{Gap: time.Minute, Idle: time.Hour, IdleEvery: 2}
+	r := Replay(c, s, clock, "t/")
+	var cfg cost.Config
+	sim := cost.Simulator{Model: cfg.Model("anthropic_messages", "claude-sonnet-4-5"), Config: cfg}
+	want := 0.0
+	var bills []cost.Bill
+	for i, req := range s.Requests {
+		b := sim.Step(cost.Render(s.Format, req.Body), clock.At(i))
+		bills = append(bills, b)
+		want += b.Cost
 	}
-	r := Replay(c, tc, compilertest.CorpusFile{Name: "generated", Format: "openai_chat", Steps: true, Requests: steps})
-	if r.Invalid != 0 || r.Accepted != len(steps)-1 || r.Receipts != 11*12/2 {
-		t.Fatalf("invalid %d accepted %d receipts %d", r.Invalid, r.Accepted, r.Receipts)
+	// Step 2 reads step 1's prefix (a minute later); step 3 comes after the
+	// idle hour and reads nothing.
+	if bills[1].Read == 0 || bills[2].Read != 0 || bills[2].Written == 0 {
+		t.Fatalf("bills %+v", bills)
 	}
-	if r.Sent >= r.Raw || r.SentCost >= r.RawCost {
-		t.Fatalf("not smaller or not cheaper: bytes %d -> %d, cost %.0f -> %.0f", r.Raw, r.Sent, r.RawCost, r.SentCost)
+	if r.Billed.Raw != want || r.Billed.Sent != want || r.Accepted != 0 {
+		t.Fatalf("replay billed raw %v sent %v accepted %d, simulator %v", r.Billed.Raw, r.Billed.Sent, r.Accepted, want)
 	}
-	if !r.Tokens || r.SentTokens >= r.RawTokens || r.SentTokCost >= r.RawTokCost {
-		t.Fatalf("tokens: %v %d -> %d", r.Tokens, r.RawTokens, r.SentTokens)
+}
+
+// The targets on generated sessions: every body valid, no session costs
+// more than raw, compaction never costs more than compaction off, with and
+// without idle gaps past the TTL; the long session at most 0.60 of raw.
+func TestReplayGeneratedTargets(t *testing.T) {
+	if testing.Short() {
+		t.Skip("replays ~300 requests")
 	}
-	var out bytes.Buffer
-	Print(&out, []Row{r})
-	if !bytes.Contains(out.Bytes(), []byte("| generated | openai_chat | 12 |")) {
-		t.Fatalf("table:\n%s", out.String())
+	clocks := []Clock{{Gap: 20 * time.Second, Idle: 10 * time.Minute, IdleEvery: 6}, {Gap: 20 * time.Second}}
+	if raceEnabled {
+		clocks = clocks[:1]
+	}
+	for _, clock := range clocks {
+		on, err := compiler.New(DefaultOptions(), compilertest.NewMemStore(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		offOpts := DefaultOptions()
+		offOpts.Compaction.Enabled = false
+		off, err := compiler.New(offOpts, compilertest.NewMemStore(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rows []Row
+		for _, s := range Generated() {
+			if raceEnabled && len(s.Requests) > 22 {
+				continue
+			}
+			r := Replay(on, s, clock, "on/")
+			r.SentOff = Replay(off, s, clock, "off/").Billed.Sent
+			rows = append(rows, r)
+			if r.Invalid != 0 {
+				t.Errorf("%s: %d invalid bodies", s.Name, r.Invalid)
+			}
+			if r.Billed.Sent > r.Billed.Raw*(1+1e-9) {
+				t.Errorf("%s idle=%v: billed %.0f > raw %.0f", s.Name, clock.Idle, r.Billed.Sent, r.Billed.Raw)
+			}
+			if r.Billed.Sent > r.SentOff*(1+1e-9) {
+				t.Errorf("%s idle=%v: compaction on %.0f > off %.0f", s.Name, clock.Idle, r.Billed.Sent, r.SentOff)
+			}
+			if len(s.Requests) >= 60 && r.Billed.Sent > 0.60*r.Billed.Raw {
+				t.Errorf("%s: long session at %.3f of raw", s.Name, r.Billed.Sent/r.Billed.Raw)
+			}
+		}
+		var out bytes.Buffer
+		Print(&out, rows)
+		if !bytes.Contains(out.Bytes(), []byte("| generated/openai_responses-22-steps-6-turns-codex | openai_responses | 22 |")) || !bytes.Contains(out.Bytes(), []byte("| **total** |")) {
+			t.Fatalf("table:\n%s", out.String())
+		}
+		t.Logf("idle %v:\n%s", clock.Idle, out.String())
 	}
 }

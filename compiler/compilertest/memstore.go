@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"maps"
+	"slices"
 	"sync"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
@@ -59,7 +60,7 @@ func (m *MemStore) Ancestor(_ context.Context, s compiler.Scope, chain []compile
 	}
 	for i := len(chain) - 2; i >= 0; i-- {
 		if r, ok := m.nodes[scopeKey(s, chain[i])]; ok {
-			return compiler.Lineage{Found: true, Ancestor: chain[i], Length: i + 1, Exposures: maps.Clone(r.Exposures)}, nil
+			return compiler.Lineage{Found: true, Ancestor: chain[i], Length: i + 1, Exposures: maps.Clone(r.Exposures), Cache: slices.Clone(r.Cache)}, nil
 		}
 	}
 	return compiler.Lineage{}, nil
@@ -109,7 +110,7 @@ func (m *MemStore) Record(_ context.Context, s compiler.Scope, r compiler.Record
 	if err := m.failure(); err != nil {
 		return err
 	}
-	r.Exposures = maps.Clone(r.Exposures)
+	r.Exposures, r.Cache = maps.Clone(r.Exposures), slices.Clone(r.Cache)
 	m.nodes[scopeKey(s, r.ChainEnd)] = r
 	return nil
 }

@@ -1,0 +1,81 @@
+package compiler
+
+import (
+	"math"
+	"testing"
+
+	"github.com/tokenterminator/caddy-token-terminator/cost"
+)
+
+// The third veto by hand, gpt-5 (read 0.1, write 1, 128-token blocks, min
+// 1024), horizon 1, 4 bytes per token. Original: 40000 bytes = 10000
+// tokens, 36000 bytes cached = 9000 tokens (70 whole blocks = 8960):
+// 896 + 1040 now, 0.1*9984 later (9984 in whole blocks) + 16 unblocked =
+// 1936 + 998.4 + 16 = 2950.4. Rewrite: 20000 bytes = 5000 tokens, nothing
+// cached: 5000 + 0.1*4992 + 8 = 5507.2 > 2950.4: vetoed. With the token
+// counts measured, a rewrite that is 2x denser in tokens is judged by
+// them.
+func TestCheaperVeto(t *testing.T) {
+	var cfg cost.Config
+	ch := &choice{model: cfg.Model("openai_chat", "gpt-5"), horizon: 1, tpb: cfg.Tokens(1),
+		orig: costPlan{total: 40000, cached: 36000}, sent: costPlan{total: 20000}}
+	if got := ch.expected(ch.orig, ch.tpb); math.Abs(got-2950.4) > 1e-6 {
+		t.Fatalf("expected(orig) = %v", got)
+	}
+	if got := ch.expected(ch.sent, ch.tpb); math.Abs(got-5507.2) > 1e-6 {
+		t.Fatalf("expected(sent) = %v", got)
+	}
+	var res Result
+	if ch.cheaper(&res, 40000, 20000) {
+		t.Fatal("a rewrite of the warm prefix passed the veto")
+	}
+	// Cold: the same rewrite is cheaper (original 10000 + 998.4 + 16).
+	ch.orig.cached = 0
+	if !ch.cheaper(&res, 40000, 20000) {
+		t.Fatal("cold: vetoed")
+	}
+	// Measured tokens: 10000 raw, 9999 sent (the receipts are dense): the
+	// rewrite saves one token but costs as much to write: 9999 + 0.1*9984
+	// + 15 = 11012.4 vs 11014.4 — still cheaper, barely; at 10001 it is not.
+	res.Tokens = TokenReport{Status: TokensExact, Raw: 10000, Sent: 9999}
+	if !ch.cheaper(&res, 40000, 20000) {
+		t.Fatal("measured, cheaper by two: vetoed")
+	}
+	res.Tokens.Sent = 10001
+	if ch.cheaper(&res, 40000, 20000) {
+		t.Fatal("measured, dearer: passed")
+	}
+}
+
+func TestCacheStateRoundTrip(t *testing.T) {
+	s := cacheState{steps: 7, at: 1234567890, aligned: -1, head: 42,
+		segs: []seg{{fp: 1, end: 10}, {fp: 2, end: 25}, {fp: 3, end: 25}}, receipted: []uint64{5, 9}}
+	b := s.encode()
+	got, err := parseCacheState(b)
+	if err != nil || got.steps != 7 || got.at != s.at || got.aligned != -1 || got.head != 42 ||
+		len(got.segs) != 3 || got.segs[1] != s.segs[1] || got.segs[2] != s.segs[2] || len(got.receipted) != 2 || got.receipted[1] != 9 {
+		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+	if !got.wasReceipted(Digest{9}) || got.wasReceipted(Digest{6}) {
+		t.Fatal("wasReceipted")
+	}
+	for _, bad := range [][]byte{nil, {2}, b[:len(b)-1], append(b[:len(b):len(b)], 0)} {
+		if decodeCacheState(bad) != nil {
+			t.Errorf("%x accepted", bad)
+		}
+	}
+}
+
+func FuzzCacheState(f *testing.F) {
+	f.Add((&cacheState{steps: 1, segs: []seg{{1, 2}}}).encode())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := parseCacheState(b)
+		if err != nil {
+			return
+		}
+		again, err := parseCacheState(s.encode())
+		if err != nil || again.steps != s.steps || len(again.segs) != len(s.segs) || len(again.receipted) != len(s.receipted) {
+			t.Fatalf("re-encoding changed the state: %v", err)
+		}
+	})
+}

@@ -1,0 +1,233 @@
+package compiler
+
+import (
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"slices"
+	"time"
+
+	"github.com/tokenterminator/caddy-token-terminator/compiler/jsonv"
+)
+
+// cacheState is what the compiler remembers of the provider's prompt cache
+// for a conversation: the prompt the gateway last forwarded, as rendered
+// segments (the tools, then every unit in render order), with when it went
+// out and which decisions it carried. It travels opaquely in
+// Record.Cache / Lineage.Cache.
+type cacheState struct {
+	steps   int   // forwarded requests of the conversation, this one included
+	at      int64 // unix nanoseconds when it was forwarded
+	aligned int   // compaction boundary (turns) of what was forwarded; -1: the original went out
+	head    uint64
+	segs    []seg
+	// receipted holds the first 8 bytes of every artifact digest a
+	// forwarded receipt named (not folded turns), sorted.
+	receipted []uint64
+}
+
+// seg is one rendered segment: a fingerprint of the rendered prompt up to
+// and including it (so equal fingerprints mean an equal prefix), and the
+// rendered byte offset where it ends.
+type seg struct {
+	fp  uint64
+	end int
+}
+
+const cacheStateV1 = 1
+
+var errCacheState = errors.New("compiler: bad cache state")
+
+func (s *cacheState) encode() []byte {
+	b := make([]byte, 0, 40+len(s.segs)*12+len(s.receipted)*8)
+	b = append(b, cacheStateV1)
+	b = binary.AppendUvarint(b, uint64(s.steps))
+	b = binary.AppendVarint(b, s.at)
+	b = binary.AppendVarint(b, int64(s.aligned))
+	b = binary.LittleEndian.AppendUint64(b, s.head)
+	b = binary.AppendUvarint(b, uint64(len(s.segs)))
+	prev := 0
+	for _, g := range s.segs {
+		b = binary.LittleEndian.AppendUint64(b, g.fp)
+		b = binary.AppendUvarint(b, uint64(g.end-prev))
+		prev = g.end
+	}
+	b = binary.AppendUvarint(b, uint64(len(s.receipted)))
+	for _, r := range s.receipted {
+		b = binary.LittleEndian.AppendUint64(b, r)
+	}
+	return b
+}
+
+// decodeCacheState reads a recorded state; a missing or unreadable one is
+// nil (the cache is then treated as cold).
+func decodeCacheState(b []byte) *cacheState {
+	s, err := parseCacheState(b)
+	if err != nil {
+		return nil
+	}
+	return s
+}
+
+func parseCacheState(b []byte) (*cacheState, error) {
+	if len(b) == 0 || b[0] != cacheStateV1 {
+		return nil, errCacheState
+	}
+	b = b[1:]
+	var bad bool
+	uv := func() uint64 {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			bad = true
+			return 0
+		}
+		b = b[n:]
+		return v
+	}
+	sv := func() int64 {
+		v, n := binary.Varint(b)
+		if n <= 0 {
+			bad = true
+			return 0
+		}
+		b = b[n:]
+		return v
+	}
+	u64 := func() uint64 {
+		if len(b) < 8 {
+			bad = true
+			return 0
+		}
+		v := binary.LittleEndian.Uint64(b)
+		b = b[8:]
+		return v
+	}
+	s := &cacheState{steps: int(uv()), at: sv(), aligned: int(sv()), head: u64()}
+	n := uv()
+	if bad || n > uint64(len(b))/9 {
+		return nil, errCacheState
+	}
+	s.segs = make([]seg, n)
+	end := 0
+	for i := range s.segs {
+		s.segs[i].fp = u64()
+		end += int(uv())
+		s.segs[i].end = end
+	}
+	m := uv()
+	if bad || m > uint64(len(b))/8 {
+		return nil, errCacheState
+	}
+	s.receipted = make([]uint64, m)
+	for i := range s.receipted {
+		s.receipted[i] = u64()
+	}
+	if bad || len(b) != 0 {
+		return nil, errCacheState
+	}
+	return s, nil
+}
+
+func (s *cacheState) wasReceipted(d Digest) bool {
+	if s == nil {
+		return false
+	}
+	_, ok := slices.BinarySearch(s.receipted, short(d))
+	return ok
+}
+
+func (s *cacheState) time() time.Time { return time.Unix(0, s.at) }
+
+// short is the first 8 bytes of a digest.
+func short(d Digest) uint64 { return binary.LittleEndian.Uint64(d[:8]) }
+
+// mix folds v into the running fingerprint h (FNV-1a style over 64-bit
+// words, finished with a splitmix64 avalanche so near values spread).
+func mix(h, v uint64) uint64 {
+	h = (h ^ v) * 0x100000001b3
+	h ^= h >> 31
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 29
+	return h
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// headFingerprint identifies what the provider renders before the units:
+// the model and the tools (hardware CRC-32C: the tools of a coding agent
+// are tens of KB and resent on every request).
+func headFingerprint(d *doc) (fp uint64, size int) {
+	fp = mix(0x70b, uint64(crc32.Checksum([]byte(d.model), castagnoli)))
+	if t := d.root.Get("tools"); t != nil {
+		raw := t.Raw(d.src)
+		fp = mix(fp, uint64(crc32.Checksum(raw, castagnoli))<<32|uint64(len(raw)))
+		size = len(raw)
+	}
+	return fp, size
+}
+
+// rendered lays out a plan's output as the provider renders it, segment by
+// segment: the head (tools), then every unit (system, messages or input
+// items) as the plan sends it. edited false renders the original. It needs
+// the conversation chain (a unit's identity); without one it returns nil.
+func (p *plan) rendered(edited bool) []seg {
+	d := p.d
+	if len(p.chain) != len(d.units) {
+		return nil
+	}
+	head, size := p.head, p.headSize
+	delta := make([]int, len(d.units))
+	marks := make([]uint64, len(d.units))
+	if edited {
+		for i, s := range d.slots {
+			if p.receipt[i] {
+				delta[s.unit] += p.receiptLen[i] - (s.value.End - s.value.Start)
+				marks[s.unit] = mix(marks[s.unit]+1, short(s.text.digest)^uint64(p.sameAs[i]+1))
+			}
+		}
+	}
+	out := make([]seg, 0, len(d.units)+1)
+	fp, end := head, size
+	out = append(out, seg{fp, end})
+	unit := func(u int) {
+		fp = mix(mix(fp, short(p.chain[u])), marks[u])
+		end += unitSize(d.units[u]) + delta[u]
+		out = append(out, seg{fp, end})
+	}
+	cp := p.compaction
+	if !edited || cp == nil || len(cp.folds) == 0 {
+		for u := range d.units {
+			unit(u)
+		}
+		return out
+	}
+	for u := 0; u < cp.offset; u++ {
+		unit(u)
+	}
+	fi := 0
+	for _, k := range cp.keep {
+		if k >= 0 {
+			unit(cp.offset + k)
+			continue
+		}
+		f := cp.folds[fi]
+		fi++
+		fp = mix(mix(fp, 0xf01d), short(f.art.Digest))
+		end += len(f.summary)
+		out = append(out, seg{fp, end})
+	}
+	return out
+}
+
+func unitSize(n *jsonv.Node) int { return n.End - n.Start }
+
+// cachedPrefix is how many rendered bytes of segs the provider's cache
+// holds, given the segments last forwarded: the longest common prefix of
+// segments.
+func cachedPrefix(prev, segs []seg) int {
+	n := 0
+	for i := 0; i < len(prev) && i < len(segs) && prev[i].fp == segs[i].fp; i++ {
+		n = segs[i].end
+	}
+	return n
+}
