@@ -17,19 +17,19 @@ func DecodeContent(b []byte, a *compiler.Artifact) error { return decodeContent(
 // SameContent reports whether stored content b holds exactly a's fields.
 func SameContent(b []byte, a *compiler.Artifact) bool { return sameContent(b, a) }
 
-// EncodeNode returns the stored form of rec's lineage node, recorded at
-// unixNano.
+// EncodeNode returns the stored form of rec's lineage node (exposures and
+// cache state), recorded at unixNano.
 func EncodeNode(rec compiler.Record, unixNano int64) []byte {
-	n := node{Length: rec.Length, Parent: rec.Parent, HasParent: rec.HasParent, Time: unixNano, Exposures: rec.Exposures}
+	n := node{Length: rec.Length, Parent: rec.Parent, HasParent: rec.HasParent, Time: unixNano, Exposures: rec.Exposures, Cache: rec.Cache}
 	return n.encode()
 }
 
-// DecodeNodeExposures returns the cumulative exposures of a stored lineage
-// node.
-func DecodeNodeExposures(b []byte) (map[compiler.Digest]int, error) {
+// DecodeNode returns what Ancestor reports of a stored lineage node: its
+// cumulative exposures and the compiler's cache state (nil when none).
+func DecodeNode(b []byte) (exposures map[compiler.Digest]int, cache []byte, err error) {
 	var n node
 	if err := n.decode(b); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return n.Exposures, nil
+	return n.Exposures, n.Cache, nil
 }

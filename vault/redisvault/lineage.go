@@ -63,11 +63,11 @@ func (s *Store) Ancestor(ctx context.Context, scope compiler.Scope, chain []comp
 				continue
 			}
 			i := hi - j
-			exp, err := vault.DecodeNodeExposures([]byte(b))
+			exp, cache, err := vault.DecodeNode([]byte(b))
 			if err != nil {
 				return compiler.Lineage{}, fmt.Errorf("redisvault: ancestor %x: %w", chain[i][:8], err)
 			}
-			return compiler.Lineage{Found: true, Ancestor: chain[i], Length: i + 1, Exposures: exp}, nil
+			return compiler.Lineage{Found: true, Ancestor: chain[i], Length: i + 1, Exposures: exp, Cache: cache}, nil
 		}
 	}
 	return compiler.Lineage{}, nil

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"bytes"
 	"context"
 	"maps"
 	"testing"
@@ -10,7 +11,8 @@ import (
 )
 
 // ancestor: the longest recorded proper prefix wins, the full chain is never
-// its own ancestor, and exposures come back as recorded (cumulative).
+// its own ancestor, and exposures (cumulative) and the compiler's cache state
+// come back as recorded.
 func (s suite) ancestor(t *testing.T) {
 	st := s.open(t, Config{})
 	ctx := context.Background()
@@ -18,7 +20,8 @@ func (s suite) ancestor(t *testing.T) {
 	ch := chain("conv", 6)
 	a, b := art(text("a", 100)).Digest, art(text("b", 100)).Digest
 	r2 := compiler.Record{ChainEnd: ch[1], Length: 2, Exposures: map[compiler.Digest]int{a: 1}}
-	r4 := compiler.Record{ChainEnd: ch[3], Length: 4, Parent: ch[1], HasParent: true, Exposures: map[compiler.Digest]int{a: 2, b: 1}}
+	r4 := compiler.Record{ChainEnd: ch[3], Length: 4, Parent: ch[1], HasParent: true, Exposures: map[compiler.Digest]int{a: 2, b: 1},
+		Cache: []byte("opaque cache state \x00\xff")}
 	for _, r := range []compiler.Record{r2, r4, r4} { // recording twice writes the same node
 		if err := st.Record(ctx, sc, r); err != nil {
 			t.Fatal(err)
@@ -64,6 +67,9 @@ func (s suite) ancestor(t *testing.T) {
 		if lin.Ancestor != c.want.ChainEnd || lin.Length != c.want.Length || !maps.Equal(lin.Exposures, c.want.Exposures) {
 			t.Fatalf("%s: ancestor length %d exposures %v, want length %d exposures %v",
 				c.name, lin.Length, lin.Exposures, c.want.Length, c.want.Exposures)
+		}
+		if !bytes.Equal(lin.Cache, c.want.Cache) {
+			t.Fatalf("%s: cache state %q, want %q", c.name, lin.Cache, c.want.Cache)
 		}
 	}
 }
