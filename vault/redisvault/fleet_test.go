@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"testing"
+	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/compiler/compilertest"
@@ -16,7 +17,7 @@ func sha(s string) compiler.Digest { return sha256.Sum256([]byte(s)) }
 
 // Two replicas on one Redis, a compiler on each, and one session whose
 // requests alternate between them forward exactly the bytes a single store
-// would, and share one tenant key.
+// would (one Redis store, and the in-memory store), and share one tenant key.
 func TestFleetAlternatingReplicas(t *testing.T) {
 	srv := startServer(t)
 	fleetAlternating(t, func(prefix string) *Store { return srv.open(t, Config{KeyPrefix: prefix}) })
@@ -50,6 +51,7 @@ func fleetAlternating(t *testing.T, open func(prefix string) *Store) {
 	}
 	fleet := []*compiler.Compiler{newCompiler(a), newCompiler(b)}
 	one := newCompiler(single)
+	mem := newCompiler(compilertest.NewMemStore()) // an independent implementation of the contract
 
 	// A session that re-reads files: tool results repeat across steps.
 	turns := compilertest.Turns(7, 24, 9000)
@@ -61,12 +63,16 @@ func fleetAlternating(t *testing.T, open func(prefix string) *Store) {
 	receipts := 0
 	for step := 1; step <= len(turns); step++ {
 		body := compilertest.ChatBody("gpt-4o", turns[:step], "")
-		req := compiler.Request{Path: "/v1/chat/completions", Body: body, Scope: compiler.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce}
+		// The same clock for both, so cost decisions (prompt-cache TTLs) agree.
+		at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(step) * 30 * time.Second)
+		req := compiler.Request{Path: "/v1/chat/completions", Body: body, Scope: compiler.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce, Time: at}
 		got := fleet[step%2].Compile(ctx, req)
-		want := one.Compile(ctx, req)
-		if !bytes.Equal(got.Body, want.Body) || got.Decision != want.Decision || got.Reason != want.Reason {
-			t.Fatalf("step %d: fleet forwarded %d bytes (%s %s), one store %d (%s %s)",
-				step, len(got.Body), got.Decision, got.Reason, len(want.Body), want.Decision, want.Reason)
+		for name, c := range map[string]*compiler.Compiler{"one Redis store": one, "the in-memory store": mem} {
+			want := c.Compile(ctx, req)
+			if !bytes.Equal(got.Body, want.Body) || got.Decision != want.Decision || got.Reason != want.Reason {
+				t.Fatalf("step %d: fleet forwarded %d bytes (%s %s), %s %d (%s %s)",
+					step, len(got.Body), got.Decision, got.Reason, name, len(want.Body), want.Decision, want.Reason)
+			}
 		}
 		receipts += got.Receipts
 	}
