@@ -16,7 +16,7 @@ func TestFleetSharesCapacity(t *testing.T) {
 	srv := startServer(t)
 	one := testArt(1, 20000)
 	cap := 2*int64(len(one.Text)+len(one.Raw)) + 1000 // two artifacts fit, three do not
-	cfg := Config{KeyPrefix: "cap:", MaxBytes: cap, TenantMaxBytes: cap}
+	cfg := Config{KeyPrefix: "cap:", MaxBytes: cap, TenantMaxBytes: cap, OpTimeout: suiteTimeout}
 	a, b := srv.open(t, cfg), srv.open(t, cfg)
 	ctx := context.Background()
 	for i, st := range []*Store{a, b} {
@@ -39,7 +39,7 @@ func TestCapacityCounterRecount(t *testing.T) {
 	srv := startServer(t)
 	one := testArt(1, 20000)
 	cap := 3*int64(len(one.Text)+len(one.Raw)) + 1000
-	st := srv.open(t, Config{MaxBytes: cap, TenantMaxBytes: cap, Retention: time.Hour})
+	st := srv.open(t, Config{MaxBytes: cap, TenantMaxBytes: cap, Retention: time.Hour, OpTimeout: suiteTimeout})
 	ctx := context.Background()
 	if err := st.Persist(ctx, compiler.Scope{Tenant: "t"}, []compiler.Artifact{one}); err != nil {
 		t.Fatal(err)

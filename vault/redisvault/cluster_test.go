@@ -80,6 +80,7 @@ func TestClusterConformance(t *testing.T) {
 			TenantMaxBytes: cfg.TenantMaxBytes,
 			Retention:      cfg.Retention,
 			Now:            cfg.Now,
+			OpTimeout:      suiteTimeout,
 		})
 	}, storetest.Capacity, storetest.TenantQuota, storetest.LineageTTL, storetest.Persistent)
 }

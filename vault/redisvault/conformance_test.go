@@ -12,6 +12,10 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/vault/storetest"
 )
 
+// suiteTimeout is the op timeout of the suite's stores: the suite checks
+// semantics, and a call timed out on a loaded machine (-race) is not one.
+const suiteTimeout = 10 * time.Second
+
 // Redis passes the conformance suite Badger passes, and the per-tenant quota
 // cases. Each case gets its own key prefix on one server; opening again
 // within a case reaches the same keys (Persistent).
@@ -24,6 +28,7 @@ func TestConformance(t *testing.T) {
 			TenantMaxBytes: cfg.TenantMaxBytes,
 			Retention:      cfg.Retention,
 			Now:            cfg.Now,
+			OpTimeout:      suiteTimeout,
 		})
 	}, storetest.Capacity, storetest.TenantQuota, storetest.LineageTTL, storetest.Persistent)
 }
@@ -55,6 +60,7 @@ func TestConformanceOnClusterNode(t *testing.T) {
 			TenantMaxBytes: cfg.TenantMaxBytes,
 			Retention:      cfg.Retention,
 			Now:            cfg.Now,
+			OpTimeout:      suiteTimeout,
 		})
 	}, storetest.Capacity, storetest.TenantQuota, storetest.LineageTTL, storetest.Persistent)
 }

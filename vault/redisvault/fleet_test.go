@@ -20,13 +20,13 @@ func sha(s string) compiler.Digest { return sha256.Sum256([]byte(s)) }
 // would (one Redis store, and the in-memory store), and share one tenant key.
 func TestFleetAlternatingReplicas(t *testing.T) {
 	srv := startServer(t)
-	fleetAlternating(t, func(prefix string) *Store { return srv.open(t, Config{KeyPrefix: prefix}) })
+	fleetAlternating(t, func(prefix string) *Store { return srv.open(t, Config{KeyPrefix: prefix, OpTimeout: suiteTimeout}) })
 }
 
 // The same on a three-master Redis Cluster with the cluster client.
 func TestClusterFleetAlternatingReplicas(t *testing.T) {
 	url := startCluster(t)
-	fleetAlternating(t, func(prefix string) *Store { return openCluster(t, Config{URL: url, KeyPrefix: prefix}) })
+	fleetAlternating(t, func(prefix string) *Store { return openCluster(t, Config{URL: url, KeyPrefix: prefix, OpTimeout: suiteTimeout}) })
 }
 
 func fleetAlternating(t *testing.T, open func(prefix string) *Store) {
