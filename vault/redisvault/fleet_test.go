@@ -26,7 +26,9 @@ func TestFleetAlternatingReplicas(t *testing.T) {
 // The same on a three-master Redis Cluster with the cluster client.
 func TestClusterFleetAlternatingReplicas(t *testing.T) {
 	url := startCluster(t)
-	fleetAlternating(t, func(prefix string) *Store { return openCluster(t, Config{URL: url, KeyPrefix: prefix, OpTimeout: suiteTimeout}) })
+	fleetAlternating(t, func(prefix string) *Store {
+		return openCluster(t, Config{URL: url, KeyPrefix: prefix, OpTimeout: suiteTimeout})
+	})
 }
 
 func fleetAlternating(t *testing.T, open func(prefix string) *Store) {
