@@ -42,8 +42,8 @@ func startServer(t testing.TB, extra ...string) *server {
 	s := &server{t: t, bin: bin, port: freePort(t), dir: t.TempDir()}
 	s.args = append([]string{"--port", fmt.Sprint(s.port), "--bind", "127.0.0.1", "--dir", s.dir,
 		"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", filepath.Join(s.dir, "redis.log")}, extra...)
+	t.Cleanup(s.kill) // first: a server that never answers is stopped too
 	s.start()
-	t.Cleanup(s.kill)
 	return s
 }
 
@@ -77,6 +77,7 @@ func (s *server) start() {
 			return
 		}
 		if time.Now().After(deadline) {
+			s.kill()
 			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
 			s.t.Fatalf("redis-server did not start: %v\n%s", err, log)
 		}
