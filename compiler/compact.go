@@ -28,24 +28,31 @@ const (
 )
 
 // turnFormat is implemented by formats whose history compaction knows.
+// The format's extractor (parse) describes every history element in
+// d.infos; every format has a history.
 type turnFormat interface {
-	// history returns the list that holds the conversation (messages or
-	// input items) and the index of its first element in doc.units.
-	history(d *doc) (list *jsonv.Node, offset int)
-	// describe reads one history element.
-	describe(d *doc, m *jsonv.Node) msgInfo
+	format
 }
+
+// history returns the list that holds the conversation (messages or input
+// items) and the index of its first element in doc.units.
+func (d *doc) history() (list *jsonv.Node, offset int) { return d.list, d.offset }
 
 // msgInfo is what compaction needs to know of one history element.
 type msgInfo struct {
-	turnStart bool     // carries the person's own input
-	pinned    bool     // system/developer: stays where it is
-	assistant bool     // produced by the model
-	user      string   // the person's input text, if turnStart
-	text      string   // the assistant's text, if assistant
-	tools     []string // names of tools called
-	calls     []string // tool call ids opened
-	results   []string // tool call ids answered
+	turnStart  bool          // carries the person's own input
+	pinned     bool          // system/developer or client session context only: stays where it is
+	assistant  bool          // produced by the model
+	userText   []*jsonv.Node // the person's text values, if turnStart
+	assistText []*jsonv.Node // the assistant's text values, if assistant
+	tools      []string      // names of tools called
+	calls      []string      // tool call ids opened
+	results    []string      // tool call ids answered
+	// preamble holds the client session-context parts of a message that
+	// also holds other content, in content (its list of parts): when the
+	// message folds, these parts stay, as a message of their own.
+	content  *jsonv.Node
+	preamble []*jsonv.Node
 }
 
 // turn is a run of history elements from one turn start to the next.
@@ -56,9 +63,11 @@ type turn struct {
 // fold is one old turn replaced by a summary message.
 type fold struct {
 	turn    turn
-	summary []byte // the whole replacement message, JSON
+	summary []byte // the summary message, JSON
 	art     Artifact
 	edits   []edit
+	size    int   // bytes of everything the turn becomes (summary, kept preamble, pinned elements)
+	keep    []int // the turn's output elements, as in compaction.keep
 }
 
 // compaction is the compaction plan of one request.
@@ -68,8 +77,15 @@ type compaction struct {
 	vaulted  []bool // per slot: receipted by compaction
 	inFolded []bool // per slot: inside a folded turn
 	folds    []fold
-	keep     []int // for each output history element: original index, or -1 for a summary
+	keep     []int // for each output history element: original index, -1 for a summary, or preambleOf(i)
 }
+
+// preambleOf is the keep entry of the message made of element i's session
+// context parts, kept when the rest of element i folded.
+func preambleOf(i int) int { return -2 - i }
+
+// preambleIndex inverts preambleOf: the element a keep entry k < -1 came from.
+func preambleIndex(k int) int { return -2 - k }
 
 // history is the described conversation list of a request.
 type history struct {
@@ -84,14 +100,13 @@ type history struct {
 // describeHistory reads the history list of a request once; leases and
 // compaction both use it. It returns nil when the request has none.
 func describeHistory(d *doc, tf turnFormat) *history {
-	list, offset := tf.history(d)
+	list, offset := d.history()
 	if list == nil || len(list.Elems) == 0 {
 		return nil
 	}
-	h := &history{list: list, offset: offset, infos: make([]msgInfo, len(list.Elems)), lastAssistant: -1}
-	for i, m := range list.Elems {
-		in := tf.describe(d, m)
-		h.infos[i] = in
+	h := &history{list: list, offset: offset, infos: d.infos, lastAssistant: -1}
+	for i := range list.Elems {
+		in := &d.infos[i]
 		if in.turnStart {
 			h.turns = append(h.turns, turn{first: i, last: i})
 		} else if len(h.turns) > 0 {
@@ -204,7 +219,7 @@ func (c *Compiler) compact(p *plan, h *history) *compaction {
 			continue
 		}
 		f := c.foldTurn(d, list, h.infos, turns[t])
-		if folded[t] = len(f.summary) < turns[t].size(list) || crossed(t); folded[t] {
+		if folded[t] = f.size < turns[t].size(list) || crossed(t); folded[t] {
 			cp.folds = append(cp.folds, f)
 		}
 	}
@@ -223,14 +238,15 @@ func (c *Compiler) compact(p *plan, h *history) *compaction {
 	// The output history: the preamble, then per folded turn its summary
 	// and its pinned messages, every other element unchanged.
 	cp.keep = seq(turns[0].first)
+	next := 0 // index into cp.folds
 	for t := 0; t < foldTurns; t++ {
 		if folded[t] {
-			cp.keep = append(cp.keep, -1)
+			cp.keep = append(cp.keep, cp.folds[next].keep...)
+			next++
+			continue
 		}
 		for i := turns[t].first; i <= turns[t].last; i++ {
-			if !folded[t] || h.infos[i].pinned {
-				cp.keep = append(cp.keep, i)
-			}
+			cp.keep = append(cp.keep, i)
 		}
 	}
 	for i := turns[foldTurns-1].last + 1; i < len(list.Elems); i++ {
@@ -263,10 +279,12 @@ func (c *Compiler) foldTurn(d *doc, list *jsonv.Node, infos []msgInfo, t turn) f
 	for i := t.first; i <= t.last; i++ {
 		in := infos[i]
 		if i == t.first {
-			user = in.user
+			user = capText(d.src, in.userText)
 		}
-		if in.assistant && strings.TrimSpace(in.text) != "" {
-			assistant = in.text
+		if in.assistant {
+			if s := capText(d.src, in.assistText); strings.TrimSpace(s) != "" {
+				assistant = s
+			}
 		}
 		for _, name := range in.tools {
 			if counts[name] == 0 {
@@ -289,13 +307,17 @@ func (c *Compiler) foldTurn(d *doc, list *jsonv.Node, infos []msgInfo, t turn) f
 	msg := append([]byte(`{"role":"user","content":`), jsonv.AppendString(nil, line)...)
 	msg = append(msg, '}')
 
-	// The first run of non-pinned elements becomes the summary; later runs
-	// (after a pinned system message) are removed with the separator before
-	// them.
+	// Every run of non-pinned elements folds: the first becomes the
+	// summary, later runs (after a pinned message) are removed with the
+	// separator before them. A folded element's session-context parts stay
+	// as a message of their own, before the summary in the first run, in
+	// place of the run in later ones.
 	f := fold{turn: t, summary: msg, art: art}
 	placed := false
 	for i := t.first; i <= t.last; {
 		if infos[i].pinned {
+			f.keep = append(f.keep, i)
+			f.size += list.Elems[i].End - list.Elems[i].Start
 			i++
 			continue
 		}
@@ -303,15 +325,51 @@ func (c *Compiler) foldTurn(d *doc, list *jsonv.Node, infos []msgInfo, t turn) f
 		for j+1 <= t.last && !infos[j+1].pinned {
 			j++
 		}
+		var repl []byte
+		for k := i; k <= j; k++ {
+			if infos[k].preamble != nil {
+				if len(repl) > 0 {
+					repl = append(repl, ',')
+				}
+				repl = appendPreamble(repl, d.src, list.Elems[k], infos[k])
+				f.keep = append(f.keep, preambleOf(k))
+			}
+		}
 		if !placed {
-			f.edits = append(f.edits, edit{start: list.Elems[i].Start, end: list.Elems[j].End, repl: msg})
+			if len(repl) > 0 {
+				repl = append(repl, ',')
+			}
+			repl = append(repl, msg...)
+			f.keep = append(f.keep, -1)
 			placed = true
+		}
+		if len(repl) > 0 {
+			f.edits = append(f.edits, edit{start: list.Elems[i].Start, end: list.Elems[j].End, repl: repl})
 		} else {
 			f.edits = append(f.edits, edit{start: list.Elems[i-1].End, end: list.Elems[j].End})
 		}
+		f.size += len(repl)
 		i = j + 1
 	}
+	for k := range f.edits {
+		f.edits[k].at = f.edits[k].start
+	}
 	return f
+}
+
+// appendPreamble appends element m with only its session-context parts:
+// its bytes with the content list replaced by those parts, byte for byte.
+func appendPreamble(dst, src []byte, m *jsonv.Node, in msgInfo) []byte {
+	dst = append(dst, src[m.Start:in.content.Start]...)
+	dst = append(dst, '[')
+	for i, p := range in.preamble {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, p.Raw(src)...)
+	}
+	dst = append(dst, ']')
+	return append(dst, src[in.content.End:m.End]...)
 }
 
 // clip quotes the start of s on one line, at most n characters.

@@ -199,9 +199,12 @@ func (p *plan) build() {
 		}
 		p.receipt[i] = true
 		p.receipts++
-		r := Receipt(s.text.digest, s.tool, s.text.chars)
-		p.edits = append(p.edits, edit{start: s.value.Start, end: s.value.End, repl: jsonv.AppendString(nil, r)})
-		add(Artifact{Digest: s.text.digest, Raw: s.value.Raw(p.d.src), Tool: s.tool, Args: s.args, Chars: s.text.chars}, s.text)
+		repl := jsonv.AppendString(nil, Receipt(s.text.digest, s.tool, s.text.chars))
+		if s.inner {
+			repl = repl[1 : len(repl)-1] // spliced inside the string, between its wrapper parts
+		}
+		p.edits = append(p.edits, edit{start: s.start, end: s.end, at: s.value.Start, repl: repl})
+		add(Artifact{Digest: s.text.digest, Raw: p.d.src[s.start:s.end], Tool: s.tool, Args: s.args, Chars: s.text.chars}, s.text)
 	}
 	for _, f := range p.folds() {
 		p.edits = append(p.edits, f.edits...)
