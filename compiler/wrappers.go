@@ -72,8 +72,8 @@ func splitWrapper(s string) (lo, hi int) {
 	return lo, hi
 }
 
-// leadingTag matches whitespace, one open…close block and the whitespace
-// after it at the start of s.
+// leadingTag matches whitespace, one open…close block and the line breaks
+// after it at the start of s (the body's own indentation stays body).
 func leadingTag(open, close string) func(string) int {
 	return func(s string) int {
 		t := strings.TrimLeft(s, " \t\r\n")
@@ -85,12 +85,12 @@ func leadingTag(open, close string) func(string) int {
 			return 0
 		}
 		rest := t[end+len(close):]
-		return len(s) - len(strings.TrimLeft(rest, " \t\r\n"))
+		return len(s) - len(strings.TrimLeft(rest, "\r\n"))
 	}
 }
 
-// trailingTag matches whitespace, one open…close block and the whitespace
-// after it at the end of s.
+// trailingTag matches the line breaks before one open…close block, the
+// block and the whitespace after it at the end of s.
 func trailingTag(open, close string) func(string) int {
 	return func(s string) int {
 		t := strings.TrimRight(s, " \t\r\n")
@@ -101,7 +101,7 @@ func trailingTag(open, close string) func(string) int {
 		if start < 0 {
 			return 0
 		}
-		return len(s) - len(strings.TrimRight(t[:start], " \t\r\n"))
+		return len(s) - len(strings.TrimRight(t[:start], "\r\n"))
 	}
 }
 
@@ -115,7 +115,7 @@ func trailingLine(prefix, suffix string) func(string) int {
 		if !strings.HasPrefix(line, prefix) || !strings.HasSuffix(line, suffix) {
 			return 0
 		}
-		return len(s) - len(strings.TrimRight(t[:i], " \t\r\n"))
+		return len(s) - len(strings.TrimRight(t[:i], "\r\n"))
 	}
 }
 
