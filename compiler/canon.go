@@ -115,8 +115,13 @@ func (c *hasher) bodyOf(n *jsonv.Node) (t *text, start, end int) {
 		bk = k
 		bk.body = true
 		if v, ok := c.cache.get(bk); ok {
-			if v.hi == 0 {
-				return c.textOfKey(n, &k), n.Start, n.End
+			if v.hi == 0 { // all body: the entry is the string's own text
+				t := c.long[n]
+				if t == nil {
+					t = &text{digest: v.digest, chars: v.chars, node: n, src: c.src}
+					c.long[n] = t
+				}
+				return t, n.Start, n.End
 			}
 			return &text{digest: v.digest, chars: v.chars, src: c.src, span: raw[v.lo:v.hi]}, n.Start + v.lo, n.Start + v.hi
 		}
@@ -128,10 +133,11 @@ func (c *hasher) bodyOf(n *jsonv.Node) (t *text, start, end int) {
 	rlo, okLo := jsonv.RawOffset(raw, lo)
 	rhi, okHi := jsonv.RawOffset(raw, hi)
 	if (lo == 0 && hi == len(b)) || !okLo || !okHi || rlo > rhi {
+		t := c.textOfKey(n, &k)
 		if cached {
-			c.cache.put(bk, textVal{})
+			c.cache.put(bk, textVal{digest: t.digest, chars: t.chars})
 		}
-		return c.textOfKey(n, &k), n.Start, n.End
+		return t, n.Start, n.End
 	}
 	body := b[lo:hi]
 	t = &text{digest: sha256.Sum256(body), chars: runeCount(body), src: c.src, span: raw[rlo:rhi]}

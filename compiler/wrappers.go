@@ -178,6 +178,26 @@ var preambleRules = []preambleRule{
 	}},
 }
 
+// mayStartTag is a cheap test on raw string content: false when the first
+// character after whitespace cannot start a preamble ('<', '#', or an
+// escape that may spell one); ws is the raw length of that whitespace.
+func mayStartTag(raw []byte) (ws int, ok bool) {
+	for i := 0; i < len(raw); i++ {
+		switch c := raw[i]; c {
+		case ' ':
+		case '\\':
+			if i+1 < len(raw) && (raw[i+1] == 'n' || raw[i+1] == 't' || raw[i+1] == 'r') {
+				i++
+				continue
+			}
+			return i, true
+		default:
+			return i, c == '<' || c == '#'
+		}
+	}
+	return 0, false
+}
+
 // wholeTag matches a text that is one or more open…close blocks and
 // nothing else but whitespace.
 func wholeTag(open, close string) func(string) bool {
@@ -216,7 +236,11 @@ func preambleText(src []byte, n *jsonv.Node) bool {
 	if !n.Is(jsonv.String) {
 		return false
 	}
-	start := strings.TrimLeft(n.TextPrefix(src, 64), " \t\r\n")
+	ws, ok := mayStartTag(src[n.Start+1 : n.End-1])
+	if !ok {
+		return false
+	}
+	start := strings.TrimLeft(n.TextPrefix(src, ws+64), " \t\r\n")
 	for _, r := range preambleRules {
 		if strings.HasPrefix(start, r.start) {
 			s, _ := n.Text(src)

@@ -90,9 +90,23 @@ func TestPreambleRules(t *testing.T) {
 		{"Fix the failing test.", false},
 		{"", false},
 	}
+	tests = append(tests, struct {
+		text string
+		want bool
+	}{strings.Repeat(" \n", 100) + "<environment_context>x</environment_context>", true})
 	for _, tt := range tests {
 		if got := isPreamble(tt.text); got != tt.want {
 			t.Errorf("isPreamble(%.50q) = %v, want %v", tt.text, got, tt.want)
+		}
+		// The raw-bytes shortcut agrees, however the string is spelled.
+		for _, raw := range []string{string(jsonv.AppendString(nil, tt.text)), strings.NewReplacer("<", `\u003c`, "#", `\u0023`).Replace(string(jsonv.AppendString(nil, tt.text)))} {
+			n, err := jsonv.Parse([]byte(raw), 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := preambleText([]byte(raw), n); got != tt.want {
+				t.Errorf("preambleText(%.50s) = %v, want %v", raw, got, tt.want)
+			}
 		}
 	}
 }
