@@ -50,6 +50,12 @@ var ccPreamble = []string{
 // append-only, as the client's: a later step repeats every earlier result
 // with its trailer as first sent.
 func claudeCodeBody(reads []int, contextManagement string) []byte {
+	return claudeCodeBodySized(reads, contextManagement, 9000)
+}
+
+// claudeCodeBodySized is claudeCodeBody with file reads of about size
+// characters (small ones seed the fuzzers).
+func claudeCodeBodySized(reads []int, contextManagement string, size int) []byte {
 	first := []any{}
 	for _, p := range ccPreamble {
 		first = append(first, map[string]any{"type": "text", "text": p})
@@ -70,7 +76,7 @@ func claudeCodeBody(reads []int, contextManagement string) []byte {
 				map[string]any{"type": "thinking", "thinking": "Read the file first.", "signature": fmt.Sprintf("EuYBCkQIBxgCKkD%02d==", t)},
 				map[string]any{"type": "tool_use", "id": id, "name": "Read", "input": map[string]any{"file_path": fmt.Sprintf("/repo/f%d.go", seed)}}}},
 			map[string]any{"role": "user", "content": []any{map[string]any{"type": "tool_result", "tool_use_id": id,
-				"content": compilertest.ToolOutput(seed, 9000) + trailer}}},
+				"content": compilertest.ToolOutput(seed, size) + trailer}}},
 			map[string]any{"role": "assistant", "content": []any{map[string]any{"type": "text", "text": fmt.Sprintf("Read file %d.", seed)}}})
 	}
 	// The person's next words, as the next step's next turn starts.
@@ -104,7 +110,10 @@ var codexPreamble = []string{
 // the AGENTS.md and <environment_context> user messages, the person's
 // message, then per turn a reasoning item, a shell call whose output has a
 // header that changes every run, and an assistant message.
-func codexBody(runs []int) []byte {
+func codexBody(runs []int) []byte { return codexBodySized(runs, 9000) }
+
+// codexBodySized is codexBody with outputs of about size characters.
+func codexBodySized(runs []int, size int) []byte {
 	items := []any{map[string]any{"type": "message", "role": "developer", "content": []any{map[string]any{"type": "input_text", "text": "You are Codex."}}}}
 	for _, p := range codexPreamble {
 		items = append(items, map[string]any{"type": "message", "role": "user", "content": []any{map[string]any{"type": "input_text", "text": p}}})
@@ -115,7 +124,7 @@ func codexBody(runs []int) []byte {
 		if t > 0 {
 			items = append(items, map[string]any{"type": "message", "role": "user", "content": []any{map[string]any{"type": "input_text", "text": fmt.Sprintf("Next, step %d.", t)}}})
 		}
-		out := codexHeader(codexChunk(t), 0.01*float64(t+1), 2000+seed) + compilertest.ToolOutput(seed, 9000)
+		out := codexHeader(codexChunk(t), 0.01*float64(t+1), 2000+seed) + compilertest.ToolOutput(seed, size)
 		items = append(items,
 			map[string]any{"type": "reasoning", "id": fmt.Sprintf("rs_%02d", t), "summary": []any{}, "encrypted_content": fmt.Sprintf("gAAAAB%02d==", t)},
 			map[string]any{"type": "function_call", "id": fmt.Sprintf("fc_%02d", t), "call_id": cid, "name": "shell", "arguments": fmt.Sprintf(`{"command":["cat","f%d"]}`, seed)},
@@ -128,7 +137,10 @@ func codexBody(runs []int) []byte {
 // chatWrappedBody renders a Chat Completions request from a client that
 // wraps tool results the way Claude Code does (a translating proxy), with
 // a pinned <environment_context> user message.
-func chatWrappedBody(reads []int) []byte {
+func chatWrappedBody(reads []int) []byte { return chatWrappedBodySized(reads, 9000) }
+
+// chatWrappedBodySized is chatWrappedBody with results of about size characters.
+func chatWrappedBodySized(reads []int, size int) []byte {
 	msgs := []any{map[string]any{"role": "system", "content": "You are helpful."},
 		map[string]any{"role": "user", "content": codexPreamble[1]},
 		map[string]any{"role": "user", "content": "Please review the files."}}
@@ -140,7 +152,7 @@ func chatWrappedBody(reads []int) []byte {
 		msgs = append(msgs,
 			map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{map[string]any{"id": id, "type": "function",
 				"function": map[string]any{"name": "read_file", "arguments": fmt.Sprintf(`{"path":"f%d"}`, seed)}}}},
-			map[string]any{"role": "tool", "tool_call_id": id, "content": compilertest.ToolOutput(seed, 9000) + ccTokensLeft(ccTokens(t))},
+			map[string]any{"role": "tool", "tool_call_id": id, "content": compilertest.ToolOutput(seed, size) + ccTokensLeft(ccTokens(t))},
 			map[string]any{"role": "assistant", "content": fmt.Sprintf("File %d read.", seed)})
 	}
 	return rawJSON(map[string]any{"model": "gpt-4o", "messages": msgs})
