@@ -33,7 +33,8 @@ const (
 	ReasonInvalidOutput Reason = "invalid_output"
 
 	// ReasonProviderContextManagement: the request carries Anthropic's
-	// context_management; the provider edits that context itself.
+	// context_management with an edit not known to compose with the
+	// rewrite (or a malformed one); the provider edits that context itself.
 	ReasonProviderContextManagement Reason = "provider_context_management"
 
 	ReasonNotSmaller Reason = "not_smaller"
