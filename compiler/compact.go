@@ -129,18 +129,19 @@ func (h *history) unanswered(s slot) bool {
 
 // cleanBoundaries marks, for every position p in [0, n], whether no tool call
 // opened before element p is answered at or after it: the places where a
-// run of folded elements may start or end. One pass: each answered call
-// dirties the positions after its call up to its result.
+// run of folded elements may start or end. One pass: each answer dirties
+// the positions after its call (the latest of its id) up to the answer.
 func cleanBoundaries(infos []msgInfo) []bool {
 	n := len(infos)
 	diff := make([]int, n+2)
 	open := map[string]int{} // call id -> element that opened it (latest)
 	for i, in := range infos {
 		for _, id := range in.results {
+			// A call stays open after its answer: a second answer of the
+			// same call (a client resending an output) must not lose it.
 			if o, ok := open[id]; ok {
 				diff[o+1]++
 				diff[i+1]--
-				delete(open, id)
 			}
 		}
 		for _, id := range in.calls {
