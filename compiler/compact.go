@@ -27,18 +27,12 @@ const (
 	summaryMaxTools       = 8
 )
 
-// turnFormat is implemented by formats whose history compaction knows.
-// The format's extractor (parse) describes every history element in
-// d.infos; every format has a history.
-type turnFormat interface {
-	format
-}
-
 // history returns the list that holds the conversation (messages or input
 // items) and the index of its first element in doc.units.
 func (d *doc) history() (list *jsonv.Node, offset int) { return d.list, d.offset }
 
-// msgInfo is what compaction needs to know of one history element.
+// msgInfo is what compaction needs to know of one history element, as the
+// format's extractor (parse) read it.
 type msgInfo struct {
 	turnStart  bool          // carries the person's own input
 	pinned     bool          // system/developer or client session context only: stays where it is
@@ -66,7 +60,7 @@ type fold struct {
 	summary []byte // the summary message, JSON
 	art     Artifact
 	edits   []edit
-	size    int   // bytes of everything the turn becomes (summary, kept preamble, pinned elements)
+	size    int   // bytes of what replaces the turn's folded runs (summary, kept preamble parts)
 	keep    []int // the turn's output elements, as in compaction.keep
 }
 
@@ -97,9 +91,10 @@ type history struct {
 	clean         []bool // clean[p]: no tool call opened before element p is answered at or after it
 }
 
-// describeHistory reads the history list of a request once; leases and
-// compaction both use it. It returns nil when the request has none.
-func describeHistory(d *doc, tf turnFormat) *history {
+// describeHistory gathers the turns of the history the format's extractor
+// described (doc.infos); leases and compaction both use it. It returns nil
+// when the request has none.
+func describeHistory(d *doc) *history {
 	list, offset := d.history()
 	if list == nil || len(list.Elems) == 0 {
 		return nil
@@ -318,7 +313,6 @@ func (c *Compiler) foldTurn(d *doc, list *jsonv.Node, infos []msgInfo, t turn) f
 	for i := t.first; i <= t.last; {
 		if infos[i].pinned {
 			f.keep = append(f.keep, i)
-			f.size += list.Elems[i].End - list.Elems[i].Start
 			i++
 			continue
 		}

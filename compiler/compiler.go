@@ -250,8 +250,8 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Resu
 	}
 	// The history serves leases (which results are unanswered) and
 	// compaction; a request that needs neither is not described.
-	if tf, ok := f.(turnFormat); ok && (res.Slots > 0 || c.opts.Compaction.Enabled) {
-		p.hist = describeHistory(p.d, tf)
+	if res.Slots > 0 || c.opts.Compaction.Enabled {
+		p.hist = describeHistory(p.d)
 	}
 	c.decide(p)
 	if p.hist != nil && c.opts.Compaction.Enabled {
