@@ -63,7 +63,7 @@ func (anthropicFormat) parse(d *doc, h *hasher) Reason {
 		if !m.Is(jsonv.Object) {
 			return ReasonUnknownShape
 		}
-		in := &d.infos[i]
+		in := d.info(i)
 		content := m.Get("content")
 		switch role := m.Get("role"); {
 		case role.StringIs(src, "user"):
@@ -72,13 +72,13 @@ func (anthropicFormat) parse(d *doc, h *hasher) Reason {
 					return false
 				}
 				id, _ := b.Get("tool_use_id").Text(src)
-				in.results = append(in.results, id)
+				in.answer(id)
 				d.addResult(h, base+i, b.Get("content"), "text", callFor(calls, src, b.Get("tool_use_id")))
 				return true
 			})
 		case role.StringIs(src, "assistant"):
 			in.assistant = true
-			in.assistText = textValues(nil, src, content, "text")
+			in.assistText = textRef{content, "text"}
 			if !content.Is(jsonv.Array) {
 				break
 			}
@@ -88,8 +88,7 @@ func (anthropicFormat) parse(d *doc, h *hasher) Reason {
 				}
 				name, _ := b.Get("name").Text(src)
 				id, ok := b.Get("id").Text(src)
-				in.tools = append(in.tools, name)
-				in.calls = append(in.calls, id)
+				in.call(name, id)
 				if !ok {
 					continue
 				}

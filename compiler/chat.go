@@ -37,7 +37,7 @@ func (chatFormat) parse(d *doc, h *hasher) Reason {
 		if !m.Is(jsonv.Object) {
 			return ReasonUnknownShape
 		}
-		in := &d.infos[i]
+		in := d.info(i)
 		role := m.Get("role")
 		switch {
 		case role.StringIs(src, "user"):
@@ -47,14 +47,13 @@ func (chatFormat) parse(d *doc, h *hasher) Reason {
 			in.pinned = true
 		case role.StringIs(src, "assistant"):
 			in.assistant = true
-			in.assistText = textValues(nil, src, m.Get("content"), "text")
+			in.assistText = textRef{m.Get("content"), "text"}
 			if tcs := m.Get("tool_calls"); tcs.Is(jsonv.Array) {
 				for _, tc := range tcs.Elems {
 					fn := tc.Get("function")
 					name, _ := fn.Get("name").Text(src)
 					id, ok := tc.Get("id").Text(src)
-					in.tools = append(in.tools, name)
-					in.calls = append(in.calls, id)
+					in.call(name, id)
 					if ok {
 						args, _ := fn.Get("arguments").Text(src)
 						calls[id] = toolCall{name, args}
@@ -65,8 +64,7 @@ func (chatFormat) parse(d *doc, h *hasher) Reason {
 				name, _ := fc.Get("name").Text(src)
 				args, _ := fc.Get("arguments").Text(src)
 				calls[legacyCallID(name)] = toolCall{name, args}
-				in.tools = append(in.tools, name)
-				in.calls = append(in.calls, legacyCallID(name))
+				in.call(name, legacyCallID(name))
 			}
 		case role.StringIs(src, "tool"), role.StringIs(src, "function"):
 			call := callFor(calls, src, m.Get("tool_call_id"))
@@ -78,10 +76,10 @@ func (chatFormat) parse(d *doc, h *hasher) Reason {
 			}
 			if role.StringIs(src, "tool") {
 				id, _ := m.Get("tool_call_id").Text(src)
-				in.results = append(in.results, id)
+				in.answer(id)
 			} else {
 				name, _ := m.Get("name").Text(src)
-				in.results = append(in.results, legacyCallID(name))
+				in.answer(legacyCallID(name))
 			}
 			d.addResult(h, i, m.Get("content"), "text", call)
 		}

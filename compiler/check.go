@@ -32,7 +32,7 @@ func verify(f format, p *plan, out []byte, cache *textCache) error {
 	if err := sameFolded(orig, out, root, replaced, list, keep); err != nil {
 		return err
 	}
-	nd := &doc{src: out, root: root}
+	nd := &doc{src: out, root: root, bare: true}
 	if reason := f.parse(nd, newHasher(out, cache)); reason != "" {
 		return fmt.Errorf("rewrite is %s", reason)
 	}

@@ -37,8 +37,8 @@ type msgInfo struct {
 	turnStart  bool          // carries the person's own input
 	pinned     bool          // system/developer or client session context only: stays where it is
 	assistant  bool          // produced by the model
-	userText   []*jsonv.Node // the person's text values, if turnStart
-	assistText []*jsonv.Node // the assistant's text values, if assistant
+	userText   textRef // the person's text, if turnStart (session context parts skipped)
+	assistText textRef // the assistant's text, if assistant
 	tools      []string      // names of tools called
 	calls      []string      // tool call ids opened
 	results    []string      // tool call ids answered
@@ -47,6 +47,29 @@ type msgInfo struct {
 	// message folds, these parts stay, as a message of their own.
 	content  *jsonv.Node
 	preamble []*jsonv.Node
+	// first backs the first tool, call id and result id: most elements
+	// open or answer one call, so describing them allocates nothing more.
+	first [3]string
+}
+
+// call records a tool call the element opens.
+func (in *msgInfo) call(tool, id string) {
+	if in.tools == nil {
+		in.tools = in.first[0:0:1]
+	}
+	if in.calls == nil {
+		in.calls = in.first[1:1:2]
+	}
+	in.tools = append(in.tools, tool)
+	in.calls = append(in.calls, id)
+}
+
+// answer records a tool call id the element answers.
+func (in *msgInfo) answer(id string) {
+	if in.results == nil {
+		in.results = in.first[2:2:3]
+	}
+	in.results = append(in.results, id)
 }
 
 // turn is a run of history elements from one turn start to the next.

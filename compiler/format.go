@@ -20,6 +20,10 @@ type doc struct {
 	list   *jsonv.Node
 	offset int
 	infos  []msgInfo
+	// bare: the doc is a rewrite parsed for its structure and rules only,
+	// so its history descriptions are not kept (scratch is reused).
+	bare    bool
+	scratch msgInfo
 }
 
 // slot is one tool result that may be replaced by a receipt.
@@ -88,7 +92,19 @@ func formatFor(method, path string) format {
 
 // setHistory makes list the doc's history, starting at unit offset.
 func (d *doc) setHistory(list *jsonv.Node, offset int) {
-	d.list, d.offset, d.infos = list, offset, make([]msgInfo, len(list.Elems))
+	d.list, d.offset = list, offset
+	if !d.bare {
+		d.infos = make([]msgInfo, len(list.Elems))
+	}
+}
+
+// info is where the extractor describes history element i.
+func (d *doc) info(i int) *msgInfo {
+	if d.bare {
+		d.scratch = msgInfo{}
+		return &d.scratch
+	}
+	return &d.infos[i]
 }
 
 // addResult records a tool result as a slot when its value is text (a
@@ -173,7 +189,7 @@ func (in *msgInfo) readUser(src []byte, content *jsonv.Node, textType string, re
 			in.pinned = true
 			return false
 		}
-		in.userText = append(in.userText, content)
+		in.userText = textRef{content, textType}
 		return true
 	}
 	if !content.Is(jsonv.Array) {
@@ -186,7 +202,7 @@ func (in *msgInfo) readUser(src []byte, content *jsonv.Node, textType string, re
 		case p.Get("type").StringIs(src, textType) && preambleText(src, p.Get("text")):
 			pre = append(pre, p)
 		case p.Get("type").StringIs(src, textType):
-			in.userText = append(in.userText, p.Get("text"))
+			in.userText = textRef{content, textType}
 			person = true
 		default:
 			person = true
@@ -207,14 +223,22 @@ func noResult(*jsonv.Node) bool { return false }
 // describeChars bounds the text describe keeps of a message, in bytes.
 const describeChars = 1024
 
-// capText returns the start of the texts of string values, space
-// separated: only the start is ever shown in a summary, so no more than
-// describeChars of them is decoded.
-func capText(src []byte, nodes []*jsonv.Node) string {
+// textRef is where a message's text is: a string, or the parts of
+// partType in a list of parts (others, like images, are skipped). It is
+// decoded only when a summary quotes it.
+type textRef struct {
+	content  *jsonv.Node
+	partType string
+}
+
+// capText returns the start of a message's text, its parts space
+// separated, skipping client session-context parts: only the start is ever
+// shown in a summary, so no more than describeChars of it is decoded.
+func capText(src []byte, r textRef) string {
 	var b strings.Builder
-	for _, n := range nodes {
+	add := func(n *jsonv.Node) {
 		if !n.Is(jsonv.String) || b.Len() >= describeChars {
-			continue
+			return
 		}
 		if b.Len() > 0 {
 			b.WriteByte(' ')
@@ -222,23 +246,20 @@ func capText(src []byte, nodes []*jsonv.Node) string {
 		t := n.TextPrefix(src, describeChars)
 		b.WriteString(t[:min(len(t), describeChars)])
 	}
-	return b.String()
-}
-
-// textValues appends the text values of a string or of the parts of
-// partType in a list (others, like images, are skipped).
-func textValues(dst []*jsonv.Node, src []byte, n *jsonv.Node, partType string) []*jsonv.Node {
-	if n.Is(jsonv.String) {
-		return append(dst, n)
-	}
-	if n.Is(jsonv.Array) {
+	switch n := r.content; {
+	case n.Is(jsonv.String):
+		add(n)
+	case n.Is(jsonv.Array):
 		for _, p := range n.Elems {
-			if p.Get("type").StringIs(src, partType) {
-				dst = append(dst, p.Get("text"))
+			if b.Len() >= describeChars {
+				break
+			}
+			if t := p.Get("text"); p.Get("type").StringIs(src, r.partType) && !preambleText(src, t) {
+				add(t)
 			}
 		}
 	}
-	return dst
+	return b.String()
 }
 
 // Every format can check its provider's rules on its own and knows its

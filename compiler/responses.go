@@ -71,7 +71,7 @@ func (responsesFormat) parse(d *doc, h *hasher) Reason {
 		if !it.Is(jsonv.Object) {
 			return ReasonUnknownShape
 		}
-		in := &d.infos[i]
+		in := d.info(i)
 		typ := it.Get("type")
 		switch {
 		case typ.StringIs(src, respFunctionCall):
@@ -100,7 +100,7 @@ func (responsesFormat) parse(d *doc, h *hasher) Reason {
 			in.pinned = true
 		case role.StringIs(src, "assistant"):
 			in.assistant = true
-			in.assistText = textValues(nil, src, it.Get("content"), "output_text")
+			in.assistText = textRef{it.Get("content"), "output_text"}
 		case typ.StringIs(src, respReasoning):
 			in.assistant = true // model output: earlier results have been read
 		default:
@@ -108,16 +108,17 @@ func (responsesFormat) parse(d *doc, h *hasher) Reason {
 			id, hasID := it.Get("call_id").Text(src)
 			switch {
 			case strings.HasSuffix(t, "_call_output") && hasID:
-				in.results = append(in.results, id)
+				in.answer(id)
 			case strings.HasSuffix(t, "_call"):
 				in.assistant = true
 				name, _ := it.Get("name").Text(src)
 				if name == "" {
 					name = strings.TrimSuffix(t, "_call")
 				}
-				in.tools = append(in.tools, name)
 				if hasID {
-					in.calls = append(in.calls, id)
+					in.call(name, id)
+				} else {
+					in.tools = append(in.tools, name) // a call no output can answer
 				}
 			}
 		}
