@@ -34,14 +34,14 @@ func (d *doc) history() (list *jsonv.Node, offset int) { return d.list, d.offset
 // msgInfo is what compaction needs to know of one history element, as the
 // format's extractor (parse) read it.
 type msgInfo struct {
-	turnStart  bool          // carries the person's own input
-	pinned     bool          // system/developer or client session context only: stays where it is
-	assistant  bool          // produced by the model
-	userText   textRef // the person's text, if turnStart (session context parts skipped)
-	assistText textRef // the assistant's text, if assistant
-	tools      []string      // names of tools called
-	calls      []string      // tool call ids opened
-	results    []string      // tool call ids answered
+	turnStart  bool     // carries the person's own input
+	pinned     bool     // system/developer or client session context only: stays where it is
+	assistant  bool     // produced by the model
+	userText   textRef  // the person's text, if turnStart (session context parts skipped)
+	assistText textRef  // the assistant's text, if assistant
+	tools      []string // names of tools called
+	calls      []string // tool call ids opened
+	results    []string // tool call ids answered
 	// preamble holds the client session-context parts of a message that
 	// also holds other content, in content (its list of parts): when the
 	// message folds, these parts stay, as a message of their own.
