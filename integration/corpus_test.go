@@ -194,8 +194,9 @@ func TestNewFormatsThroughCaddy(t *testing.T) {
 	if !strings.HasPrefix(r.TT, "passthrough=nothing_to_replace;") {
 		t.Fatalf("tenant C: %q", r.TT)
 	}
-	// context_management passes through untouched.
-	cm := append([]byte(`{"context_management":{"edits":[{"type":"clear_tool_uses_20250919"}]},`), bodies["/v1/messages"][1][1:]...)
+	// context_management with an edit not known to compose with the
+	// rewrite passes through untouched.
+	cm := append([]byte(`{"context_management":{"edits":[{"type":"compact_20260112"}]},`), bodies["/v1/messages"][1][1:]...)
 	r = g.post("/v1/messages", cm, "x-api-key: sk-ant-A")
 	if !strings.HasPrefix(r.TT, "passthrough=provider_context_management;") {
 		t.Fatalf("context_management: %q", r.TT)
