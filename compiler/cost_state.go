@@ -181,7 +181,7 @@ func (p *plan) rendered(edited bool) []seg {
 	if edited {
 		for i, s := range d.slots {
 			if p.receipt[i] {
-				delta[s.unit] += p.receiptLen[i] - (s.value.End - s.value.Start)
+				delta[s.unit] += p.receiptLen[i] - (s.end - s.start)
 				marks[s.unit] = mix(marks[s.unit]+1, short(s.text.digest)^uint64(p.sameAs[i]+1))
 			}
 		}
@@ -213,7 +213,7 @@ func (p *plan) rendered(edited bool) []seg {
 		f := cp.folds[fi]
 		fi++
 		fp = mix(mix(fp, 0xf01d), short(f.art.Digest))
-		end += len(f.summary)
+		end += f.size
 		out = append(out, seg{fp, end})
 	}
 	return out
