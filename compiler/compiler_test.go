@@ -57,7 +57,7 @@ func assertSpliced(t testing.TB, orig, out []byte) {
 	// A receipt is a whole string value, or sits inside a string between
 	// the client's wrapper parts (then the oracle, CheckRewrite, checks
 	// that exactly the body was replaced).
-	loc := regexp.MustCompile(`"?\[Token Terminator artifact a_[0-9a-f]{32} \| [^"]*?…\]"?`).FindAllIndex(out, -1)
+	loc := regexp.MustCompile(`"?\[Token Terminator artifact a_[0-9a-f]{32} \| [^"]*?…(?: \| same_as=[^"\]]*)?\]"?`).FindAllIndex(out, -1)
 	pos, prev := 0, 0
 	for i, l := range loc {
 		seg := out[prev:l[0]]
