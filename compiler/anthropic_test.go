@@ -34,8 +34,7 @@ func TestAnthropicDuplicates(t *testing.T) {
 		if first["type"] != "tool_result" || first["tool_use_id"] != "toolu_00" {
 			t.Fatalf("block fields changed: %v", first)
 		}
-		var d compiler.Digest
-		copy(d[:], sha(out))
+		d := storedDigest(store, "t1", out)
 		a, ok, _ := store.Get(t.Context(), "t1", d)
 		if !ok || a.Text != out || a.Tool != "Read" || a.Args != `{"file_path":"/a.py"}` {
 			t.Fatalf("artifact not stored with provenance: ok=%v tool=%q args=%q", ok, a.Tool, a.Args)
@@ -118,8 +117,7 @@ func TestAnthropicBytePreservationAndNeverTouch(t *testing.T) {
 	if !bytes.Contains(res.Body, []byte(want)) || !strings.Contains(r, "tool=Read") {
 		t.Fatalf("tool_result block fields not kept around the receipt %q", r)
 	}
-	var d compiler.Digest
-	copy(d[:], sha(out))
+	d := strDigest(out)
 	if a, _, _ := store.Get(t.Context(), "t", d); a.Args != `{"file_path":"/a.py","limit":2.50e1}` {
 		t.Fatalf("args are not the raw input: %q", a.Args)
 	}

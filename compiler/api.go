@@ -38,7 +38,7 @@ type Scope struct {
 // inside its string when the client's wrapper stayed around the receipt), so
 // the request can be restored byte for byte.
 type Artifact struct {
-	Digest Digest // sha256(Text)
+	Digest Digest // ArtifactDigest(Text, Raw): each raw spelling is its own artifact
 	Text   string
 	Raw    []byte
 	Tool   string // private provenance: never logged, never in a receipt

@@ -16,16 +16,22 @@ import (
 // conversation chain and the artifact identity.
 const longString = 1024
 
-// text is a string value with its digest and size. The decoded string is
+// text is a string value with its digests and size. The decoded string is
 // made only when it is needed (an artifact being stored, a summary), since
 // a warm request needs only digests.
 type text struct {
+	// digest is the artifact identity (ArtifactDigest of the text and the
+	// raw bytes a receipt would replace), set for tool-result texts (slots)
+	// and folded turns.
 	digest Digest
-	chars  int
-	s      string
-	node   *jsonv.Node // decoded on demand from src, when set
-	src    []byte
-	span   []byte // or raw string content decoded on demand (a body inside its wrapper)
+	// canon is sha256 of the decoded text: a long string's canonical form
+	// in the conversation chain, which ignores escape spelling.
+	canon Digest
+	chars int
+	s     string
+	node  *jsonv.Node // decoded on demand from src, when set
+	src   []byte
+	span  []byte // or raw string content decoded on demand (a body inside its wrapper)
 }
 
 // str returns the decoded string.
@@ -59,8 +65,9 @@ func newHasher(src []byte, cache *textCache) *hasher {
 	return &hasher{src: src, h: sha256.New(), long: make(map[*jsonv.Node]*text), cache: cache}
 }
 
-// textOf returns the digest and size of a string node, memoised for long
-// strings, from the process cache when this exact raw string was seen.
+// textOf returns the canonical digest and size of a string node, memoised
+// for long strings, from the process cache when this exact raw string was
+// seen. Its artifact identity (digest) is set by bodyOf, for slots only.
 func (c *hasher) textOf(n *jsonv.Node) *text { return c.textOfKey(n, nil) }
 
 // textOfKey is textOf with the cache key of n's raw bytes, when known.
@@ -78,7 +85,7 @@ func (c *hasher) textOfKey(n *jsonv.Node, key *textKey) *text {
 			k = c.cache.key(raw)
 		}
 		if v, ok := c.cache.get(k); ok {
-			t := &text{digest: v.digest, chars: v.chars, node: n, src: c.src}
+			t := &text{canon: v.digest, chars: v.chars, node: n, src: c.src}
 			c.long[n] = t
 			return t
 		}
@@ -87,7 +94,7 @@ func (c *hasher) textOfKey(n *jsonv.Node, key *textKey) *text {
 	// string itself is decoded again if it is ever stored.
 	bp := decodeBuf.Get().(*[]byte)
 	b := n.AppendText((*bp)[:0], c.src)
-	t := &text{digest: sha256.Sum256(b), chars: len(b), node: n, src: c.src}
+	t := &text{canon: sha256.Sum256(b), chars: len(b), node: n, src: c.src}
 	if !n.ASCII || n.Escaped {
 		t.chars = runeCount(b)
 	}
@@ -96,7 +103,7 @@ func (c *hasher) textOfKey(n *jsonv.Node, key *textKey) *text {
 	if long {
 		c.long[n] = t
 		if c.cache != nil {
-			c.cache.put(k, textVal{digest: t.digest, chars: t.chars})
+			c.cache.put(k, textVal{digest: t.canon, chars: t.chars})
 		}
 	}
 	return t
@@ -115,12 +122,9 @@ func (c *hasher) bodyOf(n *jsonv.Node) (t *text, start, end int) {
 		bk = k
 		bk.body = true
 		if v, ok := c.cache.get(bk); ok {
-			if v.hi == 0 { // all body: the entry is the string's own text
-				t := c.long[n]
-				if t == nil {
-					t = &text{digest: v.digest, chars: v.chars, node: n, src: c.src}
-					c.long[n] = t
-				}
+			if v.hi == 0 { // all body: the string's own text, with this identity
+				t := c.textOfKey(n, &k)
+				t.digest = v.digest
 				return t, n.Start, n.End
 			}
 			return &text{digest: v.digest, chars: v.chars, src: c.src, span: raw[v.lo:v.hi]}, n.Start + v.lo, n.Start + v.hi
@@ -134,13 +138,14 @@ func (c *hasher) bodyOf(n *jsonv.Node) (t *text, start, end int) {
 	rhi, okHi := jsonv.RawOffset(raw, hi)
 	if (lo == 0 && hi == len(b)) || !okLo || !okHi || rlo > rhi {
 		t := c.textOfKey(n, &k)
+		t.digest = artifactDigest(t.canon, sha256.Sum256(raw))
 		if cached {
 			c.cache.put(bk, textVal{digest: t.digest, chars: t.chars})
 		}
 		return t, n.Start, n.End
 	}
 	body := b[lo:hi]
-	t = &text{digest: sha256.Sum256(body), chars: runeCount(body), src: c.src, span: raw[rlo:rhi]}
+	t = &text{digest: artifactDigest(sha256.Sum256(body), sha256.Sum256(raw[rlo:rhi])), chars: runeCount(body), src: c.src, span: raw[rlo:rhi]}
 	if cached {
 		c.cache.put(bk, textVal{digest: t.digest, chars: t.chars, lo: rlo, hi: rhi})
 	}
@@ -175,7 +180,7 @@ func (c *hasher) node(n *jsonv.Node) {
 		if n.End-n.Start >= longString {
 			t := c.textOf(n)
 			c.h.Write([]byte{'S'})
-			c.h.Write(t.digest[:])
+			c.h.Write(t.canon[:])
 			return
 		}
 		c.h.Write([]byte{'s'})

@@ -50,7 +50,7 @@ func TestClientWrappersStayInline(t *testing.T) {
 			if strings.HasSuffix(tt.wrappers[0], `Output:\n`) {
 				file = tt.file // a header: the body keeps its own trailing line break
 			}
-			d := compiler.Digest(sha256.Sum256([]byte(file)))
+			d := storedDigest(store, "t", file)
 			art, ok, _ := store.Get(t.Context(), "t", d)
 			if !ok || art.Text != file || store.Len() != 1 {
 				t.Fatalf("vault does not hold exactly the stable body (found %v, %d artifacts)", ok, store.Len())

@@ -587,8 +587,11 @@ func countTrue(b []bool) int {
 	return n
 }
 
-// newText makes the text of a decoded or validated string (valid UTF-8).
-func newText(s string) *text {
+// newText makes the text of a decoded or validated string (valid UTF-8)
+// whose receipt would replace raw.
+func newText(s string, raw []byte) *text {
 	b := unsafe.Slice(unsafe.StringData(s), len(s)) // read only
-	return &text{s: s, digest: sha256.Sum256(b), chars: runeCount(b)}
+	t := &text{s: s, canon: sha256.Sum256(b), chars: runeCount(b)}
+	t.digest = artifactDigest(t.canon, sha256.Sum256(raw))
+	return t
 }

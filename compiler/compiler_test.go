@@ -160,8 +160,7 @@ func TestSameRequestDuplicates(t *testing.T) {
 		t.Fatalf("stored %d artifacts, want 1", store.Len())
 	}
 	r := receipts(t, res.Body)[0]
-	var d compiler.Digest
-	copy(d[:], sha(out))
+	d := strDigest(out)
 	a, ok, _ := store.Get(t.Context(), "t1", d)
 	if !ok || a.Text != out || a.Tool != "bash" || a.Args != `{"command":"cat a.py"}` || a.Chars != len([]rune(out)) {
 		t.Fatalf("artifact not stored exactly: ok=%v tool=%q", ok, a.Tool)
@@ -307,7 +306,7 @@ func TestBytePreservation(t *testing.T) {
 		` {"role":"assistant","content":"","tool_calls":[{"id":"functions.bash:0","type":"function","function":{"name":"bash","arguments":"{\"c\":1}"}}]},` +
 		` {"role" : "tool", "tool_call_id":"functions.bash:0", "content":` + string(enc) + `},` +
 		` {"role":"assistant","content":null,"tool_calls":[{"id":"functions.bash:0","type":"function","function":{"name":"bash","arguments":"{}"}}]},` +
-		` {"tool_call_id":"functions.bash:0","role":"tool","content":[{"type":"text","text":` + string(enc) + `}]}` +
+		` {"tool_call_id":"functions.bash:0","role":"tool","content":` + string(enc) + `}` +
 		"\n], \"model\":\"kimi-k2\", \"temperature\": 0.0, \"unknown\": {\"deep\": [true, false, null]} }")
 	c := newCompiler(t, compiler.Options{}, compilertest.NewMemStore(), nil)
 	res := compile(c, "t", body)
@@ -322,11 +321,15 @@ func TestTextPartsAndLegacyFunction(t *testing.T) {
 	enc, _ := json.Marshal(out)
 	body := []byte(`{"messages":[{"role":"assistant","content":null,"function_call":{"name":"search","arguments":"{}"}},` +
 		`{"role":"function","name":"search","content":` + string(enc) + `},` +
-		`{"role":"tool","tool_call_id":"z","content":[{"type":"text","text":` + string(enc) + `}]}]}`)
+		`{"role":"tool","tool_call_id":"z","content":` + string(enc) + `},` +
+		`{"role":"tool","tool_call_id":"y","content":[{"type":"text","text":` + string(enc) + `}]},` +
+		`{"role":"tool","tool_call_id":"w","content":[{"type":"text","text":` + string(enc) + `}]}]}`)
 	store := compilertest.NewMemStore()
 	c := newCompiler(t, compiler.Options{}, store, nil)
 	res := compile(c, "t", body)
-	if res.Receipts != 1 || !strings.Contains(string(res.Body), "tool=search") {
+	// The string copies are one artifact and the text-parts copies another:
+	// each older copy is a receipt that restores its own bytes.
+	if res.Receipts != 2 || !strings.Contains(string(res.Body), "tool=search") || store.Len() != 2 {
 		t.Fatalf("legacy function result not receipted: %s/%s", res.Decision, res.Reason)
 	}
 	assertSpliced(t, body, res.Body)

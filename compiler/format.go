@@ -126,7 +126,7 @@ func (d *doc) addResult(h *hasher, unit int, value *jsonv.Node, partType string,
 		if lo, hi := splitWrapper(s); lo != 0 || hi != len(s) {
 			return
 		}
-		sl.text, sl.start, sl.end = newText(s), value.Start, value.End
+		sl.text, sl.start, sl.end = newText(s, value.Raw(d.src)), value.Start, value.End
 	default:
 		return
 	}

@@ -1,5 +1,30 @@
 package compiler_test
 
-import "crypto/sha256"
+import (
+	"context"
+	"encoding/json"
 
-func sha(s string) []byte { h := sha256.Sum256([]byte(s)); return h[:] }
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/compiler/compilertest"
+)
+
+// strDigest is the artifact identity of a tool result sent as the JSON
+// string json.Marshal writes for s.
+func strDigest(s string) compiler.Digest {
+	raw, _ := json.Marshal(s)
+	return compiler.ArtifactDigest(s, raw)
+}
+
+// storedDigest is the digest under which store holds tenant's artifact
+// whose text is text (the zero digest when none): tests whose fixtures
+// spell tool results in several ways find it by its content, then Get it.
+func storedDigest(store *compilertest.MemStore, tenant, text string) compiler.Digest {
+	for _, a := range store.All(tenant) {
+		if a.Text == text {
+			if g, ok, _ := store.Get(context.Background(), tenant, a.Digest); ok && g.Text == text {
+				return a.Digest
+			}
+		}
+	}
+	return compiler.Digest{}
+}

@@ -59,12 +59,8 @@ func oracleReceipt(origRaw, outRaw []byte) error {
 	case oracleHasLead(body) || oracleHasTrail(body):
 		return fmt.Errorf("a client wrapper part was vaulted")
 	}
-	sum := sha256.Sum256([]byte(body))
-	if !strings.Contains(rec, "a_"+hex.EncodeToString(sum[:16])+" ") || !strings.Contains(rec, "chars="+strconv.Itoa(utf8.RuneCountInString(body))+" ") {
-		return fmt.Errorf("the receipt names other content")
-	}
-	if pre == "" && post == "" {
-		return nil // the whole value was replaced
+	if pre == "" && post == "" { // the whole value was replaced
+		return oracleNames(rec, body, origRaw)
 	}
 	var eb bytes.Buffer
 	enc := json.NewEncoder(&eb)
@@ -81,6 +77,18 @@ func oracleReceipt(origRaw, outRaw []byte) error {
 	a, b := outRaw[:k], outRaw[k+len(rawRec):]
 	if len(a)+len(b) > len(origRaw) || !bytes.HasPrefix(origRaw, a) || !bytes.HasSuffix(origRaw, b) {
 		return fmt.Errorf("wrapper bytes changed")
+	}
+	return oracleNames(rec, body, origRaw[len(a):len(origRaw)-len(b)])
+}
+
+// oracleNames checks that a receipt names the artifact of text whose raw
+// bytes are raw: the identity is sha256 over a domain, sha256(text) and
+// sha256(raw), written out here independently of ArtifactDigest.
+func oracleNames(rec, text string, raw []byte) error {
+	st, sr := sha256.Sum256([]byte(text)), sha256.Sum256(raw)
+	id := sha256.Sum256(append(append([]byte("token-terminator/artifact/v2\x00"), st[:]...), sr[:]...))
+	if !strings.Contains(rec, "a_"+hex.EncodeToString(id[:16])+" ") || !strings.Contains(rec, "chars="+strconv.Itoa(utf8.RuneCountInString(text))+" ") {
+		return fmt.Errorf("the receipt names other content")
 	}
 	return nil
 }

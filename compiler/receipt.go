@@ -1,17 +1,48 @@
 package compiler
 
 import (
+	"crypto/sha256"
 	"encoding/hex"
 	"strconv"
 	"strings"
 	"unicode"
+	"unsafe"
 )
 
 // ReceiptPrefix starts every receipt, so tools and tests can recognise one.
 const ReceiptPrefix = "[Token Terminator artifact a_"
 
+// artifactDomain separates artifact identities from every other SHA-256
+// the gateway computes (chain hashes, tenant keys).
+const artifactDomain = "token-terminator/artifact/v2\x00"
+
+// ArtifactDigest is an artifact's identity: a SHA-256 over the digest of
+// Text (what the model saw) and the digest of Raw (the exact bytes the
+// receipt replaced). The decoded text alone is lossy: parts [X, Y], [X+Y]
+// and the string "X+Y" decode alike, lone surrogates \ud800 and \udbff
+// both decode to U+FFFD, and two escape spellings of one text decode alike,
+// yet each must restore to its own bytes. Raw tells them all apart (a
+// whole value and a body span inside a string cannot be equal: a whole
+// slot value always holds an unescaped '"', string content never does), so
+// every distinct spelling is its own artifact and Get's Raw is always that
+// request's bytes. Text is covered as well, so a backend verifies the
+// whole record (Text it serves, Raw it restores) against the name a
+// receipt carries, without knowing how Text was decoded.
+func ArtifactDigest(text string, raw []byte) Digest {
+	return artifactDigest(sha256.Sum256(unsafe.Slice(unsafe.StringData(text), len(text))), sha256.Sum256(raw))
+}
+
+// artifactDigest combines the digests of an artifact's text and raw bytes.
+func artifactDigest(text, raw Digest) Digest {
+	var b [len(artifactDomain) + 64]byte
+	n := copy(b[:], artifactDomain)
+	n += copy(b[n:], text[:])
+	copy(b[n:], raw[:])
+	return sha256.Sum256(b[:])
+}
+
 // ArtifactID is the public name of an artifact: "a_" and the first 32 hex
-// digits of its SHA-256.
+// digits of its digest (ArtifactDigest).
 func ArtifactID(d Digest) string { return "a_" + hex.EncodeToString(d[:16]) }
 
 // Receipt is the one-line stand-in for a vaulted artifact. It depends only on

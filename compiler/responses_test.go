@@ -38,8 +38,7 @@ func TestResponsesDuplicates(t *testing.T) {
 		if outs[2] == outs[0] {
 			t.Fatalf("newest copy changed")
 		}
-		var d compiler.Digest
-		copy(d[:], sha(out))
+		d := storedDigest(store, "t1", out)
 		a, ok, _ := store.Get(t.Context(), "t1", d)
 		if !ok || a.Text != out || a.Tool != "shell" || a.Args != `{"cmd":"cat a.py"}` {
 			t.Fatalf("artifact not stored with provenance: ok=%v tool=%q args=%q", ok, a.Tool, a.Args)
@@ -95,7 +94,7 @@ func TestResponsesBytePreservationAndNeverTouch(t *testing.T) {
 		`  {"type":"function_call","id":"fc_1","call_id":"functions.shell:0","name":"shell","arguments":"{\"cmd\":[\"cat\"]}","status":"completed"},` +
 		`  {"type":"function_call_output","id":"fco_1","call_id":"functions.shell:0","output":` + big + `, "status" : "completed"},` +
 		`  {"type":"custom_tool_call","id":"ctc_1","call_id":"c:1","name":"apply_patch","input":"*** Begin Patch"},` +
-		`  {"type":"custom_tool_call_output","call_id":"c:1","output":[{"type":"input_text","text":` + big + `}]},` +
+		`  {"type":"custom_tool_call_output","call_id":"c:1","output":` + big + `},` +
 		`  {"type":"mystery_item","payload":` + big + `},` +
 		`  ` + image + `,` +
 		`  {"type":"function_call","call_id":"functions.shell:0","name":"shell","arguments":"{}"},` +

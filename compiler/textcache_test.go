@@ -30,7 +30,7 @@ func TestTextCache(t *testing.T) {
 			t.Fatal(reason)
 		}
 		s := d.slots[0].text
-		direct := newText(s.str())
+		direct := newText(s.str(), d.src[d.slots[0].start:d.slots[0].end])
 		if s.digest != direct.digest || s.chars != direct.chars {
 			t.Fatalf("pass %d: cached text differs from decoding", pass)
 		}

@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
 )
 
 // Fixtures are generated, not checked in: OpenAI Chat Completions bodies of
@@ -104,9 +106,10 @@ func jsonString(s string) []byte { return marshal(s) }
 
 var receiptRE = regexp.MustCompile(`\[Token Terminator artifact a_([0-9a-f]{32}) \| tool=([A-Za-z0-9._:/-]{0,80}) \| chars=([0-9]+) \| sha256=([0-9a-f]{16})`)
 
-// artifactID is the id a receipt names for content.
+// artifactID is the id a receipt names for content sent as the JSON string
+// jsonString writes (the artifact identity covers the exact bytes replaced).
 func artifactID(content string) string {
-	s := sha256.Sum256([]byte(content))
+	s := compiler.ArtifactDigest(content, jsonString(content))
 	return hex.EncodeToString(s[:16])
 }
 
@@ -165,8 +168,8 @@ func expectReceipted(t testing.TB, sent, got []byte, outputs ...string) {
 		orig := sent[sp.at : sp.at+sp.n]
 		var content string
 		_ = json.Unmarshal(orig, &content)
-		if m[1] != artifactID(content) {
-			t.Fatalf("receipt names a_%s, want a_%s", m[1], artifactID(content))
+		if d := compiler.ArtifactDigest(content, orig); m[1] != hex.EncodeToString(d[:16]) {
+			t.Fatalf("receipt names a_%s, want a_%x", m[1], d[:16])
 		}
 		if len(s) >= 300 {
 			t.Fatalf("receipt is %d chars, want < 300", len(s))

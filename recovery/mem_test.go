@@ -2,7 +2,6 @@ package recovery
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"slices"
 	"strings"
@@ -29,7 +28,7 @@ func newMem() *memArtifacts {
 func (m *memArtifacts) put(t testing.TB, tenant, tool, text string) compiler.Artifact {
 	t.Helper()
 	raw, _ := json.Marshal(text)
-	a := compiler.Artifact{Digest: sha256.Sum256([]byte(text)), Text: text, Raw: raw, Tool: tool, Chars: utf8.RuneCountInString(text)}
+	a := compiler.Artifact{Digest: compiler.ArtifactDigest(text, raw), Text: text, Raw: raw, Tool: tool, Chars: utf8.RuneCountInString(text)}
 	if err := m.store.Persist(context.Background(), compiler.Scope{Tenant: tenant}, []compiler.Artifact{a}); err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package recovery
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
@@ -103,7 +104,7 @@ func (r reader) page(ctx context.Context, tenant, id string, offset, limit int) 
 		Content:    a.Text[start:end],
 		Offset:     offset,
 		TotalChars: total,
-		SHA256:     hex.EncodeToString(d[:]),
+		SHA256:     contentSHA256(a.Text), // of the content served; the id names the exact value (compiler.ArtifactDigest)
 		ToolName:   compiler.SanitizeTool(a.Tool),
 	}
 	if end < len(a.Text) {
@@ -161,4 +162,11 @@ func errorJSON(e *Error) []byte {
 	return marshal(struct {
 		Error *Error `json:"error"`
 	}{e})
+}
+
+// contentSHA256 is the hex SHA-256 of an artifact's text, so a client can
+// check the content it reassembled from the pages.
+func contentSHA256(text string) string {
+	s := sha256.Sum256([]byte(text))
+	return hex.EncodeToString(s[:])
 }

@@ -2,7 +2,6 @@ package recovery
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"net/http/httptest"
 	"strings"
@@ -25,7 +24,7 @@ func TestAPIWithVault(t *testing.T) {
 	defer store.Close()
 	text := strings.Repeat("ünïcode line with a Needle\n", 2000)
 	raw, _ := json.Marshal(text)
-	a := compiler.Artifact{Digest: sha256.Sum256([]byte(text)), Text: text, Raw: raw, Tool: "read_file", Args: `{"path":"/secret"}`, Chars: utf8.RuneCountInString(text)}
+	a := compiler.Artifact{Digest: compiler.ArtifactDigest(text, raw), Text: text, Raw: raw, Tool: "read_file", Args: `{"path":"/secret"}`, Chars: utf8.RuneCountInString(text)}
 	if err := store.Persist(context.Background(), compiler.Scope{Tenant: "tenant:Bearer k1"}, []compiler.Artifact{a}); err != nil {
 		t.Fatal(err)
 	}

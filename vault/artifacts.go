@@ -3,7 +3,6 @@ package vault
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"math"
@@ -61,8 +60,8 @@ func (s *Store) Persist(ctx context.Context, scope compiler.Scope, arts []compil
 	// something else. Only what is written needs the check: an artifact
 	// already stored under its digest was checked when it was written.
 	for _, a := range missing {
-		if sha256.Sum256(stringBytes(a.Text)) != a.Digest {
-			return fmt.Errorf("%w: artifact %x is not sha256 of its text", ErrDigest, a.Digest[:8])
+		if !NamesNew(a.Digest, a.Text, a.Raw) {
+			return fmt.Errorf("%w: artifact %x is not the identity of its text and raw bytes", ErrDigest, a.Digest[:8])
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -540,7 +539,7 @@ func (s *Store) Get(ctx context.Context, tenant string, d compiler.Digest) (comp
 	if !found {
 		return compiler.Artifact{}, false, nil
 	}
-	if sha256.Sum256(stringBytes(a.Text)) != d {
+	if !NamesStored(d, stringBytes(a.Text), a.Raw) {
 		return compiler.Artifact{}, false, fmt.Errorf("%w: stored artifact %x", ErrDigest, d[:8])
 	}
 	return a, true, nil

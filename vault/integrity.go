@@ -2,7 +2,6 @@ package vault
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"sync"
@@ -78,20 +77,20 @@ func (v *verifiedSet) remove(tenant string, d compiler.Digest) {
 }
 
 // checkContent reports whether stored content decodes, passes its CRC and
-// holds text whose sha256 is d.
+// is the artifact d (NamesStored).
 func checkContent(v []byte, d compiler.Digest) error {
 	r, err := contentFields(v)
 	if err != nil {
 		return err
 	}
 	text := r.field()
-	r.field()
+	raw := r.field()
 	r.field()
 	r.field()
 	if err := r.done(); err != nil {
 		return err
 	}
-	if sha256.Sum256(text) != d {
+	if !NamesStored(d, text, raw) {
 		return ErrDigest
 	}
 	return nil

@@ -35,7 +35,8 @@ var (
 	ErrFull = compiler.ErrFull
 	// ErrTooLarge means one artifact exceeds Config.MaxArtifactBytes.
 	ErrTooLarge = errors.New("vault: artifact too large")
-	// ErrDigest means an artifact's Digest is not sha256(Text), or a stored
+	// ErrDigest means an artifact's Digest is not compiler.ArtifactDigest of
+	// its Text and Raw (see identity.go), or a stored
 	// record does not match the digest it is filed under.
 	ErrDigest = errors.New("vault: digest mismatch")
 	// ErrReadBack means a freshly written artifact did not read back

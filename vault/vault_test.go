@@ -58,7 +58,7 @@ func openTest(t testing.TB, cfg Config) *Store {
 func mkArt(text string) compiler.Artifact {
 	raw, _ := json.Marshal(text)
 	return compiler.Artifact{
-		Digest: sha256.Sum256([]byte(text)),
+		Digest: compiler.ArtifactDigest(text, raw),
 		Text:   text,
 		Raw:    raw,
 		Tool:   "read_file",
@@ -108,11 +108,12 @@ func TestPersistGet(t *testing.T) {
 		mkArt(text("big", 100_000)),
 		mkArt("unicode: héllo wörld ✓ 😀 \u2028 \"quoted\" \\ back\tslash\n"),
 		mkArt(strings.Repeat("x", 1023)),
-		{Digest: dg(""), Text: "", Raw: []byte(`""`)}, // empty text, no provenance
+		{Digest: compiler.ArtifactDigest("", []byte(`""`)), Text: "", Raw: []byte(`""`)}, // empty text, no provenance
 	}
-	// Raw is independent of Text: keep a non-canonical escape byte for byte.
+	// A non-canonical escape is a spelling of its own, kept byte for byte.
 	esc := mkArt("é")
 	esc.Raw = []byte(`"\u00e9"`)
+	esc.Digest = compiler.ArtifactDigest(esc.Text, esc.Raw)
 	arts = append(arts, esc)
 
 	if err := s.Persist(ctx, sc, arts); err != nil {

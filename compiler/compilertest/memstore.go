@@ -5,7 +5,6 @@ package compilertest
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"errors"
 	"maps"
 	"slices"
@@ -92,7 +91,7 @@ func (m *MemStore) Persist(_ context.Context, s compiler.Scope, arts []compiler.
 	for _, a := range arts {
 		k := artKey(s.Tenant, a.Digest)
 		if _, ok := m.arts[k]; !ok {
-			if sha256.Sum256([]byte(a.Text)) != a.Digest {
+			if compiler.ArtifactDigest(a.Text, a.Raw) != a.Digest {
 				return errors.New("memstore: digest mismatch")
 			}
 			a.Raw = append([]byte(nil), a.Raw...)

@@ -3,7 +3,6 @@ package redisvault
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"slices"
@@ -54,8 +53,8 @@ func (s *Store) Persist(ctx context.Context, scope compiler.Scope, arts []compil
 	// Only what is written needs the digest check: an artifact stored under
 	// its digest was checked when it was written.
 	for _, a := range missing {
-		if sha256.Sum256(stringBytes(a.Text)) != a.Digest {
-			return fmt.Errorf("%w: artifact %x is not sha256 of its text", vault.ErrDigest, a.Digest[:8])
+		if !vault.NamesNew(a.Digest, a.Text, a.Raw) {
+			return fmt.Errorf("%w: artifact %x is not the identity of its text and raw bytes", vault.ErrDigest, a.Digest[:8])
 		}
 	}
 	return s.write(ctx, tk, missing, now)
@@ -120,7 +119,7 @@ func (s *Store) Get(ctx context.Context, tenant string, d compiler.Digest) (comp
 	if _, a.Chars, err = parseMeta(meta.Val()); err != nil {
 		return compiler.Artifact{}, false, fmt.Errorf("redisvault: get %x: %w", d[:8], err)
 	}
-	if sha256.Sum256(stringBytes(a.Text)) != d {
+	if !vault.NamesStored(d, stringBytes(a.Text), a.Raw) {
 		return compiler.Artifact{}, false, fmt.Errorf("%w: stored artifact %x", vault.ErrDigest, d[:8])
 	}
 	return a, true, nil

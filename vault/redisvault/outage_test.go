@@ -25,7 +25,8 @@ const bound = opTimeout + 1700*time.Millisecond
 
 func testArt(seed, n int) compiler.Artifact {
 	text := compilertest.ToolOutput(seed, n)
-	return compiler.Artifact{Digest: sha(text), Text: text, Raw: []byte(fmt.Sprintf("%q", text)), Tool: "bash", Chars: len([]rune(text))}
+	raw := []byte(fmt.Sprintf("%q", text))
+	return compiler.Artifact{Digest: compiler.ArtifactDigest(text, raw), Text: text, Raw: raw, Tool: "bash", Chars: len([]rune(text))}
 }
 
 // calls runs every Store call once and returns the errors, each checked to

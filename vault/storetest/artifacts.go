@@ -3,6 +3,7 @@ package storetest
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"slices"
 	"strings"
 	"sync"
@@ -16,7 +17,8 @@ import (
 func (s suite) persistGet(t *testing.T) {
 	st := s.open(t, Config{})
 	esc := art("é")
-	esc.Raw = []byte(`"\u00e9"`) // Raw is independent of Text: kept byte for byte
+	esc.Raw = []byte(`"\u00e9"`) // a spelling of its own: kept byte for byte
+	esc.Digest = compiler.ArtifactDigest(esc.Text, esc.Raw)
 	arts := []compiler.Artifact{
 		art("small"),
 		art(text("big", 100_000)),
@@ -40,17 +42,70 @@ func (s suite) persistGet(t *testing.T) {
 	}
 }
 
-// digestMismatch: content filed under a digest that is not sha256(Text) is
-// refused and not stored.
+// digestMismatch: content filed under a digest that is not its identity
+// (compiler.ArtifactDigest of Text and Raw) is refused and not stored: other
+// content's digest, the text-only digest, and the identity of another raw
+// spelling of the same text.
 func (s suite) digestMismatch(t *testing.T) {
 	st := s.open(t, Config{})
-	bad := art(text("bad", 2000))
-	bad.Digest = art("something else").Digest
-	if err := st.Persist(context.Background(), compiler.Scope{Tenant: "t"}, []compiler.Artifact{bad}); err == nil {
-		t.Fatal("persist of a wrong digest succeeded")
+	good := art(text("bad", 2000))
+	other := good
+	other.Raw = []byte(strings.Replace(string(good.Raw), "bad", `\u0062ad`, 1))
+	for _, d := range []compiler.Digest{
+		art("something else").Digest,
+		sha256.Sum256([]byte(good.Text)),
+		compiler.ArtifactDigest(other.Text, other.Raw),
+	} {
+		bad := good
+		bad.Digest = d
+		if err := st.Persist(context.Background(), compiler.Scope{Tenant: "t"}, []compiler.Artifact{bad}); err == nil {
+			t.Fatalf("persist under digest %x succeeded", d[:4])
+		}
+		if _, ok, _ := st.Get(context.Background(), "t", bad.Digest); ok {
+			t.Fatalf("artifact stored under digest %x", d[:4])
+		}
 	}
-	if _, ok, _ := st.Get(context.Background(), "t", bad.Digest); ok {
-		t.Fatal("wrong-digest artifact stored")
+}
+
+// spellingsApart: distinct raw spellings of one text (escapes, a text
+// part list against a string, lone surrogates that decode alike) are
+// distinct artifacts, and each restores its own bytes: Get's Raw is
+// exactly what was persisted under that digest, whichever came first.
+func (s suite) spellingsApart(t *testing.T) {
+	st := s.open(t, Config{})
+	ctx := context.Background()
+	body := text("spelled", 9000)
+	plain := art(body)
+	spelled := func(a compiler.Artifact, text string, raw string) compiler.Artifact {
+		a.Text, a.Raw = text, []byte(raw)
+		a.Digest = compiler.ArtifactDigest(a.Text, a.Raw)
+		return a
+	}
+	arts := []compiler.Artifact{
+		plain,
+		spelled(plain, body, strings.Replace(string(plain.Raw), "s", `\u0073`, 1)),
+		spelled(plain, body, `[{"type":"text","text":`+string(plain.Raw)+`}]`),
+		spelled(plain, body, `[{"type":"text","text":`+string(plain.Raw[:10])+`"},{"type":"text","text":"`+string(plain.Raw[10:])+`}]`),
+		spelled(plain, "\uFFFD", `"\ud800"`),
+		spelled(plain, "\uFFFD", `"\udbff"`),
+	}
+	seen := map[compiler.Digest]bool{}
+	for _, a := range arts {
+		if seen[a.Digest] {
+			t.Fatalf("two spellings share digest %x", a.Digest[:4])
+		}
+		seen[a.Digest] = true
+		persist(t, st, "t", a) // one at a time: an earlier spelling must not answer for a later one
+	}
+	for i, a := range arts {
+		got, ok, err := st.Get(ctx, "t", a.Digest)
+		if err != nil || !ok || got.Text != a.Text || !bytes.Equal(got.Raw, a.Raw) {
+			t.Fatalf("spelling %d: Get = %v, %v; raw %.40q, want %.40q", i, ok, err, got.Raw, a.Raw)
+		}
+	}
+	missing, err := st.Missing(ctx, compiler.Scope{Tenant: "t"}, []compiler.Digest{arts[1].Digest, compiler.ArtifactDigest(body, []byte(`"x"`))})
+	if err != nil || len(missing) != 1 || missing[0] == arts[1].Digest {
+		t.Fatalf("missing = %x, %v", missing, err)
 	}
 }
 

@@ -69,6 +69,7 @@ func Run(t *testing.T, open Opener, caps ...Capability) {
 	}{
 		{"PersistGet", "", s.persistGet},
 		{"DigestMismatch", "", s.digestMismatch},
+		{"SpellingsApart", "", s.spellingsApart},
 		{"Missing", "", s.missing},
 		{"TenantsApart", "", s.tenantsApart},
 		{"Ancestor", "", s.ancestor},
