@@ -230,6 +230,13 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 		Mode:        mode,
 		DeferCommit: true,
 	}
+	work, ok := h.admitCompile(len(buf))
+	if !ok {
+		rep.passthrough(compiler.ReasonBusy) // no room for the compile's working memory
+		rep.rawBytes, rep.sentBytes = int64(len(buf)), int64(len(buf))
+		setBody(r, buf)
+		return release
+	}
 	res := h.compile(r.Context(), req)
 	if res.Reason == compiler.ReasonTimeout && r.Context().Err() != nil {
 		res.Reason = compiler.ReasonClientAbort // the client left; the compile was not slow
@@ -238,7 +245,11 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 	out := buf
 	if mode == compiler.ModeEnforce && res.Decision == compiler.Accepted && res.Body != nil {
 		out = res.Body
+		body := release
+		rewrite := h.holdRewrite(len(out))
+		release = func() { rewrite(); body() }
 	}
+	work()
 	setBody(r, out)
 	ex.commit = res.Commit
 	if h.observe != nil {

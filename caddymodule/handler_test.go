@@ -578,7 +578,9 @@ func TestReadAtMost(t *testing.T) {
 // the upstream is done with a body.
 func TestMaxBufferedBytes(t *testing.T) {
 	fc := &fakeCompiler{}
-	h, _ := testHandler(t, fc, func(h *Handler) { h.MaxBufferedBytes = int64p(100) })
+	// 55 bytes (54 and the byte that sees EOF) per body, and 4× that while
+	// it compiles (admission.go): one request compiles in 300, two do not.
+	h, _ := testHandler(t, fc, func(h *Handler) { h.MaxBufferedBytes = int64p(300) })
 	body := `{"messages":[` + strings.Repeat(" ", 40) + `]}` // 54 bytes
 	held := make(chan struct{})
 	release := make(chan struct{})
@@ -591,7 +593,7 @@ func TestMaxBufferedBytes(t *testing.T) {
 			return nil
 		}))
 	}()
-	<-held // 54 of 100 bytes held
+	<-held // 55 of 300 bytes held
 
 	var s seen
 	w := httptest.NewRecorder()
