@@ -129,6 +129,16 @@ type TokenCounter interface {
 	Count(ctx context.Context, model string, body []byte) TokenCount
 }
 
+// HintedCounter is a TokenCounter that can use where a body's messages
+// start (ascending byte offsets, from the compiler's parse) to look a
+// resent message's count up instead of re-reading its bytes. Hints never
+// change a count, only how fast it is found; a counter without this method
+// is given none.
+type HintedCounter interface {
+	TokenCounter
+	CountHinted(ctx context.Context, model string, body []byte, hints []int) TokenCount
+}
+
 // Mode says what the gateway does with a compiled request.
 type Mode string
 
@@ -226,4 +236,12 @@ type Compaction struct {
 	MinVaultChars      int // tool results at least this long outside the recent window are vaulted (>= 500)
 	CollapseAfterTurns int // turns older than this many most recent are folded; 0 = never fold
 	InlineRecentTurns  int // the last this many turns are never changed
+}
+
+// countHinted counts body with hints when tc can use them.
+func countHinted(ctx context.Context, tc TokenCounter, model string, body []byte, hints []int) TokenCount {
+	if hc, ok := tc.(HintedCounter); ok {
+		return hc.CountHinted(ctx, model, body, hints)
+	}
+	return tc.Count(ctx, model, body)
 }
