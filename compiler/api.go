@@ -34,7 +34,8 @@ type Scope struct {
 
 // Artifact is a piece of content removed from a request and replaced by a
 // receipt. Text is exactly what the model saw; Raw is the exact JSON value
-// that was replaced, so the request can be restored byte for byte.
+// that was replaced, so the request can be restored byte for byte. Text and
+// Raw may share the request body's memory: a Store copies what it keeps.
 type Artifact struct {
 	Digest Digest // sha256(Text)
 	Text   string
