@@ -275,7 +275,8 @@ func (s *Store) write(ctx context.Context, tenant string, arts []*compiler.Artif
 	}
 	// Sync even when everything was written concurrently by others: their
 	// sync may not have happened yet, and our receipts depend on it.
-	if err := s.db.Sync(); err != nil {
+	// Concurrent writers share one sync (group commit, groupsync.go).
+	if err := s.syncs.sync(s.db.Sync); err != nil {
 		return fmt.Errorf("vault: sync: %w", noSpaceIsFull(err))
 	}
 	if err := s.readBack(tenant, ours, others); err != nil {
