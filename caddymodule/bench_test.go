@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -69,14 +70,29 @@ func BenchmarkNonCandidate(b *testing.B) {
 func provisionedHandler(b *testing.B) *Handler {
 	b.Helper()
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
-	h := &Handler{VaultDir: b.TempDir()}
-	if err := h.Provision(ctx); err != nil {
+	app := new(App)
+	if err := app.Provision(ctx); err != nil {
 		b.Fatal(err)
 	}
+	h := &Handler{VaultDir: b.TempDir()}
+	if err := h.provision(ctx, app); err != nil {
+		b.Fatal(err)
+	}
+	// The tokenizer tables build in the background; wait for them so that
+	// their allocations are not counted against the handler.
+	app.shared.counters.Range(func(_, v any) bool {
+		for !v.(counterHandle).counter.ready.Load() {
+			time.Sleep(5 * time.Millisecond)
+		}
+		return true
+	})
 	h.logger = zap.NewNop()
 	b.Cleanup(func() {
 		cancel()
 		if err := h.Cleanup(); err != nil {
+			b.Error(err)
+		}
+		if err := app.Cleanup(); err != nil {
 			b.Error(err)
 		}
 	})

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -26,10 +27,15 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens. Syntax:
 //
 //	token_terminator [<matcher>] {
-//	    vault_dir               <path>
+//	    vault <backend> {           # e.g. vault badger { dir …; max_bytes … }
+//	        …
+//	    }
+//	    vault_dir               <path>    # shorthand: vault badger { dir <path> }
+//	    vault_max_bytes         <size>    # shorthand: vault badger { max_bytes <size> }
+//	    tenant_key              <key>     # e.g. {env.TT_TENANT_KEY}
+//	    tenant                  <placeholder>
 //	    min_artifact_chars      <n>
 //	    max_artifact_chars      <n>
-//	    vault_max_bytes         <size>
 //	    inline_leases           <n>
 //	    max_body_size           <size>
 //	    mode                    enforce|shadow|off
@@ -43,58 +49,116 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    inline_recent_turns     <n>
 //	    compile_timeout         <duration>
 //	    max_buffered_bytes      <size>
+//	    body_read_timeout       <duration>
 //	}
 //
-// Every subdirective takes exactly one argument and may appear once. The
-// resulting configuration (with defaults for what is unset) is checked
-// here too, so `caddy adapt` already refuses bad values.
+// Every subdirective but vault takes exactly one argument, and each may
+// appear once. The resulting configuration (with defaults for what is
+// unset) is checked here too, so `caddy adapt` already refuses bad values.
+// Caddy prefixes these errors with the directive, so they don't repeat it.
 func (t *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume directive name
 	if d.NextArg() {
-		return d.Errf("token_terminator takes no inline arguments (got '%s'); use a block", d.Val())
+		return d.Errf("takes no inline arguments (got '%s'); use a block", d.Val())
 	}
-
 	seen := make(map[string]bool)
 	for d.NextBlock(0) {
 		name := d.Val()
-		if _, known := subdirectives[name]; !known {
-			return d.Errf("unrecognized token_terminator subdirective '%s'", name)
+		if name == "vault" {
+			if seen[name] {
+				return d.Errf("duplicate subdirective '%s'", name)
+			}
+			seen[name] = true
+			if err := t.unmarshalVault(d); err != nil {
+				return err
+			}
+			continue
 		}
-		if seen[name] {
-			return d.Errf("token_terminator: duplicate subdirective '%s'", name)
+		set, known := subdirectives[name]
+		if !known {
+			return d.Errf("unrecognized subdirective '%s'", name)
 		}
-		seen[name] = true
-
-		if !d.NextArg() {
-			return d.ArgErr()
-		}
-		val := d.Val()
-		if d.NextArg() {
-			return d.Errf("token_terminator: %s takes exactly one argument, got extra '%s'", name, d.Val())
-		}
-		if d.NextBlock(1) {
-			return d.Errf("token_terminator: %s takes no block", name)
-		}
-		if err := subdirectives[name](t, val); err != nil {
-			return d.Errf("token_terminator: %s: %v", name, err)
+		if err := oneArg(d, name, seen, func(v string) error { return set(t, v) }); err != nil {
+			return err
 		}
 	}
-
 	if err := t.Validate(); err != nil {
 		return d.Err(err.Error())
 	}
 	return nil
 }
 
-// subdirectives maps each subdirective to the setter of its one argument.
+// unmarshalVault reads `vault <backend> { … }` with the backend module's
+// own Caddyfile unmarshaler.
+func (t *Handler) unmarshalVault(d *caddyfile.Dispenser) error {
+	if !d.NextArg() {
+		return d.Errf("vault needs a backend name, e.g. 'vault badger { dir … }'")
+	}
+	backend := d.Val()
+	id := "token_terminator.vaults." + backend
+	if _, err := caddy.GetModule(id); err != nil {
+		return d.Errf("unknown vault backend '%s'", backend)
+	}
+	unm, err := caddyfile.UnmarshalModule(d, id)
+	if err != nil {
+		return err
+	}
+	t.VaultRaw = caddyconfig.JSONModuleObject(unm, "backend", backend, nil)
+	return nil
+}
+
+// oneArg reads the one argument of subdirective name (which must not repeat
+// and takes no block) and hands it to set.
+func oneArg(d *caddyfile.Dispenser, name string, seen map[string]bool, set func(string) error) error {
+	if seen[name] {
+		return d.Errf("duplicate subdirective '%s'", name)
+	}
+	seen[name] = true
+	if !d.NextArg() {
+		return d.ArgErr()
+	}
+	val := d.Val()
+	if d.NextArg() {
+		return d.Errf("%s takes exactly one argument, got extra '%s'", name, d.Val())
+	}
+	if d.NextBlock(1) {
+		return d.Errf("%s takes no block", name)
+	}
+	if err := set(val); err != nil {
+		return d.Errf("%s: %v", name, err)
+	}
+	return nil
+}
+
+// parseBlock reads `<name> { sub arg … }` where every subdirective takes one
+// argument (the vault backends' blocks).
+func parseBlock(d *caddyfile.Dispenser, what string, setters map[string]func(string) error) error {
+	d.Next() // consume the block's name
+	if d.NextArg() {
+		return d.Errf("%s takes no inline arguments (got '%s'); use a block", what, d.Val())
+	}
+	seen := make(map[string]bool)
+	for d.NextBlock(0) {
+		name := d.Val()
+		set, known := setters[name]
+		if !known {
+			return d.Errf("unrecognized %s subdirective '%s'", what, name)
+		}
+		if err := oneArg(d, name, seen, set); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// subdirectives maps each one-argument subdirective to its setter.
 var subdirectives = map[string]func(t *Handler, v string) error{
-	"vault_dir": func(t *Handler, v string) error {
-		t.VaultDir = v
-		return nil
-	},
+	"vault_dir":               func(t *Handler, v string) error { t.VaultDir = v; return nil },
+	"vault_max_bytes":         func(t *Handler, v string) error { return setSize(&t.VaultMaxBytes, v) },
+	"tenant_key":              func(t *Handler, v string) error { t.TenantKey = v; return nil },
+	"tenant":                  func(t *Handler, v string) error { t.Tenant = v; return nil },
 	"min_artifact_chars":      func(t *Handler, v string) error { return setInt(&t.MinArtifactChars, v, 1) },
 	"max_artifact_chars":      func(t *Handler, v string) error { return setInt(&t.MaxArtifactChars, v, 1) },
-	"vault_max_bytes":         func(t *Handler, v string) error { return setSize(&t.VaultMaxBytes, v) },
 	"inline_leases":           func(t *Handler, v string) error { return setInt(&t.InlineLeases, v, 0) },
 	"max_body_size":           func(t *Handler, v string) error { return setSize(&t.MaxBodySize, v) },
 	"context_min_vault_chars": func(t *Handler, v string) error { return setInt(&t.ContextMinVaultChars, v, MinContextMinVaultChars) },
@@ -104,6 +168,7 @@ var subdirectives = map[string]func(t *Handler, v string) error{
 	"token_budget":            func(t *Handler, v string) error { return setDuration(&t.TokenBudget, v) },
 	"compile_timeout":         func(t *Handler, v string) error { return setDuration(&t.CompileTimeout, v) },
 	"max_buffered_bytes":      func(t *Handler, v string) error { return setSize(&t.MaxBufferedBytes, v) },
+	"body_read_timeout":       func(t *Handler, v string) error { return setDuration(&t.BodyReadTimeout, v) },
 	"mode": func(t *Handler, v string) error {
 		switch v {
 		case "enforce", "shadow", "off":
@@ -117,12 +182,11 @@ var subdirectives = map[string]func(t *Handler, v string) error{
 		return nil
 	},
 	"tokenizer": func(t *Handler, v string) error {
-		switch v {
-		case "auto", "o200k_base", "cl100k_base", "off":
-			t.Tokenizer = v
-			return nil
+		if !knownTokenizer(v) {
+			return fmt.Errorf("want auto, o200k_base, cl100k_base or off, got '%s'", v)
 		}
-		return fmt.Errorf("want auto, o200k_base, cl100k_base or off, got '%s'", v)
+		t.Tokenizer = v
+		return nil
 	},
 	"context_compaction": func(t *Handler, v string) error {
 		switch v {

@@ -63,8 +63,25 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{name: "duration days", input: "token_terminator {\ncompile_timeout 1d\n}", want: `{"compile_timeout":86400000000000}`},
 		{name: "min equals max", input: "token_terminator {\nmin_artifact_chars 10\nmax_artifact_chars 10\n}", want: `{"min_artifact_chars":10,"max_artifact_chars":10}`},
 
+		{name: "vault badger block", input: "token_terminator {\nvault badger {\ndir /var/lib/tt\nmax_bytes 1GiB\n}\n}",
+			want: `{"vault":{"backend":"badger","dir":"/var/lib/tt","max_bytes":1073741824}}`},
+		{name: "vault badger no block", input: "token_terminator {\nvault badger\n}", want: `{"vault":{"backend":"badger"}}`},
+		{name: "tenant_key and tenant", input: "token_terminator {\ntenant_key {env.TT_TENANT_KEY}\ntenant {http.auth.user.id}\n}",
+			want: `{"tenant_key":"{env.TT_TENANT_KEY}","tenant":"{http.auth.user.id}"}`},
+
+		{name: "body_read_timeout", input: "token_terminator {\nbody_read_timeout 5s\n}", want: `{"body_read_timeout":5000000000}`},
+
 		// refusals
-		{name: "unknown subdirective", input: "token_terminator {\nvault_size 1\n}", err: "unrecognized token_terminator subdirective 'vault_size'"},
+		{name: "zero body_read_timeout", input: "token_terminator {\nbody_read_timeout 0s\n}", err: "body_read_timeout: duration must be positive"},
+		{name: "vault block with vault_dir", input: "token_terminator {\nvault_dir /a\nvault badger {\ndir /b\n}\n}", err: "vault_dir cannot be combined with a vault block"},
+		{name: "vault block with vault_max_bytes", input: "token_terminator {\nvault badger\nvault_max_bytes 1GiB\n}", err: "vault_max_bytes cannot be combined with a vault block"},
+		{name: "vault without backend", input: "token_terminator {\nvault\n}", err: "vault needs a backend name"},
+		{name: "unknown vault backend", input: "token_terminator {\nvault s3 {\n}\n}", err: "unknown vault backend 's3'"},
+		{name: "two vault blocks", input: "token_terminator {\nvault badger\nvault badger\n}", err: "duplicate subdirective 'vault'"},
+		{name: "unknown badger subdirective", input: "token_terminator {\nvault badger {\nsize 1\n}\n}", err: "unrecognized vault badger subdirective 'size'"},
+		{name: "bad badger max_bytes", input: "token_terminator {\nvault badger {\nmax_bytes lots\n}\n}", err: "max_bytes: bad size 'lots'"},
+		{name: "badger inline argument", input: "token_terminator {\nvault badger /dir\n}", err: "vault badger takes no inline arguments (got '/dir')"},
+		{name: "unknown subdirective", input: "token_terminator {\nvault_size 1\n}", err: "unrecognized subdirective 'vault_size'"},
 		{name: "repeated subdirective", input: "token_terminator {\nmode shadow\nmode enforce\n}", err: "duplicate subdirective 'mode'"},
 		{name: "repeated vault_dir", input: "token_terminator {\nvault_dir /a\nvault_dir /b\n}", err: "duplicate subdirective 'vault_dir'"},
 		{name: "inline argument", input: "token_terminator shadow", err: "no inline arguments"},
@@ -212,7 +229,11 @@ func TestValidateJSON(t *testing.T) {
 		{`{"inline_recent_turns":-1}`, "inline_recent_turns"},
 		{`{"collapse_after_turns":2,"inline_recent_turns":3}`, "collapse_after_turns (2) must be 0 or at least inline_recent_turns (3)"},
 		{`{"compile_timeout":"-2s"}`, "compile_timeout"},
+		{`{"body_read_timeout":"-2s"}`, "body_read_timeout"},
 		{`{"vault_dir":"   "}`, "vault_dir"},
+		{`{"vault":{"backend":"badger"},"vault_dir":"/x"}`, "vault_dir cannot be combined with a vault block"},
+		{`{"vault":{"backend":"badger"},"vault_max_bytes":5}`, "vault_max_bytes cannot be combined with a vault block"},
+		{`{"vault":{"backend":"badger","dir":"/x"}}`, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.json, func(t *testing.T) {

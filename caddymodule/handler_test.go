@@ -84,6 +84,8 @@ func testHandler(t *testing.T, fc *fakeCompiler, mutate func(*Handler)) (*Handle
 	if err := h.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	h.buffered = new(atomic.Int64)
+	h.stats = new(Stats)
 	h.logger = zap.New(core)
 	h.comp = fc.compile
 	h.tenants = func(c string) string {
@@ -103,6 +105,9 @@ func testHandler(t *testing.T, fc *fakeCompiler, mutate func(*Handler)) (*Handle
 
 func newRequest(method, path string, body io.Reader) *http.Request {
 	r := httptest.NewRequest(method, path, body)
+	// Every test request carries a credential unless the test removes it:
+	// without one a candidate gets no cross-request state (no_tenant).
+	r.Header.Set("Authorization", "Bearer sk-default")
 	repl := caddyhttp.NewTestReplacer(r)
 	return r.WithContext(context.WithValue(r.Context(), caddy.ReplacerCtxKey, repl))
 }
@@ -431,7 +436,7 @@ func TestScope(t *testing.T) {
 		headers map[string]string
 		tenant  string
 	}{
-		{"anonymous", nil, ""},
+		{"no credential", nil, ""},
 		{"authorization", map[string]string{"Authorization": "Bearer A", "x-api-key": "K"}, "t:8:A"},
 		{"x-api-key", map[string]string{"x-api-key": "key-B"}, "t:5:B"},
 		{"x-goog-api-key", map[string]string{"x-goog-api-key": "gkC"}, "t:3:C"},
@@ -442,11 +447,21 @@ func TestScope(t *testing.T) {
 			fc := &fakeCompiler{}
 			h, logs := testHandler(t, fc, nil)
 			r := newRequest(http.MethodPost, chatPath, strings.NewReader("{}"))
+			r.Header.Del("Authorization")
 			for k, v := range tt.headers {
 				r.Header.Set(k, v)
 			}
-			if err := h.ServeHTTP(httptest.NewRecorder(), r, recordNext(&seen{})); err != nil {
+			w := httptest.NewRecorder()
+			s := &seen{}
+			if err := h.ServeHTTP(w, r, recordNext(s)); err != nil {
 				t.Fatal(err)
+			}
+			if tt.tenant == "" {
+				// No credential: no cross-request state, the original goes out.
+				if fc.calls.Load() != 0 || !strings.HasPrefix(w.Header().Get(HeaderName), "passthrough=no_tenant;") || string(s.body) != "{}" {
+					t.Fatalf("no credential: %d compiles, header %q", fc.calls.Load(), w.Header().Get(HeaderName))
+				}
+				return
 			}
 			if fc.last.Scope.Tenant != tt.tenant || fc.last.Scope.Session != "" {
 				t.Fatalf("scope %+v, want tenant %q", fc.last.Scope, tt.tenant)
@@ -544,8 +559,8 @@ func TestReadAtMost(t *testing.T) {
 		{5000, 8000, 100, false}, // a lying Content-Length hint only sizes the buffer
 	} {
 		data := bytes.Repeat([]byte("a"), int(tc.n))
-		buf, over, err := readAtMost(bytes.NewReader(data), tc.limit, tc.hint)
-		if err != nil || over != tc.over {
+		buf, over, busy, err := readAtMost(bytes.NewReader(data), tc.limit, tc.hint, nil)
+		if err != nil || over != tc.over || busy {
 			t.Fatalf("%+v: over=%v err=%v", tc, over, err)
 		}
 		want := tc.n
@@ -611,13 +626,16 @@ func TestInvalidOutputLogged(t *testing.T) {
 		return compiler.Result{Body: req.Body, Decision: compiler.Passthrough, Reason: compiler.ReasonInvalidOutput, RawBytes: len(req.Body), SentBytes: len(req.Body)}
 	}}
 	h, logs := testHandler(t, fc, nil)
-	h.invalidOutputs = func() uint64 { return 3 }
+	h.stats.InvalidOutputs.Store(2)
 	if err := h.ServeHTTP(httptest.NewRecorder(), newRequest(http.MethodPost, chatPath, strings.NewReader("{}")), recordNext(&seen{})); err != nil {
 		t.Fatal(err)
 	}
 	entries := logs.All()
 	if len(entries) != 1 || entries[0].ContextMap()["invalid_outputs_total"] != uint64(3) {
 		t.Fatalf("log: %+v", entries)
+	}
+	if n := h.stats.InvalidOutputs.Load(); n != 3 {
+		t.Fatalf("owner counts %d invalid outputs, want 3", n)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/response"
 )
 
 // report is what the handler tells the client (Token-Terminator header) and
@@ -18,7 +19,7 @@ type report struct {
 	reason   compiler.Reason
 	format   string
 	path     string
-	tenant   string // keyed hash from the vault, never the credential
+	tenant   string // keyed hash, never the credential
 
 	rawBytes, sentBytes int64 // -1 when unknown (streamed body of unknown length)
 	receipts, slots     int
@@ -29,6 +30,15 @@ type report struct {
 	compiled            bool
 
 	read, parse, vault, compile, total time.Duration
+
+	// The provider's answer, known once next has returned.
+	status        int   // final status; 0 when none was written
+	responseBytes int64 // body bytes the client was sent
+	upstream      time.Duration
+	outcome       string // "" when next returned no error; "error" or "client_abort"
+	usage         response.Usage
+	committed     bool // the lineage was recorded (provider answered 2xx)
+	commit        time.Duration
 }
 
 func (rep *report) passthrough(reason compiler.Reason) {
@@ -121,15 +131,19 @@ func (rep *report) header() string {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// fields renders the structured log line.
-func (rep *report) fields() []zap.Field {
-	decision := string(rep.decision)
-	if decision == "" {
-		decision = string(compiler.Passthrough)
+// decisionWord is the decision without its reason.
+func (rep *report) decisionWord() compiler.Decision {
+	if rep.decision == "" {
+		return compiler.Passthrough
 	}
-	f := make([]zap.Field, 0, 20)
+	return rep.decision
+}
+
+// fields renders the structured log line, written after the response.
+func (rep *report) fields() []zap.Field {
+	f := make([]zap.Field, 0, 32)
 	f = append(f,
-		zap.String("decision", decision),
+		zap.String("decision", string(rep.decisionWord())),
 		zap.String("reason", string(rep.reason)),
 		zap.String("format", rep.format),
 		zap.String("path", rep.path),
@@ -165,6 +179,21 @@ func (rep *report) fields() []zap.Field {
 			zap.Float64("compile_ms", ms(rep.compile)),
 		)
 	}
-	f = append(f, zap.Float64("total_ms", ms(rep.total)))
+	f = append(f,
+		zap.Int("status", rep.status),
+		zap.Int64("response_bytes", rep.responseBytes),
+		zap.Bool("committed", rep.committed),
+	)
+	if rep.outcome != "" {
+		f = append(f, zap.String("outcome", rep.outcome))
+	}
+	f = append(f, usageFields(rep.usage)...)
+	if rep.committed {
+		f = append(f, zap.Float64("commit_ms", ms(rep.commit)))
+	}
+	f = append(f,
+		zap.Float64("upstream_ms", ms(rep.upstream)),
+		zap.Float64("total_ms", ms(rep.total)),
+	)
 	return f
 }

@@ -188,6 +188,10 @@ type Request struct {
 	// Time is when the request goes upstream, for the prompt cache's TTL;
 	// zero means now.
 	Time time.Time
+	// DeferCommit returns the lineage record as Result.Commit instead of
+	// writing it: a gateway commits only once the provider has answered, so
+	// a request it rejected never counts as an inline delivery.
+	DeferCommit bool
 }
 
 // Result is the outcome of a compile. Body is what must be forwarded: the
@@ -219,6 +223,13 @@ type Result struct {
 	expectRead float64 // tokens the decision expected the provider to read from its cache
 
 	Parse, Vault, Total time.Duration
+
+	// Commit writes the lineage record of the request (its inline
+	// deliveries) when Request.DeferCommit was set; nil when there is
+	// nothing to record or the compile was abandoned. Call it at most once,
+	// only after the provider accepted the forwarded body; it does not use
+	// the compile's context and is bounded by its own timeout.
+	Commit func()
 }
 
 // TokenReport holds the token figures of the gate for one request.

@@ -51,13 +51,27 @@ const (
 	ReasonTooLarge        Reason = "too_large"
 	ReasonReadError       Reason = "read_error"
 	ReasonBusy            Reason = "busy"
+	// ReasonNoTenant: the request names no credential (and no configured
+	// tenant), so it gets no cross-request state.
+	ReasonNoTenant Reason = "no_tenant"
+	// ReasonClientAbort: the client went away before the compile finished.
+	ReasonClientAbort Reason = "client_abort"
+	// ReasonSlowBody: the body did not arrive within the gateway's
+	// body_read_timeout, so it streamed through.
+	ReasonSlowBody Reason = "slow_body"
+)
+
+// Defaults of Options, applied by New to zero values. The gateway's
+// configuration (caddymodule) takes its defaults from these, so there is one
+// set.
+const (
+	DefaultMinArtifactChars = 8000
+	DefaultMaxArtifactChars = 2000000
+	DefaultTimeout          = 2 * time.Second
+	DefaultInlineLeases     = 1
 )
 
 const (
-	defaultMinChars     = 8000
-	defaultMaxChars     = 2000000
-	defaultTimeout      = 2 * time.Second
-	defaultInlineLeases = 1
 	maxDepthForRequests = 256
 	recordTimeout       = time.Second
 )
@@ -88,19 +102,19 @@ func New(opts Options, store Store, tokens TokenCounter) (*Compiler, error) {
 		return nil, errors.New("compiler: a Store is required")
 	}
 	if opts.MinArtifactChars <= 0 {
-		opts.MinArtifactChars = defaultMinChars
+		opts.MinArtifactChars = DefaultMinArtifactChars
 	}
 	if opts.MaxArtifactChars <= 0 {
-		opts.MaxArtifactChars = defaultMaxChars
+		opts.MaxArtifactChars = DefaultMaxArtifactChars
 	}
 	if opts.MaxArtifactChars < opts.MinArtifactChars {
 		return nil, fmt.Errorf("compiler: max_artifact_chars %d is below min_artifact_chars %d", opts.MaxArtifactChars, opts.MinArtifactChars)
 	}
 	if opts.InlineLeases < 0 {
-		opts.InlineLeases = defaultInlineLeases
+		opts.InlineLeases = DefaultInlineLeases
 	}
 	if opts.Timeout <= 0 {
-		opts.Timeout = defaultTimeout
+		opts.Timeout = DefaultTimeout
 	}
 	if err := opts.Cost.Validate(); err != nil {
 		return nil, fmt.Errorf("compiler: %w", err)
@@ -111,7 +125,9 @@ func New(opts Options, store Store, tokens TokenCounter) (*Compiler, error) {
 // Compile compiles one request. It never fails: every problem yields a
 // pass-through Result whose Body is req.Body itself. It returns by the
 // timeout whatever the compile is doing: an abandoned compile finishes in
-// the background and records nothing.
+// the background and records nothing. With req.DeferCommit the lineage
+// record is not written but returned as res.Commit, for the caller to run
+// once the provider has accepted the request.
 func (c *Compiler) Compile(ctx context.Context, req Request) Result {
 	start := time.Now()
 	res := Result{Body: req.Body, Decision: Passthrough, RawBytes: len(req.Body), SentBytes: len(req.Body)}
@@ -146,7 +162,12 @@ func (c *Compiler) Compile(ctx context.Context, req Request) Result {
 		select {
 		case o := <-done:
 			res = o.res
-			if o.commit != nil {
+			switch {
+			case o.commit == nil:
+			case req.DeferCommit:
+				commit := o.commit
+				res.Commit = func() { commit() }
+			default:
 				res.Vault += o.commit()
 			}
 		case <-ctx.Done():

@@ -68,6 +68,9 @@ type upstream struct {
 	// onBody, if set, replaces the default body read: it must consume
 	// r.Body and return it.
 	onBody func(r *http.Request) ([]byte, error)
+	// respond, if set, may answer the n-th request (from 0) itself; it
+	// returns false to leave it to the default JSON answer.
+	respond func(n int, w http.ResponseWriter) bool
 }
 
 func newUpstream(t testing.TB) *upstream {
@@ -86,6 +89,7 @@ func newUpstream(t testing.TB) *upstream {
 			ContentLength: r.ContentLength, TransferEncoding: r.TransferEncoding,
 		}
 		u.mu.Lock()
+		n := len(u.reqs)
 		u.reqs = append(u.reqs, rec)
 		u.mu.Unlock()
 		if err != nil {
@@ -93,10 +97,38 @@ func newUpstream(t testing.TB) *upstream {
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
+		if u.respond != nil && u.respond(n, w) {
+			return
+		}
 		fmt.Fprintf(w, `{"id":"resp","received_bytes":%d}`, len(body))
 	}))
 	t.Cleanup(u.Close)
 	return u
+}
+
+// statusFor answers request n with status code, when it is not 0.
+func statusFor(code func(n int) int) func(n int, w http.ResponseWriter) bool {
+	return func(n int, w http.ResponseWriter) bool {
+		c := code(n)
+		if c == 0 {
+			return false
+		}
+		w.WriteHeader(c)
+		fmt.Fprintf(w, `{"error":{"code":%d}}`, c)
+		return true
+	}
+}
+
+// resetMidStream starts a 200 event stream, then drops the connection.
+func resetMidStream(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	io.WriteString(w, "data: {\"partial\":")
+	http.NewResponseController(w).Flush()
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err == nil {
+		conn.Close()
+	}
 }
 
 // addr is the upstream's host:port, as reverse_proxy wants it.
@@ -288,6 +320,9 @@ func (g *gateway) try(method, path string, body io.Reader, contentLength int64, 
 		}
 		req.Header.Set(strings.TrimSpace(k), strings.TrimSpace(v))
 	}
+	if !hasCredentialHeader(req.Header) {
+		req.Header.Set("Authorization", defaultCredential)
+	}
 	resp, err := g.client.Do(req)
 	if err != nil {
 		return response{}, err
@@ -298,6 +333,21 @@ func (g *gateway) try(method, path string, body io.Reader, contentLength int64, 
 		return response{}, err
 	}
 	return response{Status: resp.StatusCode, Header: resp.Header, Body: rb, TT: resp.Header.Get(caddymodule.HeaderName)}, nil
+}
+
+// defaultCredential is sent by every request that names no credential
+// header of its own: without one a candidate gets no cross-request state
+// (passthrough=no_tenant). A test that wants no credential passes an empty
+// one, e.g. "Authorization:".
+const defaultCredential = "Bearer sk-integration-default"
+
+func hasCredentialHeader(h http.Header) bool {
+	for _, k := range []string{"Authorization", "X-Api-Key", "X-Goog-Api-Key", "Api-Key"} {
+		if _, ok := h[k]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // logLines returns the token_terminator log lines written so far.

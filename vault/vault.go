@@ -2,10 +2,6 @@ package vault
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -151,8 +147,6 @@ type Store struct {
 
 var _ compiler.Store = (*Store)(nil)
 
-const keyHMAC = "s/hmac"
-
 // badgerOptions tunes Badger for a small, steady footprint rather than
 // throughput; the vault sees one small batch per request.
 //
@@ -282,36 +276,6 @@ func Open(cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// loadHMACKey reads the tenant key, creating and syncing it on first open.
-func (s *Store) loadHMACKey() error {
-	err := s.update(context.Background(), func(txn *badger.Txn) error {
-		item, err := txn.Get([]byte(keyHMAC))
-		if err == nil {
-			s.hmacKey, err = item.ValueCopy(nil)
-			return err
-		}
-		if !errors.Is(err, badger.ErrKeyNotFound) {
-			return err
-		}
-		key := make([]byte, 32)
-		if _, err := rand.Read(key); err != nil {
-			return err
-		}
-		s.hmacKey = key
-		return txn.Set([]byte(keyHMAC), key)
-	})
-	if err == nil && len(s.hmacKey) != 32 {
-		err = fmt.Errorf("bad key length %d", len(s.hmacKey))
-	}
-	if err == nil {
-		err = s.db.Sync()
-	}
-	if err != nil {
-		return fmt.Errorf("vault: hmac key: %w", err)
-	}
-	return nil
-}
-
 // scanSizes recomputes the in-memory totals from metadata and lineage keys
 // only.
 func (s *Store) scanSizes() error {
@@ -373,18 +337,6 @@ func (s *Store) enter() (func(), error) {
 		return nil, ErrClosed
 	}
 	return s.mu.RUnlock, nil
-}
-
-// Tenant maps a credential to its opaque tenant id: the first 32 hex chars of
-// HMAC-SHA-256 under the vault's own key, so ids are stable across restarts
-// of one vault but useless for guessing credentials. "" is "anonymous".
-func (s *Store) Tenant(credential string) string {
-	if credential == "" {
-		return "anonymous"
-	}
-	m := hmac.New(sha256.New, s.hmacKey)
-	m.Write([]byte(credential))
-	return hex.EncodeToString(m.Sum(nil))[:32]
 }
 
 // Stats returns a snapshot of sizes and counters.

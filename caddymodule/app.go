@@ -1,0 +1,243 @@
+package caddymodule
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/tokens"
+	"github.com/tokenterminator/caddy-token-terminator/vault"
+)
+
+func init() {
+	caddy.RegisterModule(App{})
+}
+
+// AppName is the id of the App; handlers find it with ctx.App(AppName).
+const AppName = "token_terminator"
+
+// App is the owner of everything token_terminator handlers share: the open
+// vault backends, the token counters, the compilers (with their text
+// caches), the tenant keys and the counters. Handlers are thin: they get
+// what they need from it in Provision.
+//
+// Caddy builds a new App for every config it loads, and provisions the new
+// config before it cleans up the old one. What must outlive a config (an
+// open Badger database can only be opened once; warm caches) lives in one
+// process-wide shared value that every App refers to while it is loaded:
+// `caddy reload` keeps it, and it goes away only when no config uses it.
+// It needs no configuration of its own, so Caddy instantiates it on demand.
+type App struct {
+	shared *shared
+	logger *zap.Logger
+
+	// claims holds the vault configurations named in this config, so two
+	// handlers of one config cannot configure one storage two ways.
+	mu     *sync.Mutex
+	claims map[string]string
+}
+
+// shared is the state that outlives a config. Each pool is keyed by what
+// identifies the resource and counts its users; the last user closes it.
+type shared struct {
+	vaults    *caddy.UsagePool // VaultBackend.VaultKey -> *openVault
+	counters  *caddy.UsagePool // tokens config -> counterHandle
+	compilers *caddy.UsagePool // vault key + options -> compilerHandle
+	stats     Stats
+}
+
+func (*shared) Destruct() error { return nil }
+
+// owners hands the shared state from one config's App to the next.
+var owners = caddy.NewUsagePool()
+
+const sharedKey = "shared"
+
+// Stats are the gateway's running counters, kept across reloads. They hold
+// no content.
+type Stats struct {
+	InvalidOutputs    atomic.Uint64 // rewrites the validity check refused
+	WebSocketUpgrades atomic.Uint64 // upgrades passed through uncompiled
+	Uncommitted       atomic.Uint64 // compiled requests the provider did not accept (no lineage recorded)
+}
+
+// CaddyModule returns the Caddy module information.
+func (App) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  AppName,
+		New: func() caddy.Module { return new(App) },
+	}
+}
+
+// Provision joins (or creates) the shared state.
+func (a *App) Provision(ctx caddy.Context) error {
+	a.logger = ctx.Logger()
+	a.mu, a.claims = new(sync.Mutex), map[string]string{}
+	v, _, err := owners.LoadOrNew(sharedKey, func() (caddy.Destructor, error) {
+		return &shared{
+			vaults:    caddy.NewUsagePool(),
+			counters:  caddy.NewUsagePool(),
+			compilers: caddy.NewUsagePool(),
+		}, nil
+	})
+	if err != nil {
+		return err
+	}
+	a.shared = v.(*shared)
+	return nil
+}
+
+// Start implements caddy.App.
+func (a *App) Start() error { return nil }
+
+// Stop implements caddy.App.
+func (a *App) Stop() error { return nil }
+
+// Cleanup releases this config's reference to the shared state.
+func (a *App) Cleanup() error {
+	if a.shared != nil {
+		a.shared = nil
+		_, err := owners.Delete(sharedKey)
+		return err
+	}
+	return nil
+}
+
+// Stats returns the running counters.
+func (a *App) Stats() *Stats { return &a.shared.stats }
+
+// openVault is one open backend and the configuration it was opened with.
+type openVault struct {
+	backend vault.Backend
+	config  string
+
+	keyOnce sync.Once
+	key     []byte
+	keyErr  error
+}
+
+func (o *openVault) Destruct() error { return o.backend.Close() }
+
+// tenantKey is the backend's persistent tenant key, read once.
+func (o *openVault) tenantKey() ([]byte, error) {
+	o.keyOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		o.key, o.keyErr = o.backend.TenantKey(ctx)
+	})
+	return o.key, o.keyErr
+}
+
+// errVaultConfig is a configuration the operator must fix.
+type errVaultConfig struct{ key, have, want string }
+
+func (e errVaultConfig) Error() string {
+	return fmt.Sprintf("vault %s is configured twice: %s and %s; one storage has one configuration (changing it needs a restart while a loaded config uses it)",
+		e.key, e.have, e.want)
+}
+
+// vault returns the shared backend m names, opening it on first use, and
+// the function that releases this user's share. A configuration that
+// conflicts with the open one is an errVaultConfig; any other error is the
+// backend failing to open (a damaged database, an unreachable server),
+// which the caller reports per request and retries on the next load.
+func (a *App) vault(m VaultBackend, maxArtifactBytes int64) (*openVault, func(), error) {
+	key, cfg := m.VaultKey(), m.VaultConfig()
+	a.mu.Lock()
+	if have, ok := a.claims[key]; ok && have != cfg {
+		a.mu.Unlock()
+		return nil, nil, errVaultConfig{key, have, cfg}
+	}
+	a.claims[key] = cfg
+	a.mu.Unlock()
+
+	v, _, err := a.shared.vaults.LoadOrNew(key, func() (caddy.Destructor, error) {
+		b, err := m.OpenVault(a.logger.Named("vault"), maxArtifactBytes)
+		if err != nil {
+			return nil, err
+		}
+		return &openVault{backend: b, config: cfg}, nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	ov := v.(*openVault)
+	// Releases hold the shared state itself: Caddy may clean up the App
+	// before its handlers.
+	sh, log := a.shared, a.logger
+	release := func() {
+		if _, err := sh.vaults.Delete(key); err != nil {
+			log.Error("closing vault", zap.String("vault", key), zap.Error(err))
+		}
+	}
+	if ov.config != cfg {
+		release()
+		return nil, nil, errVaultConfig{key, ov.config, cfg}
+	}
+	return ov, release, nil
+}
+
+type counterHandle struct{ counter *warmCounter }
+
+func (counterHandle) Destruct() error { return nil }
+
+// counter returns the shared token counter of cfg. A new counter builds its
+// tokenizer tables in the background, so no request waits for them.
+func (a *App) counter(cfg tokens.Config) (compiler.TokenCounter, func(), error) {
+	key := counterKey(cfg)
+	v, _, err := a.shared.counters.LoadOrNew(key, func() (caddy.Destructor, error) {
+		c, err := tokens.New(cfg)
+		if err != nil {
+			return nil, err
+		}
+		return counterHandle{counter: newWarmCounter(c, cfg.Tokenizer, a.logger.Named("tokens"))}, nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	sh := a.shared
+	return v.(counterHandle).counter, func() { _, _ = sh.counters.Delete(key) }, nil
+}
+
+func counterKey(cfg tokens.Config) string {
+	return fmt.Sprintf("%s|%d|%d", cfg.Tokenizer, cfg.Budget, cfg.CacheBytes)
+}
+
+type compilerHandle struct{ c *compiler.Compiler }
+
+func (compilerHandle) Destruct() error { return nil }
+
+// compiler returns the shared compiler for a vault, a counter and options,
+// so its caches survive a reload that keeps them.
+func (a *App) compiler(vaultKey, counterKey string, opts compiler.Options, store compiler.Store, tc compiler.TokenCounter) (*compiler.Compiler, func(), error) {
+	key := compilerKey(vaultKey, counterKey, opts)
+	v, _, err := a.shared.compilers.LoadOrNew(key, func() (caddy.Destructor, error) {
+		c, err := compiler.New(opts, store, tc)
+		if err != nil {
+			return nil, err
+		}
+		return compilerHandle{c}, nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	sh := a.shared
+	return v.(compilerHandle).c, func() { _, _ = sh.compilers.Delete(key) }, nil
+}
+
+func compilerKey(vaultKey, counterKey string, opts compiler.Options) string {
+	return fmt.Sprintf("%s|%s|%+v", vaultKey, counterKey, opts)
+}
+
+// Interface guards
+var (
+	_ caddy.App          = (*App)(nil)
+	_ caddy.Provisioner  = (*App)(nil)
+	_ caddy.CleanerUpper = (*App)(nil)
+)

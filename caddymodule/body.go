@@ -1,0 +1,154 @@
+package caddymodule
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
+)
+
+// refuseUnread decides from the headers alone that a candidate streams
+// through untouched: a body the module cannot decode, or one declared
+// larger than max_body_size.
+func (h *Handler) refuseUnread(r *http.Request) (compiler.Reason, bool) {
+	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(strings.TrimSpace(ce), "identity") {
+		return compiler.ReasonContentEncoding, false
+	}
+	if r.ContentLength > *h.MaxBodySize {
+		return compiler.ReasonTooLarge, false
+	}
+	return "", true
+}
+
+// readBody reads a candidate's body within max_body_size, holding no more
+// than max_buffered_bytes of bodies at once: a declared length is reserved
+// whole, an unknown one as it grows. On a non-empty reason the body (what
+// was read, then the rest) streams through untouched. release returns the
+// reservation; it is due when the upstream is done with the body.
+func (h *Handler) readBody(r *http.Request, ex *exchange) (buf []byte, reason compiler.Reason, release func()) {
+	rep := &ex.rep
+	var held int64
+	reserve := func(n int64) bool {
+		if h.buffered.Add(n) > *h.MaxBufferedBytes {
+			h.buffered.Add(-n)
+			return false
+		}
+		held += n
+		return true
+	}
+	release = func() { h.buffered.Add(-held) }
+	if r.ContentLength >= 0 && !reserve(r.ContentLength) {
+		return nil, compiler.ReasonBusy, release
+	}
+	grow := reserve
+	if r.ContentLength >= 0 {
+		grow = nil // reserved whole; a lying length only sizes the buffer
+	}
+
+	orig := r.Body
+	if orig == nil {
+		orig = http.NoBody
+	}
+	var pumped *pumpedBody
+	if h.BodyReadTimeout > 0 && orig != http.NoBody {
+		pumped = pump(orig, ex.start.Add(time.Duration(h.BodyReadTimeout)))
+		orig = pumped
+	}
+	buf, over, busy, readErr := readAtMost(orig, *h.MaxBodySize, r.ContentLength, grow)
+	rep.read = time.Since(ex.start)
+	if errors.Is(readErr, errSlowBody) {
+		// A slow client: stream what came and the rest through, so the
+		// request does not hold buffer budget while it trickles in.
+		pumped.stream()
+		r.Body = readCloser{io.MultiReader(bytes.NewReader(buf), orig), orig}
+		if r.ContentLength < 0 {
+			rep.rawBytes, rep.sentBytes = -1, -1
+		}
+		return nil, compiler.ReasonSlowBody, release
+	}
+	if pumped != nil {
+		pumped.stream()
+	}
+	switch {
+	case readErr != nil:
+		// The body already read cannot be un-read: forward it followed by
+		// the same error, so upstream sees what it would have seen without
+		// the module.
+		r.Body = readCloser{io.MultiReader(bytes.NewReader(buf), errReader{readErr}), orig}
+		rep.rawBytes, rep.sentBytes = int64(len(buf)), int64(len(buf))
+		return nil, compiler.ReasonReadError, release
+	case over, busy:
+		// Too large (or past the budget) without a Content-Length: stream
+		// the rest through.
+		r.Body = readCloser{io.MultiReader(bytes.NewReader(buf), orig), orig}
+		if r.ContentLength < 0 {
+			rep.rawBytes, rep.sentBytes = -1, -1
+		}
+		if busy {
+			return nil, compiler.ReasonBusy, release
+		}
+		return nil, compiler.ReasonTooLarge, release
+	}
+	return buf, "", release
+}
+
+// setBody makes b the request body, with a consistent Content-Length, no
+// Transfer-Encoding and a GetBody for transports that rewind.
+func setBody(r *http.Request, b []byte) {
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	r.ContentLength = int64(len(b))
+	r.Header.Set("Content-Length", strconv.Itoa(len(b)))
+	r.Header.Del("Transfer-Encoding")
+	r.TransferEncoding = nil
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+}
+
+// readAtMost reads up to limit+1 bytes of body. over reports that the body
+// is longer than limit (buf then holds limit+1 bytes and the rest is still
+// unread in body). hint is the declared Content-Length (or -1). grow, if
+// set, must reserve every byte of capacity the buffer grows by; when it
+// refuses, busy is set and the rest of the body is unread.
+func readAtMost(body io.Reader, limit, hint int64, grow func(n int64) bool) (buf []byte, over, busy bool, err error) {
+	size := int64(512)
+	if hint >= 0 && hint <= limit {
+		size = hint + 1 // +1 so that EOF is seen without growing
+	}
+	if grow != nil && !grow(size) {
+		return nil, false, true, nil
+	}
+	buf = make([]byte, 0, size)
+	lr := io.LimitReader(body, limit+1)
+	for {
+		if len(buf) == cap(buf) {
+			old := cap(buf)
+			next := append(buf, 0)[:len(buf)]
+			if grow != nil && !grow(int64(cap(next)-old)) {
+				return buf, false, true, nil
+			}
+			buf = next
+		}
+		n, rerr := lr.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return buf, false, false, rerr
+		}
+	}
+	return buf, int64(len(buf)) > limit, false, nil
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }

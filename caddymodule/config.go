@@ -1,0 +1,320 @@
+package caddymodule
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/vault"
+)
+
+// Defaults. They are part of the interface: changing one changes behaviour
+// for every operator who did not set the subdirective. This is the only
+// place the gateway's defaults are spelled out; the compiler's own are
+// referenced, not repeated.
+const (
+	DefaultMinArtifactChars = compiler.DefaultMinArtifactChars
+	DefaultMaxArtifactChars = compiler.DefaultMaxArtifactChars
+	DefaultVaultMaxBytes    = vault.DefaultMaxBytes
+	DefaultInlineLeases     = compiler.DefaultInlineLeases
+	DefaultMaxBodySize      = 32 << 20
+	// MaxMaxBodySize bounds max_body_size: a request is held whole in
+	// memory while it compiles.
+	MaxMaxBodySize              = 1 << 30
+	DefaultMode                 = string(compiler.ModeEnforce)
+	DefaultTokenizer            = "auto"
+	DefaultTokenBudget          = 250 * time.Millisecond
+	DefaultTokenCacheSize       = 64 << 20
+	DefaultContextCompaction    = true
+	DefaultContextMinVaultChars = 4000
+	MinContextMinVaultChars     = 500
+	DefaultCollapseAfterTurns   = 6
+	DefaultInlineRecentTurns    = 5
+	DefaultCompileTimeout       = compiler.DefaultTimeout
+	DefaultMaxBufferedBytes     = 256 << 20
+
+	// DefaultVaultSubdir is the vault's directory under Caddy's data
+	// directory when none is configured.
+	DefaultVaultSubdir = "token-terminator"
+
+	// HeaderName is the response header reporting the decision for every
+	// candidate request.
+	HeaderName = "Token-Terminator"
+)
+
+// Handler compiles LLM provider requests before they are proxied: large tool
+// results the model has already seen are moved into a vault and replaced by
+// short receipts. Put it before reverse_proxy.
+//
+// Numeric fields are pointers so that an explicit 0 in JSON (for example
+// inline_leases 0, which turns lease receipts off) is distinguishable from
+// an unset field; unset fields get their defaults in Provision.
+type Handler struct {
+	// Shorthand for a badger vault in this directory (cannot be combined
+	// with vault).
+	VaultDir string `json:"vault_dir,omitempty"`
+
+	// Tool results shorter than this many characters are never touched.
+	// Default: 8000.
+	MinArtifactChars *int `json:"min_artifact_chars,omitempty"`
+
+	// Tool results longer than this many characters are never touched.
+	// Default: 2000000.
+	MaxArtifactChars *int `json:"max_artifact_chars,omitempty"`
+
+	// Shorthand for the badger vault's max_bytes (cannot be combined with
+	// vault). Default: 512 MiB.
+	VaultMaxBytes *int64 `json:"vault_max_bytes,omitempty"`
+
+	// How many forwarded requests of one conversation may carry a large
+	// artifact inline before later requests get a receipt instead.
+	// 0 turns lease receipts off. Default: 1.
+	InlineLeases *int `json:"inline_leases,omitempty"`
+
+	// Candidate bodies larger than this many bytes stream through
+	// untouched and are never held whole in memory. Default: 32 MiB.
+	MaxBodySize *int64 `json:"max_body_size,omitempty"`
+
+	// enforce (forward the rewrite when the gate accepts it), shadow
+	// (compile, record and report, but forward the original) or off.
+	// Default: enforce.
+	Mode string `json:"mode,omitempty"`
+
+	// Optional extra conversation key, usually a placeholder such as
+	// {http.request.header.X-Session-Id}. It is evaluated per request and
+	// hashed before it reaches the compiler.
+	Session string `json:"session,omitempty"`
+
+	// Token counter: auto (by the request's model), o200k_base,
+	// cl100k_base or off. Default: auto.
+	Tokenizer string `json:"tokenizer,omitempty"`
+
+	// How long token counting may take per request before the token veto
+	// is skipped. Default: 250ms.
+	TokenBudget caddy.Duration `json:"token_budget,omitempty"`
+
+	// Bytes of memory for the cache of token counts. Default: 64 MiB.
+	TokenCacheSize *int64 `json:"token_cache_size,omitempty"`
+
+	// Context compaction of old turns. Default: true.
+	ContextCompaction *bool `json:"context_compaction,omitempty"`
+
+	// Old tool results at least this long are vaulted by compaction
+	// (at least 500). Default: 4000.
+	ContextMinVaultChars *int `json:"context_min_vault_chars,omitempty"`
+
+	// Turns older than this many most recent are folded into summaries;
+	// 0 never folds. Must be 0 or >= inline_recent_turns. Default: 6.
+	CollapseAfterTurns *int `json:"collapse_after_turns,omitempty"`
+
+	// The last this many turns are never changed by compaction.
+	// Default: 5.
+	InlineRecentTurns *int `json:"inline_recent_turns,omitempty"`
+
+	// Upper bound of one compile; past it the original goes upstream.
+	// Default: 2s.
+	CompileTimeout caddy.Duration `json:"compile_timeout,omitempty"`
+
+	// Upper bound of the request bodies this handler holds at once (a body
+	// of unknown length counts as it grows). A compile works in a small
+	// multiple of its body, so this bounds the module's memory under a burst
+	// of large requests; past it, candidates stream through untouched
+	// (passthrough=busy). Default: 256MiB.
+	MaxBufferedBytes *int64 `json:"max_buffered_bytes,omitempty"`
+
+	// Longest the handler waits for a candidate's body; past it, what has
+	// arrived and the rest stream through untouched (passthrough=slow_body),
+	// so a slow client holds no buffer budget. Default: 0, no limit.
+	BodyReadTimeout caddy.Duration `json:"body_read_timeout,omitempty"`
+
+	// The vault backend, a module of the token_terminator.vaults namespace
+	// selected by its "backend" key, e.g. {"backend":"badger","dir":"…"}.
+	// Default: badger in Caddy's data directory + "/token-terminator".
+	VaultRaw json.RawMessage `json:"vault,omitempty" caddy:"namespace=token_terminator.vaults inline_key=backend"`
+
+	// Key of the tenant hash, usually a placeholder such as
+	// {env.TT_TENANT_KEY} or {file./etc/tt/tenant.key}, resolved once when
+	// the config loads; every gateway of a fleet that shares it computes
+	// the same tenants. Default: the vault backend's own persistent key.
+	TenantKey string `json:"tenant_key,omitempty"`
+
+	// Identity of a request that carries no provider credential, usually a
+	// placeholder set by an auth layer in front, e.g. {http.auth.user.id}.
+	// Without it, such requests get no cross-request state
+	// (passthrough=no_tenant).
+	Tenant string `json:"tenant,omitempty"`
+
+	handlerState // provisioned state, see handler.go
+}
+
+func intp(v int) *int       { return &v }
+func int64p(v int64) *int64 { return &v }
+func boolp(v bool) *bool    { return &v }
+
+// usesShorthand reports whether the old vault_dir / vault_max_bytes
+// subdirectives are set.
+func (h *Handler) usesShorthand() bool { return h.VaultDir != "" || h.VaultMaxBytes != nil }
+
+// applyDefaults fills every unset field with its default.
+func (h *Handler) applyDefaults() {
+	if h.VaultRaw == nil {
+		// No vault block: the shorthand (or nothing) names a badger vault.
+		if h.VaultDir == "" {
+			h.VaultDir = defaultVaultDir()
+		}
+		if h.VaultMaxBytes == nil {
+			h.VaultMaxBytes = int64p(DefaultVaultMaxBytes)
+		}
+	}
+	if h.MinArtifactChars == nil {
+		h.MinArtifactChars = intp(DefaultMinArtifactChars)
+	}
+	if h.MaxArtifactChars == nil {
+		h.MaxArtifactChars = intp(DefaultMaxArtifactChars)
+	}
+	if h.InlineLeases == nil {
+		h.InlineLeases = intp(DefaultInlineLeases)
+	}
+	if h.MaxBodySize == nil {
+		h.MaxBodySize = int64p(DefaultMaxBodySize)
+	}
+	if h.Mode == "" {
+		h.Mode = DefaultMode
+	}
+	if h.Tokenizer == "" {
+		h.Tokenizer = DefaultTokenizer
+	}
+	if h.TokenBudget == 0 {
+		h.TokenBudget = caddy.Duration(DefaultTokenBudget)
+	}
+	if h.TokenCacheSize == nil {
+		h.TokenCacheSize = int64p(DefaultTokenCacheSize)
+	}
+	if h.ContextCompaction == nil {
+		h.ContextCompaction = boolp(DefaultContextCompaction)
+	}
+	if h.ContextMinVaultChars == nil {
+		h.ContextMinVaultChars = intp(DefaultContextMinVaultChars)
+	}
+	if h.CollapseAfterTurns == nil {
+		h.CollapseAfterTurns = intp(DefaultCollapseAfterTurns)
+	}
+	if h.InlineRecentTurns == nil {
+		h.InlineRecentTurns = intp(DefaultInlineRecentTurns)
+	}
+	if h.CompileTimeout == 0 {
+		h.CompileTimeout = caddy.Duration(DefaultCompileTimeout)
+	}
+	if h.MaxBufferedBytes == nil {
+		h.MaxBufferedBytes = int64p(DefaultMaxBufferedBytes)
+	}
+}
+
+// Validate checks the configuration. Unset fields are checked as their
+// defaults, so it gives the same answer before and after Provision. Caddy
+// prefixes its errors with the module id, so they don't repeat it.
+func (h *Handler) Validate() error {
+	if h.VaultRaw != nil && h.usesShorthand() {
+		name := "vault_dir"
+		if h.VaultDir == "" {
+			name = "vault_max_bytes"
+		}
+		return fmt.Errorf("%s cannot be combined with a vault block: set dir and max_bytes inside the vault block", name)
+	}
+	c := *h
+	c.applyDefaults()
+	return c.check()
+}
+
+// check validates a configuration whose defaults are applied.
+func (h *Handler) check() error {
+	errf := fmt.Errorf
+	if h.VaultRaw == nil {
+		if strings.TrimSpace(h.VaultDir) == "" {
+			return errf("vault_dir must not be empty")
+		}
+		if *h.VaultMaxBytes < 1 {
+			return errf("vault_max_bytes must be positive, got %d", *h.VaultMaxBytes)
+		}
+	}
+	if *h.MinArtifactChars < 1 {
+		return errf("min_artifact_chars must be at least 1, got %d", *h.MinArtifactChars)
+	}
+	if *h.MaxArtifactChars < 1 {
+		return errf("max_artifact_chars must be at least 1, got %d", *h.MaxArtifactChars)
+	}
+	if *h.MinArtifactChars > *h.MaxArtifactChars {
+		return errf("min_artifact_chars (%d) must not exceed max_artifact_chars (%d)", *h.MinArtifactChars, *h.MaxArtifactChars)
+	}
+	if *h.InlineLeases < 0 {
+		return errf("inline_leases must be 0 (off) or more, got %d", *h.InlineLeases)
+	}
+	if *h.MaxBodySize < 1 || *h.MaxBodySize > MaxMaxBodySize {
+		return errf("max_body_size must be between 1 and %d bytes, got %d", MaxMaxBodySize, *h.MaxBodySize)
+	}
+	switch compiler.Mode(h.Mode) {
+	case compiler.ModeEnforce, compiler.ModeShadow, compiler.ModeOff:
+	default:
+		return errf("mode must be enforce, shadow or off, got %q", h.Mode)
+	}
+	if !knownTokenizer(h.Tokenizer) {
+		return errf("tokenizer must be auto, o200k_base, cl100k_base or off, got %q", h.Tokenizer)
+	}
+	if h.TokenBudget < 0 {
+		return errf("token_budget must be positive, got %s", time.Duration(h.TokenBudget))
+	}
+	if *h.TokenCacheSize < 1 {
+		return errf("token_cache_size must be positive, got %d", *h.TokenCacheSize)
+	}
+	if *h.ContextMinVaultChars < MinContextMinVaultChars {
+		return errf("context_min_vault_chars must be at least %d, got %d", MinContextMinVaultChars, *h.ContextMinVaultChars)
+	}
+	if *h.CollapseAfterTurns < 0 {
+		return errf("collapse_after_turns must be 0 (never fold) or more, got %d", *h.CollapseAfterTurns)
+	}
+	if *h.InlineRecentTurns < 0 {
+		return errf("inline_recent_turns must be 0 or more, got %d", *h.InlineRecentTurns)
+	}
+	if c, r := *h.CollapseAfterTurns, *h.InlineRecentTurns; c != 0 && c < r {
+		return errf("collapse_after_turns (%d) must be 0 or at least inline_recent_turns (%d)", c, r)
+	}
+	if h.CompileTimeout < 0 {
+		return errf("compile_timeout must be positive, got %s", time.Duration(h.CompileTimeout))
+	}
+	if h.BodyReadTimeout < 0 {
+		return errf("body_read_timeout must be positive, got %s", time.Duration(h.BodyReadTimeout))
+	}
+	if *h.MaxBufferedBytes < 1 {
+		return errf("max_buffered_bytes must be positive, got %d", *h.MaxBufferedBytes)
+	}
+	return nil
+}
+
+func knownTokenizer(v string) bool {
+	switch v {
+	case "auto", "o200k_base", "cl100k_base", "off":
+		return true
+	}
+	return false
+}
+
+// compilerOptions maps the configuration onto compiler.Options, every
+// field set explicitly (zero compaction turn counts are meaningful).
+func (h *Handler) compilerOptions() compiler.Options {
+	return compiler.Options{
+		MinArtifactChars: *h.MinArtifactChars,
+		MaxArtifactChars: *h.MaxArtifactChars,
+		InlineLeases:     *h.InlineLeases,
+		Timeout:          time.Duration(h.CompileTimeout),
+		Compaction: compiler.Compaction{
+			Enabled:            *h.ContextCompaction,
+			MinVaultChars:      *h.ContextMinVaultChars,
+			CollapseAfterTurns: *h.CollapseAfterTurns,
+			InlineRecentTurns:  *h.InlineRecentTurns,
+		},
+	}
+}

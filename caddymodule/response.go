@@ -1,0 +1,150 @@
+package caddymodule
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/response"
+)
+
+// responseReader reads a provider's answer as it streams to the client
+// (package response: JSON and SSE per format). Write always consumes all of
+// p and never fails; memory is bounded.
+type responseReader interface {
+	Write(p []byte) (int, error)
+	Usage() response.Usage
+}
+
+// newResponseReader makes the reader of a response to a request of format;
+// nil means no response is read (usage is then not logged). The response
+// package's NewReader is wired in here.
+var newResponseReader func(format string) responseReader
+
+// forward sets the report header and placeholders, passes the request on
+// with a writer that watches the answer, then commits the lineage if the
+// provider accepted the request and writes the log line.
+func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, ex *exchange) error {
+	rep := &ex.rep
+	w.Header().Set(HeaderName, rep.header())
+	setPlaceholders(r, rep)
+
+	tap := &responseTap{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}}
+	if newResponseReader != nil {
+		tap.reader = newResponseReader(rep.format)
+	}
+	upstart := time.Now()
+	defer func() {
+		// reverse_proxy aborts a response that broke mid-stream (upstream
+		// reset, client gone) with a panic; it is not accepted, and the log
+		// line is still written before the panic goes on.
+		if v := recover(); v != nil {
+			h.finish(r, ex, tap, upstart, errAborted)
+			panic(v)
+		}
+	}()
+	err := next.ServeHTTP(tap, r)
+	h.finish(r, ex, tap, upstart, err)
+	return err
+}
+
+// errAborted stands for a response aborted with a panic.
+var errAborted = errors.New("response aborted")
+
+// finish notes the provider's answer, commits the lineage if the provider
+// accepted the request and writes the log line.
+func (h *Handler) finish(r *http.Request, ex *exchange, tap *responseTap, upstart time.Time, err error) {
+	rep := &ex.rep
+	rep.upstream = time.Since(upstart)
+	rep.status = tap.status
+	rep.responseBytes = tap.n
+	if tap.reader != nil {
+		rep.usage = tap.reader.Usage()
+	}
+
+	// The provider's answer is part of "accepted": a receipt's lease counts
+	// only for a request it answered 2xx in full. An error status, a reset
+	// (next fails or aborts) or a client that left records nothing.
+	accepted := err == nil && tap.status >= 200 && tap.status < 300
+	switch {
+	case accepted && ex.commit != nil:
+		tc := time.Now()
+		ex.commit()
+		rep.commit = time.Since(tc)
+		rep.committed = true
+	case ex.commit != nil && h.stats != nil:
+		h.stats.Uncommitted.Add(1)
+	}
+	switch {
+	case err == nil:
+	case r.Context().Err() != nil:
+		rep.outcome = string(compiler.ReasonClientAbort)
+	case err == errAborted:
+		rep.outcome = "aborted"
+	default:
+		rep.outcome = "error"
+	}
+	rep.total = time.Since(ex.start)
+	h.logger.Info("request", rep.fields()...)
+}
+
+// responseTap passes the response through unbuffered and notes its status
+// and size, teeing the body into a responseReader when there is one. It
+// keeps Flush (SSE) and Hijack (WebSocket) reachable through Unwrap, as
+// http.ResponseController and reverse_proxy expect.
+type responseTap struct {
+	*caddyhttp.ResponseWriterWrapper
+	reader responseReader
+	status int
+	n      int64
+}
+
+func (t *responseTap) WriteHeader(code int) {
+	// 1xx are interim answers (100 Continue, 103 Early Hints); 101 is the
+	// final one of an upgrade.
+	if t.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
+		t.status = code
+	}
+	t.ResponseWriter.WriteHeader(code)
+}
+
+func (t *responseTap) Write(p []byte) (int, error) {
+	if t.status == 0 {
+		t.status = http.StatusOK
+	}
+	n, err := t.ResponseWriter.Write(p)
+	t.n += int64(n)
+	if t.reader != nil && n > 0 {
+		_, _ = t.reader.Write(p[:n]) // never fails; the client's bytes come first
+	}
+	return n, err
+}
+
+// ReadFrom goes through Write, so that every byte is counted and teed
+// (the wrapper's own ReadFrom would hand the reader to the connection).
+func (t *responseTap) ReadFrom(r io.Reader) (int64, error) {
+	return io.Copy(writerOnly{t}, r)
+}
+
+// writerOnly hides ReadFrom from io.Copy.
+type writerOnly struct{ io.Writer }
+
+var _ http.ResponseWriter = (*responseTap)(nil)
+
+// usageFields renders the provider's usage when it reported one.
+func usageFields(u response.Usage) []zap.Field {
+	if !u.Known {
+		return nil
+	}
+	return []zap.Field{
+		zap.Int("usage_input", u.Input),
+		zap.Int("usage_output", u.Output),
+		zap.Int("usage_cache_read", u.CacheRead),
+		zap.Int("usage_cache_write", u.CacheWrite),
+	}
+}

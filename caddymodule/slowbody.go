@@ -1,0 +1,93 @@
+package caddymodule
+
+import (
+	"errors"
+	"io"
+	"sync"
+	"time"
+)
+
+// errSlowBody: the body did not arrive within body_read_timeout.
+var errSlowBody = errors.New("body read timeout")
+
+// pumpedBody reads a request body in its own goroutine, so that the handler
+// can stop waiting for a slow client (body_read_timeout) and hand the rest
+// of the body on unread, as a stream. A blocked Read of the original body
+// cannot be interrupted otherwise: a read deadline on the connection would
+// cancel the whole request.
+type pumpedBody struct {
+	src    io.ReadCloser
+	chunks chan []byte
+	done   chan struct{}
+	once   sync.Once
+
+	err     error // the source's final error; written before chunks is closed
+	pending []byte
+	// deadline bounds Reads while the handler buffers; zero afterwards.
+	deadline time.Time
+}
+
+const pumpChunk = 32 << 10
+
+func pump(src io.ReadCloser, deadline time.Time) *pumpedBody {
+	p := &pumpedBody{src: src, chunks: make(chan []byte, 1), done: make(chan struct{}), deadline: deadline}
+	go p.loop()
+	return p
+}
+
+func (p *pumpedBody) loop() {
+	defer close(p.chunks)
+	for {
+		buf := make([]byte, pumpChunk)
+		n, err := p.src.Read(buf)
+		if n > 0 {
+			select {
+			case p.chunks <- buf[:n]:
+			case <-p.done:
+				return
+			}
+		}
+		if err != nil {
+			p.err = err
+			return
+		}
+	}
+}
+
+// Read returns errSlowBody once the deadline (if set) has passed without
+// data; a later Read (after stream) continues where it stopped.
+func (p *pumpedBody) Read(b []byte) (int, error) {
+	if len(p.pending) == 0 {
+		var timeout <-chan time.Time
+		if !p.deadline.IsZero() {
+			d := time.Until(p.deadline)
+			if d <= 0 {
+				return 0, errSlowBody
+			}
+			t := time.NewTimer(d)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case c, ok := <-p.chunks:
+			if !ok {
+				return 0, p.err
+			}
+			p.pending = c
+		case <-timeout:
+			return 0, errSlowBody
+		}
+	}
+	n := copy(b, p.pending)
+	p.pending = p.pending[n:]
+	return n, nil
+}
+
+// stream lifts the deadline: the rest of the body flows to whoever reads.
+func (p *pumpedBody) stream() { p.deadline = time.Time{} }
+
+// Close stops the pump and closes the original body.
+func (p *pumpedBody) Close() error {
+	p.once.Do(func() { close(p.done) })
+	return p.src.Close()
+}
