@@ -694,6 +694,9 @@ func benchFormat(b *testing.B, c *http.Client, url string, render func([]compile
 		if strings.Contains(tt, "tokens=budget") {
 			budget++
 		}
+		if i == b.N-1 {
+			b.Logf("last Token-Terminator: %s", tt)
+		}
 	}
 	b.StopTimer()
 	b.ReportMetric(ms(quantile(durs, 0.5)), "p50-ms")
