@@ -299,8 +299,8 @@ func (s *Store) write(ctx context.Context, tenant string, arts []*compiler.Artif
 
 // readBack compares freshly written content byte for byte with what was
 // written (enc[i] for ours[i]) and checks that concurrently written
-// artifacts exist. The encoding is deterministic and round-trips (codec
-// tests and FuzzContentCodec), so stored bytes equal to the encoding of
+// artifacts exist. The encoding is deterministic and round-trips (TestCodec,
+// TestEncodeAllMatchesEncodeContent), so stored bytes equal to the encoding of
 // the artifact read back as the artifact; comparing the bytes spares a
 // decompression of everything just written.
 func (s *Store) readBack(tenant string, ours []*compiler.Artifact, enc [][]byte, others []*compiler.Artifact) error {

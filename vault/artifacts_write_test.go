@@ -25,6 +25,13 @@ func TestEncodeAllMatchesEncodeContent(t *testing.T) {
 			if !bytes.Equal(enc[i], encodeContent(a)) {
 				t.Fatalf("%d artifacts: encoding %d differs", n, i)
 			}
+			var got compiler.Artifact
+			if err := decodeContent(enc[i], &got); err != nil || got.Text != a.Text || !bytes.Equal(got.Raw, a.Raw) || got.Tool != a.Tool || got.Args != a.Args {
+				t.Fatalf("%d artifacts: encoding %d does not decode to its artifact: %v", n, i, err)
+			}
+			if len(enc[i]) != cap(enc[i]) || len(enc[i]) > len(a.Text)/2 {
+				t.Fatalf("encoding %d: %d bytes (capacity %d) for %d bytes of text", i, len(enc[i]), cap(enc[i]), len(a.Text))
+			}
 		}
 	}
 }
