@@ -80,7 +80,7 @@ type agentDialect interface {
 // request it got with the step it answered.
 type agentProvider struct {
 	*upstream
-	answers []string // guarded by upstream.mu; answers[i] is what reqs[i] got: "t1s0", or sideRequest
+	answers []string        // guarded by upstream.mu; answers[i] is what reqs[i] got: "t1s0", or sideRequest
 	cache   *cost.Simulator // guarded by upstream.mu; the session's prompt cache, as the provider keeps it
 }
 
