@@ -33,9 +33,11 @@ type Scope struct {
 }
 
 // Artifact is a piece of content removed from a request and replaced by a
-// receipt. Text is exactly what the model saw; Raw is the exact JSON value
-// that was replaced, so the request can be restored byte for byte. Text and
-// Raw may share the request body's memory: a Store copies what it keeps.
+// receipt. Text is exactly what the model saw; Raw is the exact bytes that
+// were replaced (a JSON value, or the raw span of a tool result's body
+// inside its string when the client's wrapper stayed around the receipt), so
+// the request can be restored byte for byte. Text and Raw may share the
+// request body's memory: a Store copies what it keeps.
 type Artifact struct {
 	Digest Digest // sha256(Text)
 	Text   string

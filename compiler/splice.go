@@ -5,9 +5,11 @@ import (
 	"sort"
 )
 
-// edit replaces src[start:end] with repl.
+// edit replaces src[start:end] with repl. at is the start of the JSON value
+// the edit changes (start itself, or the string a wrapped body is in).
 type edit struct {
 	start, end int
+	at         int
 	repl       []byte
 }
 
@@ -35,7 +37,7 @@ func splice(src []byte, edits []edit) ([]byte, error) {
 
 // tokenHints returns where the token counter may look for cuts (see
 // HintedCounter): in the original, the start of every unit and the bounds
-// of every tool-result value; in the output of edits, the same places
+// of what every tool-result slot's receipt would replace; in the output of edits, the same places
 // moved by the edits before them (those inside an edit are gone) and the
 // bounds of every edit. Both are ascending. edits must be sorted and
 // disjoint, as splice leaves them.
@@ -45,7 +47,7 @@ func tokenHints(d *doc, edits []edit) (raw, out []int) {
 		raw = append(raw, u.Start)
 	}
 	for _, s := range d.slots {
-		raw = append(raw, s.value.Start, s.value.End)
+		raw = append(raw, s.start, s.end)
 	}
 	sort.Ints(raw)
 	out = make([]int, 0, len(raw)+2*len(edits))

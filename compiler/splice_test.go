@@ -25,12 +25,12 @@ func TestTokenHintsFollowEdits(t *testing.T) {
 	}{
 		{"none", nil},
 		{"receipts", []edit{
-			{d.slots[0].value.Start, d.slots[0].value.End, []byte(`"r0"`)},
-			{d.slots[2].value.Start, d.slots[2].value.End, []byte(`"a longer receipt than the value it replaces? no, shorter"`)},
+			{start: d.slots[0].start, end: d.slots[0].end, repl: []byte(`"r0"`)},
+			{start: d.slots[2].start, end: d.slots[2].end, repl: []byte(`"a longer receipt than the value it replaces? no, shorter"`)},
 		}},
 		{"fold and empty edit", []edit{
-			{d.units[1].Start, d.units[3].End, []byte(`{"role":"user","content":"folded"}`)},
-			{d.units[5].End, d.units[6].End, nil},
+			{start: d.units[1].Start, end: d.units[3].End, repl: []byte(`{"role":"user","content":"folded"}`)},
+			{start: d.units[5].End, end: d.units[6].End},
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
