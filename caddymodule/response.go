@@ -91,6 +91,7 @@ func (h *Handler) finish(r *http.Request, ex *exchange, tap *responseTap, upstar
 	}
 	rep.total = time.Since(ex.start)
 	h.logger.Info("request", rep.fields()...)
+	h.observe(r, ex)
 }
 
 // responseTap passes the response through unbuffered and notes its status
