@@ -127,13 +127,13 @@ type openVault struct {
 	// ledger writes the request ledger when the backend keeps one
 	// (ledger.go); it stops, written out, before the backend closes.
 	ledgerOnce sync.Once
-	ledger     *ledgerWriter
+	ledger     atomic.Pointer[ledgerWriter]
 }
 
 func (o *openVault) Destruct() error {
 	o.ledgerOnce.Do(func() {}) // no ledger starts after this
-	if o.ledger != nil {
-		o.ledger.close()
+	if l := o.ledger.Load(); l != nil {
+		l.close()
 	}
 	return o.backend.Close()
 }

@@ -210,10 +210,10 @@ func (h *Handler) ledgerLimits() vault.LedgerLimits {
 func (o *openVault) startLedger(lim vault.LedgerLimits, m *metrics, log *zap.Logger) *ledgerWriter {
 	o.ledgerOnce.Do(func() {
 		if l, ok := o.backend.(vault.Ledger); ok {
-			o.ledger = newLedgerWriter(l, lim, m, log)
+			o.ledger.Store(newLedgerWriter(l, lim, m, log))
 		}
 	})
-	return o.ledger
+	return o.ledger.Load()
 }
 
 // tenantLabel is the operator's name for the request's credential: the
