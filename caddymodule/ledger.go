@@ -240,9 +240,9 @@ func (h *Handler) tenantLabel(r *http.Request, format string) string {
 	return ""
 }
 
-// observe counts a finished candidate in the metrics and queues its
+// account counts a finished candidate in the metrics and queues its
 // ledger record.
-func (h *Handler) observe(r *http.Request, ex *exchange) {
+func (h *Handler) account(r *http.Request, ex *exchange) {
 	if h.metrics == nil {
 		return
 	}
