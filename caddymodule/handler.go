@@ -183,6 +183,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	ex := &exchange{start: time.Now(), rep: report{format: format, path: r.URL.Path, rawBytes: r.ContentLength, sentBytes: r.ContentLength}}
 	if h.bypassed(r) {
 		ex.rep.passthrough(compiler.ReasonBypass)
+		if h.tenants != nil {
+			ex.rep.tenant = h.tenant(r, format) // for the ledger's per-tenant figures
+		}
 		return h.forward(w, r, next, ex)
 	}
 	release := h.prepare(r, ex)
