@@ -58,16 +58,40 @@ const (
 )
 
 func (a *AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
-	if r.Method != http.MethodGet {
-		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method %s not allowed", r.Method)}
-	}
 	switch r.URL.Path {
 	case AdminPath:
+		return serveSavings(w, r, savingsPageView)
+	case AdminPath + "stats":
+		return serveSavings(w, r, savingsStatsView)
+	case AdminPath + "ledger":
+		return serveSavings(w, r, savingsLedgerView)
+	}
+	return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no such resource: %s", r.URL.Path)}
+}
+
+// savingsView is one of the three things the savings endpoints serve.
+type savingsView int
+
+const (
+	savingsPageView savingsView = iota
+	savingsStatsView
+	savingsLedgerView
+)
+
+// serveSavings serves the page, the stats or the ledger, for the admin
+// API and for the savings HTTP handler alike. Errors are caddy.APIError
+// with the status to answer.
+func serveSavings(w http.ResponseWriter, r *http.Request, view savingsView) error {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method %s not allowed", r.Method)}
+	}
+	switch view {
+	case savingsPageView:
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Header().Set("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src data:")
 		_, err := w.Write(savingsPage)
 		return err
-	case AdminPath + "stats":
+	case savingsStatsView:
 		since, err := timeParam(r, "since")
 		if err != nil {
 			return err
@@ -84,7 +108,7 @@ func (a *AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 		st.Since, st.Until = since, until
 		st.Vault = vaultUsage()
 		return writeJSON(w, st)
-	case AdminPath + "ledger":
+	default:
 		before, err := timeParam(r, "before")
 		if err != nil {
 			return err
@@ -106,7 +130,6 @@ func (a *AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 		}
 		return writeJSON(w, map[string]any{"records": recs})
 	}
-	return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no such resource: %s", r.URL.Path)}
 }
 
 func writeJSON(w http.ResponseWriter, v any) error {
