@@ -281,10 +281,11 @@ func (a *App) registerMetrics(ctx caddy.Context) error {
 
 // RecoveryRound counts one round in which the gateway answered the
 // model's recovery tool calls (format: the request's format). For the
-// recovery wiring; safe on a nil App.
+// recovery wiring, which has the App; a handler has the same as
+// h.metrics.recoveryRound. Safe on a nil App.
 func (a *App) RecoveryRound(format string) {
 	if a != nil && a.shared != nil {
-		a.shared.metrics.recoveryRounds.WithLabelValues(format).Inc()
+		a.shared.metrics.recoveryRound(format)
 	}
 }
 
@@ -293,6 +294,20 @@ func (a *App) RecoveryRound(format string) {
 // App.
 func (a *App) RecoveryRead(action string) {
 	if a != nil && a.shared != nil {
-		a.shared.metrics.recoveryReads.WithLabelValues(action).Inc()
+		a.shared.metrics.recoveryRead(action)
+	}
+}
+
+// recoveryRound and recoveryRead are the hooks of the recovery path; safe
+// on nil metrics (handlers in tests).
+func (m *metrics) recoveryRound(format string) {
+	if m != nil {
+		m.recoveryRounds.WithLabelValues(format).Inc()
+	}
+}
+
+func (m *metrics) recoveryRead(action string) {
+	if m != nil {
+		m.recoveryReads.WithLabelValues(action).Inc()
 	}
 }

@@ -309,3 +309,24 @@ func sha256Hex(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
 }
+
+// TestRecoveryHooks: the recovery path's counters, through the App and
+// through a handler's metrics; nil receivers are no-ops.
+func TestRecoveryHooks(t *testing.T) {
+	sh := &shared{vaults: caddy.NewUsagePool()}
+	sh.metrics = newMetrics(sh)
+	app := &App{shared: sh}
+	app.RecoveryRound("anthropic_messages")
+	sh.metrics.recoveryRound("anthropic_messages")
+	app.RecoveryRead("artifact_get")
+	var nilApp *App
+	nilApp.RecoveryRound("x")
+	var nilMetrics *metrics
+	nilMetrics.recoveryRead("x")
+	if v := testutil.ToFloat64(sh.metrics.recoveryRounds.WithLabelValues("anthropic_messages")); v != 2 {
+		t.Fatalf("rounds %v, want 2", v)
+	}
+	if v := testutil.ToFloat64(sh.metrics.recoveryReads.WithLabelValues("artifact_get")); v != 1 {
+		t.Fatalf("reads %v, want 1", v)
+	}
+}
