@@ -330,3 +330,26 @@ func TestRecoveryHooks(t *testing.T) {
 		t.Fatalf("reads %v, want 1", v)
 	}
 }
+
+// BenchmarkAccount is what a finished candidate adds: metrics and the
+// ledger record queued (the writer drains it concurrently).
+func BenchmarkAccount(b *testing.B) {
+	s, err := vault.Open(vault.Config{Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	sh := &shared{vaults: caddy.NewUsagePool()}
+	h := &Handler{}
+	h.metrics = newMetrics(sh)
+	h.ledger = newLedgerWriter(s, vault.LedgerLimits{Retention: time.Hour, MaxRecords: 1 << 20, MaxBytes: 1 << 30}, h.metrics, zap.NewNop())
+	defer h.ledger.close()
+	r := httptest.NewRequest(http.MethodPost, chatPath, nil)
+	ex := &exchange{start: time.Now(), rep: report{decision: compiler.Accepted, format: "openai_chat", rawBytes: 100000, sentBytes: 20000,
+		receipts: 3, compiled: true, tenant: "t1", tokens: compiler.TokenReport{Status: compiler.TokensExact, Raw: 25000, Sent: 5000}},
+		obs: observation{family: "gpt-4o", conversation: "c_1", kinds: compiler.ReceiptKinds{Lease: 3}, costRaw: 25000, costSent: 6000}}
+	b.ReportAllocs()
+	for b.Loop() {
+		h.account(r, ex)
+	}
+}
