@@ -19,18 +19,20 @@ func TestReceiptKinds(t *testing.T) {
 	tests := []struct {
 		name   string
 		bodies [][]byte
+		opts   compiler.Options
 		want   compiler.ReceiptKinds // of the last request
 	}{
-		{"same-request duplicate", [][]byte{dup}, compiler.ReceiptKinds{Duplicate: 1}},
+		{"same-request duplicate", [][]byte{dup}, compiler.Options{InlineLeases: 1}, compiler.ReceiptKinds{Duplicate: 1}},
+		{"compaction", [][]byte{conversation(9, 5000, nil)}, compactOpts(5, 0), compiler.ReceiptKinds{Compaction: 3}},
 		{"leases", [][]byte{
 			compilertest.ChatBody("gpt-4o", turns[:1], ""),
 			compilertest.ChatBody("gpt-4o", turns[:2], ""),
 			compilertest.ChatBody("gpt-4o", turns[:3], ""),
-		}, compiler.ReceiptKinds{Lease: 2}},
+		}, compiler.Options{InlineLeases: 1}, compiler.ReceiptKinds{Lease: 2}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := newCompiler(t, compiler.Options{InlineLeases: 1}, compilertest.NewMemStore(), nil)
+			c := newCompiler(t, tt.opts, compilertest.NewMemStore(), nil)
 			var res compiler.Result
 			var conv compiler.Digest
 			for i, body := range tt.bodies {
