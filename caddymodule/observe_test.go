@@ -353,3 +353,45 @@ func BenchmarkAccount(b *testing.B) {
 		h.account(r, ex)
 	}
 }
+
+// stuckLedger blocks every append until released: a vault that hangs.
+type stuckLedger struct{ release chan struct{} }
+
+func (s stuckLedger) AppendLedger(ctx context.Context, _ []vault.LedgerRecord, _ vault.LedgerLimits) error {
+	select {
+	case <-s.release:
+	case <-ctx.Done():
+	}
+	return ctx.Err()
+}
+
+func (stuckLedger) ReadLedger(context.Context, vault.LedgerQuery) ([]vault.LedgerRecord, error) {
+	return nil, nil
+}
+
+// TestLedgerNeverBlocksRequests: with the vault hanging, adding records
+// returns at once; what does not fit the queue is dropped and counted.
+func TestLedgerNeverBlocksRequests(t *testing.T) {
+	st := stuckLedger{release: make(chan struct{})}
+	m := newMetrics(&shared{vaults: caddy.NewUsagePool()})
+	w := newLedgerWriter(st, vault.LedgerLimits{Retention: time.Hour, MaxRecords: 1, MaxBytes: 1}, m, zap.NewNop())
+	const n = 3 * ledgerQueue
+	done := make(chan struct{})
+	go func() {
+		for i := range n {
+			w.add(vault.LedgerRecord{Time: int64(i)})
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("add blocked on a hanging vault")
+	}
+	// At most the queue and one batch in the writer's hands are kept.
+	if d := testutil.ToFloat64(m.ledgerDropped); d < n-ledgerQueue-ledgerBatch {
+		t.Fatalf("dropped %v of %d", d, n)
+	}
+	close(st.release)
+	w.close()
+}
