@@ -147,12 +147,16 @@ func (m *metrics) observe(rep *report, ob *observation) {
 		m.cost.WithLabelValues(format, model, "saved").Add(ob.costRaw - ob.costSent)
 	}
 	if rep.decision == compiler.Accepted {
-		for kind, n := range map[string]int{
-			receiptDuplicate: ob.kinds.Duplicate, receiptLease: ob.kinds.Lease,
-			receiptCompaction: ob.kinds.Compaction, receiptFoldedTurn: rep.folded,
-		} {
-			if n > 0 {
-				m.receipts.WithLabelValues(format, kind).Add(float64(n))
+		kinds := [...]struct {
+			kind string
+			n    int
+		}{
+			{receiptDuplicate, ob.kinds.Duplicate}, {receiptLease, ob.kinds.Lease},
+			{receiptCompaction, ob.kinds.Compaction}, {receiptFoldedTurn, rep.folded},
+		}
+		for _, k := range kinds {
+			if k.n > 0 {
+				m.receipts.WithLabelValues(format, k.kind).Add(float64(k.n))
 			}
 		}
 	}
