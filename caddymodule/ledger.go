@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -246,6 +247,12 @@ func (h *Handler) account(r *http.Request, ex *exchange) {
 	if h.metrics == nil {
 		return
 	}
+	defer func() {
+		// Accounting never fails a request that has been answered.
+		if v := recover(); v != nil {
+			h.logger.Error("accounting a request panicked; metrics or ledger record skipped", zap.String("panic_type", fmt.Sprintf("%T", v)))
+		}
+	}()
 	ob := &ex.obs
 	if ob.family == "" {
 		ob.family = "unknown"

@@ -62,7 +62,7 @@ func newMetrics(sh *shared) *metrics {
 		candidates:     counter("candidate_requests_total", "Candidate provider requests by outcome.", "format", "decision", "reason", "model"),
 		bytes:          counter("bytes_total", "Request body bytes: raw (as the client sent), sent (forwarded), saved (raw - sent of accepted rewrites).", "format", "model", "kind"),
 		tokens:         counter("tokens_total", "Request tokens as the gate measured them: raw, sent, saved.", "format", "model", "kind"),
-		cost:           counter("cost_units_total", "Expected billed input cost in base-input-token units: raw, sent, saved.", "format", "model", "kind"),
+		cost:           counter("cost_units_total", "Expected billed input cost in base-input-token units: raw, sent, saved (raw - sent where positive), extra (sent - raw where positive).", "format", "model", "kind"),
 		receipts:       counter("receipts_total", "Receipts forwarded, by kind: duplicate, lease, compaction, folded_turn.", "format", "kind"),
 		failOpen:       counter("fail_open_total", "Candidates forwarded unchanged because something failed or was odd, by reason.", "reason"),
 		vaultFailures:  counter("vault_write_failures_total", "Compiles whose vault write or lookup failed, by reason.", "reason"),
@@ -130,7 +130,7 @@ func (m *metrics) observe(rep *report, ob *observation) {
 			sent = rep.rawBytes // shadow reports what would have gone; the original went
 		}
 		m.bytes.WithLabelValues(format, model, "sent").Add(float64(sent))
-		m.bytes.WithLabelValues(format, model, "saved").Add(float64(rep.rawBytes - sent))
+		m.bytes.WithLabelValues(format, model, "saved").Add(float64(max(rep.rawBytes-sent, 0)))
 	}
 	if rep.tokens.Status.Measured() {
 		sent := rep.tokens.Sent
@@ -139,12 +139,19 @@ func (m *metrics) observe(rep *report, ob *observation) {
 		}
 		m.tokens.WithLabelValues(format, model, "raw").Add(float64(rep.tokens.Raw))
 		m.tokens.WithLabelValues(format, model, "sent").Add(float64(sent))
-		m.tokens.WithLabelValues(format, model, "saved").Add(float64(rep.tokens.Raw - sent))
+		m.tokens.WithLabelValues(format, model, "saved").Add(float64(max(rep.tokens.Raw-sent, 0)))
 	}
 	if ob.costRaw > 0 {
 		m.cost.WithLabelValues(format, model, "raw").Add(ob.costRaw)
 		m.cost.WithLabelValues(format, model, "sent").Add(ob.costSent)
-		m.cost.WithLabelValues(format, model, "saved").Add(ob.costRaw - ob.costSent)
+		// What was sent can be judged dearer than the all-raw baseline
+		// (it counts what the conversation's earlier rewrites did to the
+		// cache); a counter never decreases, so that goes apart.
+		if d := ob.costRaw - ob.costSent; d >= 0 {
+			m.cost.WithLabelValues(format, model, "saved").Add(d)
+		} else {
+			m.cost.WithLabelValues(format, model, "extra").Add(-d)
+		}
 	}
 	if rep.decision == compiler.Accepted {
 		kinds := [...]struct {

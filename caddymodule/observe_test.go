@@ -395,3 +395,31 @@ func TestLedgerNeverBlocksRequests(t *testing.T) {
 	close(st.release)
 	w.close()
 }
+
+// TestMetricsCostDearerThanRaw: a request judged dearer than its all-raw
+// baseline is counted as extra, not subtracted from a counter (which would
+// panic), and the request is answered.
+func TestMetricsCostDearerThanRaw(t *testing.T) {
+	small := []byte(`{"model":"gpt-4o","messages":[]}`)
+	fc := &fakeCompiler{fn: func(ctx context.Context, req compiler.Request) compiler.Result {
+		return compiler.Result{Decision: compiler.Accepted, Body: small, Format: "openai_chat", Model: "gpt-4o",
+			RawBytes: len(req.Body), SentBytes: len(small), Receipts: 1, Kinds: compiler.ReceiptKinds{Lease: 1},
+			Tokens:  compiler.TokenReport{Status: compiler.TokensEstimate, Raw: 100, Sent: 120},
+			CostRaw: 1000, CostSent: 1300}
+	}}
+	h := observedHandler(t, fc, nil)
+	w, s := serve(t, h, newRequest(http.MethodPost, chatPath, strings.NewReader(`{"model":"gpt-4o","messages":[`+strings.Repeat(" ", 200)+`]}`)))
+	if s.calls != 1 || w.Code != http.StatusOK {
+		t.Fatalf("calls %d code %d", s.calls, w.Code)
+	}
+	m := h.metrics
+	if v := testutil.ToFloat64(m.cost.WithLabelValues("openai_chat", "gpt-4o", "extra")); v != 300 {
+		t.Fatalf("extra %v, want 300", v)
+	}
+	if v := testutil.ToFloat64(m.cost.WithLabelValues("openai_chat", "gpt-4o", "saved")); v != 0 {
+		t.Fatalf("saved %v, want 0", v)
+	}
+	if v := testutil.ToFloat64(m.tokens.WithLabelValues("openai_chat", "gpt-4o", "saved")); v != 0 {
+		t.Fatalf("tokens saved %v, want 0", v)
+	}
+}
