@@ -26,6 +26,7 @@ type observation struct {
 	costRaw      float64
 	costSent     float64
 	label        string // the operator's tenant label, if one matches
+	accounted    bool   // counted and queued: a request is accounted once
 }
 
 // note keeps what the observation needs of a compile.
@@ -254,6 +255,10 @@ func (h *Handler) account(r *http.Request, ex *exchange) {
 		}
 	}()
 	ob := &ex.obs
+	if ob.accounted {
+		return
+	}
+	ob.accounted = true
 	if ob.family == "" {
 		ob.family = "unknown"
 	}
