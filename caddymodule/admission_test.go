@@ -7,7 +7,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"runtime/debug"
-	"runtime/metrics"
+	rtmetrics "runtime/metrics"
 	"strings"
 	"sync"
 	"testing"
@@ -25,8 +25,8 @@ import (
 // at the start.
 func heapPeak() (stop func() (peak int64)) {
 	runtime.GC()
-	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	read := func() int64 { metrics.Read(sample); return int64(sample[0].Value.Uint64()) }
+	sample := []rtmetrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	read := func() int64 { rtmetrics.Read(sample); return int64(sample[0].Value.Uint64()) }
 	base := read()
 	var max int64
 	done := make(chan struct{})

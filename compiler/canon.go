@@ -47,6 +47,13 @@ func (t *text) str() string {
 	return t.s
 }
 
+// rawIdentity is the artifact identity of content whose text is its raw
+// bytes (a folded turn's exact messages): one hash serves both.
+func rawIdentity(raw []byte) Digest {
+	sum := sha256.Sum256(raw)
+	return artifactDigest(sum, sum)
+}
+
 // hasher computes canonical message hashes. The canonical form ignores key
 // order, whitespace, escape spelling and cache_control markers (which some
 // clients move on every step), so a conversation is recognised however its
