@@ -148,6 +148,10 @@ type Handler struct {
 	// (passthrough=no_tenant).
 	Tenant string `json:"tenant,omitempty"`
 
+	// Recovery of vaulted content: the artifact API and the model's
+	// recovery tool (recovery_config.go).
+	RecoveryConfig
+
 	handlerState // provisioned state, see handler.go
 }
 
@@ -212,6 +216,7 @@ func (h *Handler) applyDefaults() {
 	if h.MaxBufferedBytes == nil {
 		h.MaxBufferedBytes = int64p(DefaultMaxBufferedBytes)
 	}
+	h.applyRecoveryDefaults()
 }
 
 // Validate checks the configuration. Unset fields are checked as their
@@ -291,7 +296,7 @@ func (h *Handler) check() error {
 	if *h.MaxBufferedBytes < 1 {
 		return errf("max_buffered_bytes must be positive, got %d", *h.MaxBufferedBytes)
 	}
-	return nil
+	return h.checkRecovery()
 }
 
 func knownTokenizer(v string) bool {
@@ -316,5 +321,6 @@ func (h *Handler) compilerOptions() compiler.Options {
 			CollapseAfterTurns: *h.CollapseAfterTurns,
 			InlineRecentTurns:  *h.InlineRecentTurns,
 		},
+		Recovery: h.compilerRecovery(),
 	}
 }

@@ -45,6 +45,8 @@ type handlerState struct {
 	// through with passthrough=vault_error and this detail.
 	vaultErr string
 	releases []func()
+	// recovery is nil when recovery is off (recovery.go).
+	recovery *recoveryRuntime
 }
 
 // compileFunc and tenantFunc are the handler's only dependencies on the
@@ -116,6 +118,7 @@ func (h *Handler) provision(ctx caddy.Context, app *App) error {
 	}
 	h.releases = append(h.releases, release)
 
+	h.provisionRecovery(ov.backend)
 	comp, release, err := app.compiler(backend.VaultKey(), counterKey(tcfg), h.compilerOptions(), ov.backend, counter)
 	if err != nil {
 		return err
@@ -166,6 +169,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if h.Mode == string(compiler.ModeOff) || (h.comp == nil && h.vaultErr == "") {
 		return next.ServeHTTP(w, r)
 	}
+	if h.serveRecoveryAPI(w, r) {
+		return nil
+	}
 	format, ok := h.formatFor(r.Method, r.URL.Path)
 	if !ok {
 		if r.Method == http.MethodGet && isWebSocket(r.Header) {
@@ -183,7 +189,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 type exchange struct {
 	start  time.Time
 	rep    report
-	commit func() // lineage record, run once the provider accepted the body
+	commit func()            // lineage record, run once the provider accepted the body
+	rec    *recoveryExchange // set when the forwarded body carries the recovery tool
 }
 
 // prepare reads the body, compiles it and sets what goes upstream. It
@@ -235,6 +242,7 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 	}
 	setBody(r, out)
 	ex.commit = res.Commit
+	h.noteRecovery(r, ex, res, buf, out, tenant)
 
 	rep.fromResult(res, int64(len(buf)), int64(len(out)), mode)
 	if res.Reason == compiler.ReasonInvalidOutput && h.stats != nil {

@@ -39,6 +39,8 @@ type report struct {
 	usage         response.Usage
 	committed     bool // the lineage was recorded (provider answered 2xx)
 	commit        time.Duration
+
+	recovery recoveryReport // recovery.go
 }
 
 func (rep *report) passthrough(reason compiler.Reason) {
@@ -126,6 +128,7 @@ func (rep *report) header() string {
 		// absent, not guessed.
 		b.WriteString("; tokens=none")
 	}
+	rep.recovery.header(&b)
 	return b.String()
 }
 
@@ -188,6 +191,7 @@ func (rep *report) fields() []zap.Field {
 		f = append(f, zap.String("outcome", rep.outcome))
 	}
 	f = append(f, usageFields(rep.usage)...)
+	f = append(f, rep.recovery.fields()...)
 	if rep.committed {
 		f = append(f, zap.Float64("commit_ms", ms(rep.commit)))
 	}

@@ -20,13 +20,35 @@ type Recovery struct {
 	// ToolName is the recovery tool's name. A request whose own tools
 	// already name it is offered no tool (Result.ToolConflict).
 	ToolName string
-	// Tools holds, per format name, the tool's definition: one element of
-	// the request's tools array, appended after the client's tools. It is
-	// added to a rewrite that carries receipts or folded turns, and to every
-	// later rewrite of a conversation once it was sent (sticky: a tools
-	// array that toggles would bust the provider's prompt cache). nil or a
-	// format without a definition: no tool.
-	Tools map[string][]byte
+	// Tools holds, per format, the tool's definition: one element of the
+	// request's tools array, appended after the client's tools. It is added
+	// to a rewrite that carries receipts or folded turns, and to every later
+	// rewrite of a conversation once it was sent (sticky: a tools array that
+	// toggles would bust the provider's prompt cache). Empty: no tool.
+	Tools ToolDefinitions
+}
+
+// ToolDefinitions is the recovery tool's definition in each format's
+// shape. Strings keep Options comparable.
+type ToolDefinitions struct {
+	Chat, Responses, Anthropic string
+}
+
+// of returns the definition for a format name, nil for none.
+func (t ToolDefinitions) of(format string) []byte {
+	var s string
+	switch format {
+	case chatFormat{}.name():
+		s = t.Chat
+	case responsesFormat{}.name():
+		s = t.Responses
+	case anthropicFormat{}.name():
+		s = t.Anthropic
+	}
+	if s == "" {
+		return nil
+	}
+	return []byte(s)
 }
 
 // receiptHint appends the recovery hint to a receipt.
@@ -48,7 +70,7 @@ type toolPlan struct {
 // when the rewrite receipts or folds something, or the conversation has
 // been sent the tool before, unless the client's tools already name it.
 func (c *Compiler) planTool(f format, p *plan) toolPlan {
-	def := c.opts.Recovery.Tools[f.name()]
+	def := c.opts.Recovery.Tools.of(f.name())
 	if def == nil {
 		return toolPlan{}
 	}

@@ -29,7 +29,7 @@ func TestCacheStateToolFlag(t *testing.T) {
 // even one that carries no receipt or fold; one never sent it does not.
 func TestPlanToolSticky(t *testing.T) {
 	def := []byte(`{"name":"token_terminator","input_schema":{"type":"object"}}`)
-	c := &Compiler{opts: Options{Recovery: Recovery{ToolName: "token_terminator", Tools: map[string][]byte{"anthropic_messages": def}}}}
+	c := &Compiler{opts: Options{Recovery: Recovery{ToolName: "token_terminator", Tools: ToolDefinitions{Anthropic: string(def)}}}}
 	f := formatFor("POST", "/v1/messages")
 	src := []byte(`{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"hi"}]}`)
 	d, reason := parseDoc(f, src, nil)

@@ -19,10 +19,10 @@ const toolHint = "token_terminator artifact_get"
 func recoveryOptions() compiler.Options {
 	return compiler.Options{InlineLeases: 1, Recovery: compiler.Recovery{
 		Hint: toolHint, ToolName: recovery.ToolName,
-		Tools: map[string][]byte{
-			response.FormatChat:      recovery.Definition(response.FormatChat),
-			response.FormatResponses: recovery.Definition(response.FormatResponses),
-			response.FormatAnthropic: recovery.Definition(response.FormatAnthropic),
+		Tools: compiler.ToolDefinitions{
+			Chat:      string(recovery.Definition(response.FormatChat)),
+			Responses: string(recovery.Definition(response.FormatResponses)),
+			Anthropic: string(recovery.Definition(response.FormatAnthropic)),
 		},
 	}}
 }
