@@ -188,17 +188,7 @@ var subdirectives = map[string]func(t *Handler, v string) error{
 		t.Tokenizer = v
 		return nil
 	},
-	"context_compaction": func(t *Handler, v string) error {
-		switch v {
-		case "on":
-			t.ContextCompaction = boolp(true)
-		case "off":
-			t.ContextCompaction = boolp(false)
-		default:
-			return fmt.Errorf("want on or off, got '%s'", v)
-		}
-		return nil
-	},
+	"context_compaction": func(t *Handler, v string) error { return setOnOff(&t.ContextCompaction, v) },
 }
 
 func setInt(dst **int, v string, min int) error {
@@ -240,3 +230,16 @@ func setDuration(dst *caddy.Duration, v string) error {
 
 // Interface guard
 var _ caddyfile.Unmarshaler = (*Handler)(nil)
+
+// setOnOff reads an on|off switch.
+func setOnOff(dst **bool, v string) error {
+	switch v {
+	case "on":
+		*dst = boolp(true)
+	case "off":
+		*dst = boolp(false)
+	default:
+		return fmt.Errorf("want on or off, got '%s'", v)
+	}
+	return nil
+}

@@ -66,6 +66,9 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{name: "vault badger block", input: "token_terminator {\nvault badger {\ndir /var/lib/tt\nmax_bytes 1GiB\n}\n}",
 			want: `{"vault":{"backend":"badger","dir":"/var/lib/tt","max_bytes":1073741824}}`},
 		{name: "vault badger no block", input: "token_terminator {\nvault badger\n}", want: `{"vault":{"backend":"badger"}}`},
+		{name: "vault badger quota and damage", input: "token_terminator {\nvault badger {\nmax_bytes 1GiB\ntenant_max_bytes 256MiB\nmove_aside_damaged on\n}\n}",
+			want: `{"vault":{"backend":"badger","max_bytes":1073741824,"move_aside_damaged":true,"tenant_max_bytes":268435456}}`},
+		{name: "bad badger move_aside_damaged", input: "token_terminator {\nvault badger {\nmove_aside_damaged yes\n}\n}", err: "want on or off, got 'yes'"},
 		{name: "tenant_key and tenant", input: "token_terminator {\ntenant_key {env.TT_TENANT_KEY}\ntenant {http.auth.user.id}\n}",
 			want: `{"tenant_key":"{env.TT_TENANT_KEY}","tenant":"{http.auth.user.id}"}`},
 

@@ -26,6 +26,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/response"
 	"github.com/tokenterminator/caddy-token-terminator/tokens"
 )
 
@@ -37,6 +38,7 @@ func init() {
 type handlerState struct {
 	logger    *zap.Logger
 	comp      compileFunc
+	observe   func(compiler.Result, response.Usage) // the compiler's usage calibration; nil in tests
 	tenants   tenantFunc
 	formatFor func(method, path string) (string, bool)
 	buffered  *atomic.Int64 // bytes of bodies held now
@@ -125,6 +127,7 @@ func (h *Handler) provision(ctx caddy.Context, app *App) error {
 	}
 	h.releases = append(h.releases, release)
 	h.comp = comp.Compile
+	h.observe = comp.ObserveUsage
 	return nil
 }
 
@@ -191,6 +194,9 @@ type exchange struct {
 	rep    report
 	commit func()            // lineage record, run once the provider accepted the body
 	rec    *recoveryExchange // set when the forwarded body carries the recovery tool
+	// observe hands the provider's usage for this request to the compiler
+	// (cost calibration); nil when the request was not compiled.
+	observe func(response.Usage)
 }
 
 // prepare reads the body, compiles it and sets what goes upstream. It
@@ -243,6 +249,9 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 	setBody(r, out)
 	ex.commit = res.Commit
 	h.noteRecovery(r, ex, res, buf, out, tenant)
+	if h.observe != nil {
+		ex.observe = func(u response.Usage) { h.observe(res, u) }
+	}
 
 	rep.fromResult(res, int64(len(buf)), int64(len(out)), mode)
 	if res.Reason == compiler.ReasonInvalidOutput && h.stats != nil {

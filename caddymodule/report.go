@@ -28,6 +28,9 @@ type report struct {
 	invalidTotal        uint64 // with invalid_output: refused rewrites since start
 	tokens              compiler.TokenReport
 	compiled            bool
+	// Expected billed input cost (base-input-token units) of the original
+	// and of what was sent; zero when not modelled.
+	costRaw, costSent float64
 
 	read, parse, vault, compile, total time.Duration
 
@@ -60,6 +63,7 @@ func (rep *report) fromResult(res compiler.Result, raw, sent int64, mode compile
 	rep.rawBytes = raw
 	rep.sentBytes = sent
 	rep.receipts = res.Receipts
+	rep.costRaw, rep.costSent = res.CostRaw, res.CostSent
 	rep.folded = res.Folded
 	rep.detail = res.Detail
 	rep.slots = res.Slots
@@ -96,7 +100,7 @@ func (rep *report) decisionString() string {
 
 // header renders the Token-Terminator response header value:
 //
-//	<decision>; raw_bytes=N; sent_bytes=N; receipts=N[; raw_tokens=N; sent_tokens=N[; tokens=estimate]]
+//	<decision>; raw_bytes=N; sent_bytes=N; receipts=N[; raw_tokens=N; sent_tokens=N[; tokens=estimate]][; cost_raw=N; cost_sent=N]
 //
 // or with "; tokens=none" / "; tokens=budget" when no count applies.
 // Byte counts of a streamed body of unknown length are omitted.
@@ -127,6 +131,12 @@ func (rep *report) header() string {
 		// No tokenizer applies, or no rewrite was judged: the figures are
 		// absent, not guessed.
 		b.WriteString("; tokens=none")
+	}
+	if rep.costRaw > 0 {
+		b.WriteString("; cost_raw=")
+		b.WriteString(strconv.FormatFloat(rep.costRaw, 'f', 0, 64))
+		b.WriteString("; cost_sent=")
+		b.WriteString(strconv.FormatFloat(rep.costSent, 'f', 0, 64))
 	}
 	rep.recovery.header(&b)
 	return b.String()
@@ -191,6 +201,9 @@ func (rep *report) fields() []zap.Field {
 		f = append(f, zap.String("outcome", rep.outcome))
 	}
 	f = append(f, usageFields(rep.usage)...)
+	if rep.costRaw > 0 {
+		f = append(f, zap.Float64("cost_raw", rep.costRaw), zap.Float64("cost_sent", rep.costSent))
+	}
 	f = append(f, rep.recovery.fields()...)
 	if rep.committed {
 		f = append(f, zap.Float64("commit_ms", ms(rep.commit)))

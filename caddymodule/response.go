@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -21,10 +22,12 @@ type responseReader interface {
 	Usage() response.Usage
 }
 
-// newResponseReader makes the reader of a response to a request of format;
-// nil means no response is read (usage is then not logged). The response
-// package's NewReader is wired in here.
-var newResponseReader func(format string) responseReader
+// newResponseReader makes the reader of a response to a request of format,
+// streamed as Server-Sent Events or not; nil means no response is read
+// (usage is then not logged). Tests replace it.
+var newResponseReader = func(format string, stream bool) responseReader {
+	return response.NewReader(format, response.Options{Stream: stream})
+}
 
 // forward sets the report header and placeholders, passes the request on
 // with a writer that watches the answer, then commits the lineage if the
@@ -34,10 +37,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 	w.Header().Set(HeaderName, rep.header())
 	setPlaceholders(r, rep)
 
-	tap := &responseTap{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}}
-	if newResponseReader != nil {
-		tap.reader = newResponseReader(rep.format)
-	}
+	tap := &responseTap{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, format: rep.format}
 	upstart := time.Now()
 	defer func() {
 		// reverse_proxy aborts a response that broke mid-stream (upstream
@@ -70,6 +70,11 @@ func (h *Handler) finish(r *http.Request, ex *exchange, tap *responseTap, upstar
 	rep.responseBytes = tap.n
 	if tap.reader != nil {
 		rep.usage = tap.reader.Usage()
+	}
+	if rep.usage.Known && ex.observe != nil {
+		// The provider's own figures calibrate the cost model: a response
+		// that read nothing from its cache says the cache is cold.
+		ex.observe(rep.usage)
 	}
 
 	// The provider's answer is part of "accepted": a receipt's lease counts
@@ -104,6 +109,7 @@ func (h *Handler) finish(r *http.Request, ex *exchange, tap *responseTap, upstar
 // http.ResponseController and reverse_proxy expect.
 type responseTap struct {
 	*caddyhttp.ResponseWriterWrapper
+	format string
 	reader responseReader
 	status int
 	n      int64
@@ -114,13 +120,25 @@ func (t *responseTap) WriteHeader(code int) {
 	// final one of an upgrade.
 	if t.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
 		t.status = code
+		t.startReader()
 	}
 	t.ResponseWriter.WriteHeader(code)
+}
+
+// startReader picks the reader by the response's content type, known once
+// the status is: only a 2xx answer carries usage worth reading.
+func (t *responseTap) startReader() {
+	if newResponseReader == nil || t.status < 200 || t.status >= 300 {
+		return
+	}
+	ct := t.Header().Get("Content-Type")
+	t.reader = newResponseReader(t.format, strings.HasPrefix(strings.ToLower(strings.TrimSpace(ct)), "text/event-stream"))
 }
 
 func (t *responseTap) Write(p []byte) (int, error) {
 	if t.status == 0 {
 		t.status = http.StatusOK
+		t.startReader()
 	}
 	n, err := t.ResponseWriter.Write(p)
 	t.n += int64(n)

@@ -131,12 +131,14 @@ func (f *fakeReader) Usage() response.Usage {
 func TestResponseTeedAndUsageLogged(t *testing.T) {
 	var readers []*fakeReader
 	var formats []string
-	newResponseReader = func(format string) responseReader {
+	var streams []bool
+	saved := newResponseReader
+	newResponseReader = func(format string, stream bool) responseReader {
 		f := &fakeReader{}
-		readers, formats = append(readers, f), append(formats, format)
+		readers, formats, streams = append(readers, f), append(formats, format), append(streams, stream)
 		return f
 	}
-	t.Cleanup(func() { newResponseReader = nil })
+	t.Cleanup(func() { newResponseReader = saved })
 
 	var commits atomic.Int32
 	h, logs := testHandler(t, committingCompiler(&commits), nil)
@@ -164,8 +166,8 @@ func TestResponseTeedAndUsageLogged(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := strings.Join(events, "")
-	if w.Body.String() != want || len(readers) != 1 || readers[0].got.String() != want || formats[0] != "openai_chat" {
-		t.Fatalf("client got %q, reader got %q (%v)", w.Body.String(), readers[0].got.String(), formats)
+	if w.Body.String() != want || len(readers) != 1 || readers[0].got.String() != want || formats[0] != "openai_chat" || !streams[0] {
+		t.Fatalf("client got %q, reader got %q (%v, stream %v)", w.Body.String(), readers[0].got.String(), formats, streams)
 	}
 	m := logs.All()[0].ContextMap()
 	if m["usage_input"] != int64(10) || m["usage_output"] != int64(3) || m["usage_cache_read"] != int64(7) || m["usage_cache_write"] != int64(1) {
@@ -291,5 +293,52 @@ func TestAbortedResponseNotCommitted(t *testing.T) {
 	e := logs.All()
 	if len(e) != 1 || e[0].ContextMap()["outcome"] != "aborted" || e[0].ContextMap()["status"] != int64(200) {
 		t.Fatalf("log: %+v", e)
+	}
+}
+
+// The real response reader is wired in: a plain JSON answer's usage lands
+// in the log (Anthropic's input counts its cache reads and writes too: 11 +
+// 5 + 2), and the compiler is handed it for cost calibration; an error
+// answer is not read at all.
+func TestResponseUsageFromProvider(t *testing.T) {
+	tests := []struct {
+		name    string
+		status  int
+		body    string
+		logged  bool
+		observe int
+	}{
+		{"anthropic json", http.StatusOK, `{"type":"message","content":[{"type":"text","text":"hi"}],"usage":{"input_tokens":11,"cache_read_input_tokens":5,"cache_creation_input_tokens":2,"output_tokens":4}}`, true, 1},
+		{"error status", http.StatusTooManyRequests, `{"type":"error","error":{"type":"rate_limit_error"},"usage":{"input_tokens":11}}`, false, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var commits atomic.Int32
+			h, logs := testHandler(t, committingCompiler(&commits), nil)
+			var seen []response.Usage
+			h.formatFor = compiler.FormatFor
+			h.observe = func(_ compiler.Result, u response.Usage) { seen = append(seen, u) }
+			next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(tt.status)
+				_, err := io.WriteString(w, tt.body)
+				return err
+			})
+			w := httptest.NewRecorder()
+			if err := h.ServeHTTP(w, newRequest(http.MethodPost, "/v1/messages", strings.NewReader("{}")), next); err != nil {
+				t.Fatal(err)
+			}
+			m := logs.All()[0].ContextMap()
+			_, has := m["usage_input"]
+			if has != tt.logged || len(seen) != tt.observe {
+				t.Fatalf("usage logged %v (want %v), observed %d (want %d): %v", has, tt.logged, len(seen), tt.observe, m)
+			}
+			if tt.logged && (m["usage_input"] != int64(18) || m["usage_cache_read"] != int64(5) || m["usage_cache_write"] != int64(2) || m["usage_output"] != int64(4)) {
+				t.Fatalf("usage %v", m)
+			}
+			if tt.observe > 0 && (seen[0].Input != 18 || seen[0].CacheRead != 5) {
+				t.Fatalf("observed %+v", seen[0])
+			}
+		})
 	}
 }

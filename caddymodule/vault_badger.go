@@ -21,16 +21,28 @@ func init() {
 // BadgerVault is the embedded vault: a Badger database in a directory.
 //
 //	vault badger {
-//	    dir       <path>
-//	    max_bytes <size>
+//	    dir                <path>
+//	    max_bytes          <size>
+//	    tenant_max_bytes   <size>
+//	    move_aside_damaged on|off
 //	}
 type BadgerVault struct {
 	// Database directory (mode 0700). Default: Caddy's data directory +
 	// "/token-terminator".
 	Dir string `json:"dir,omitempty"`
-	// Capacity: artifact bytes before compression. When full, requests
-	// pass through. Default: 512 MiB.
+	// Capacity: artifact bytes before compression, and lineage. When full,
+	// requests pass through. Default: 512 MiB.
 	MaxBytes *int64 `json:"max_bytes,omitempty"`
+	// Most artifact bytes one tenant may hold: a tenant at its quota
+	// evicts its own least recently seen artifacts, then passes through, so
+	// one tenant can never fill the vault for everyone. Default:
+	// max_bytes/4 (set it to max_bytes for a single-key deployment).
+	TenantMaxBytes *int64 `json:"tenant_max_bytes,omitempty"`
+	// On a damaged database, move the directory aside
+	// (<dir>.damaged-<UTC time>) and start empty instead of passing
+	// through. The fresh vault has none of the old artifacts, lineage or
+	// tenant key. Default: off.
+	MoveAsideDamaged bool `json:"move_aside_damaged,omitempty"`
 }
 
 // CaddyModule returns the Caddy module information.
@@ -76,6 +88,12 @@ func (b *BadgerVault) Validate() error {
 	if b.MaxBytes != nil && *b.MaxBytes < 1 {
 		return fmt.Errorf("vault max_bytes must be positive, got %d", *b.MaxBytes)
 	}
+	if b.TenantMaxBytes != nil && *b.TenantMaxBytes < 1 {
+		return fmt.Errorf("vault tenant_max_bytes must be positive, got %d", *b.TenantMaxBytes)
+	}
+	if b.TenantMaxBytes != nil && b.MaxBytes != nil && *b.TenantMaxBytes > *b.MaxBytes {
+		return fmt.Errorf("vault tenant_max_bytes (%d) must not exceed max_bytes (%d)", *b.TenantMaxBytes, *b.MaxBytes)
+	}
 	return nil
 }
 
@@ -83,13 +101,25 @@ func (b *BadgerVault) Validate() error {
 func (b *BadgerVault) VaultKey() string { return "badger:" + b.Dir }
 
 // VaultConfig implements VaultBackend.
-func (b *BadgerVault) VaultConfig() string { return fmt.Sprintf("max_bytes=%d", *b.MaxBytes) }
+func (b *BadgerVault) VaultConfig() string {
+	return fmt.Sprintf("max_bytes=%d tenant_max_bytes=%d move_aside_damaged=%v", *b.MaxBytes, b.tenantMax(), b.MoveAsideDamaged)
+}
+
+// tenantMax is the quota with its default applied (the vault's own rule).
+func (b *BadgerVault) tenantMax() int64 {
+	if b.TenantMaxBytes != nil {
+		return *b.TenantMaxBytes
+	}
+	return max(*b.MaxBytes/4, 1)
+}
 
 // OpenVault implements VaultBackend.
 func (b *BadgerVault) OpenVault(log *zap.Logger, maxArtifactBytes int64) (vault.Backend, error) {
 	return vault.Open(vault.Config{
 		Dir:              b.Dir,
 		MaxBytes:         *b.MaxBytes,
+		TenantMaxBytes:   b.tenantMax(),
+		MoveAsideDamaged: b.MoveAsideDamaged,
 		MaxArtifactBytes: maxArtifactBytes,
 		Logger:           log,
 	})
@@ -98,8 +128,17 @@ func (b *BadgerVault) OpenVault(log *zap.Logger, maxArtifactBytes int64) (vault.
 // UnmarshalCaddyfile reads the block after `vault badger`.
 func (b *BadgerVault) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return parseBlock(d, "vault badger", map[string]func(string) error{
-		"dir":       func(v string) error { b.Dir = v; return nil },
-		"max_bytes": func(v string) error { return setSize(&b.MaxBytes, v) },
+		"dir":              func(v string) error { b.Dir = v; return nil },
+		"max_bytes":        func(v string) error { return setSize(&b.MaxBytes, v) },
+		"tenant_max_bytes": func(v string) error { return setSize(&b.TenantMaxBytes, v) },
+		"move_aside_damaged": func(v string) error {
+			var on *bool
+			if err := setOnOff(&on, v); err != nil {
+				return err
+			}
+			b.MoveAsideDamaged = *on
+			return nil
+		},
 	})
 }
 

@@ -36,7 +36,7 @@ func TestAnthropicDuplicates(t *testing.T) {
 		}
 		var d compiler.Digest
 		copy(d[:], sha(out))
-		a, ok := store.Get("t1", d)
+		a, ok, _ := store.Get(t.Context(), "t1", d)
 		if !ok || a.Text != out || a.Tool != "Read" || a.Args != `{"file_path":"/a.py"}` {
 			t.Fatalf("artifact not stored with provenance: ok=%v tool=%q args=%q", ok, a.Tool, a.Args)
 		}
@@ -120,7 +120,7 @@ func TestAnthropicBytePreservationAndNeverTouch(t *testing.T) {
 	}
 	var d compiler.Digest
 	copy(d[:], sha(out))
-	if a, _ := store.Get("t", d); a.Args != `{"file_path":"/a.py","limit":2.50e1}` {
+	if a, _, _ := store.Get(t.Context(), "t", d); a.Args != `{"file_path":"/a.py","limit":2.50e1}` {
 		t.Fatalf("args are not the raw input: %q", a.Args)
 	}
 }

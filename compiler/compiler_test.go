@@ -148,7 +148,7 @@ func TestSameRequestDuplicates(t *testing.T) {
 	r := receipts(t, res.Body)[0]
 	var d compiler.Digest
 	copy(d[:], sha(out))
-	a, ok := store.Get("t1", d)
+	a, ok, _ := store.Get(t.Context(), "t1", d)
 	if !ok || a.Text != out || a.Tool != "bash" || a.Args != `{"command":"cat a.py"}` || a.Chars != len([]rune(out)) {
 		t.Fatalf("artifact not stored exactly: ok=%v tool=%q", ok, a.Tool)
 	}

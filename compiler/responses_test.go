@@ -40,7 +40,7 @@ func TestResponsesDuplicates(t *testing.T) {
 		}
 		var d compiler.Digest
 		copy(d[:], sha(out))
-		a, ok := store.Get("t1", d)
+		a, ok, _ := store.Get(t.Context(), "t1", d)
 		if !ok || a.Text != out || a.Tool != "shell" || a.Args != `{"cmd":"cat a.py"}` {
 			t.Fatalf("artifact not stored with provenance: ok=%v tool=%q args=%q", ok, a.Tool, a.Args)
 		}

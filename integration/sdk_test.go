@@ -235,56 +235,9 @@ func messagesReply(w http.ResponseWriter, model, text string, stream bool) {
 var userCacheDir, userCacheErr = os.UserCacheDir()
 
 // installSDKs returns a node_modules directory holding openai and
-// @anthropic-ai/sdk: the cached one when complete, else a fresh npm install
-// (into the cache when it is writable, else into a temp dir).
+// @anthropic-ai/sdk (see npmInstall).
 func installSDKs(t *testing.T) string {
-	t.Helper()
-	complete := func(dir string) bool {
-		for _, p := range []string{"openai/package.json", "@anthropic-ai/sdk/package.json"} {
-			if _, err := os.Stat(filepath.Join(dir, "node_modules", p)); err != nil {
-				return false
-			}
-		}
-		return true
-	}
-	var cache string
-	if base, err := userCacheDir, userCacheErr; err == nil {
-		cache = filepath.Join(base, "token-terminator-sdk-test")
-		if complete(cache) {
-			return filepath.Join(cache, "node_modules")
-		}
-	}
-	// Install into a fresh directory, then move it into place whole, so an
-	// interrupted install never leaves a half cache behind.
-	tmp := t.TempDir()
-	if cache != "" {
-		if err := os.MkdirAll(filepath.Dir(cache), 0o755); err == nil {
-			if d, err := os.MkdirTemp(filepath.Dir(cache), "token-terminator-sdk-test-*"); err == nil {
-				tmp = d
-				defer os.RemoveAll(d) // no-op after a successful rename
-			}
-		}
-	}
-	if err := os.WriteFile(filepath.Join(tmp, "package.json"), []byte(`{"name":"tt-sdk-test","private":true}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "npm", "install", "--no-audit", "--no-fund", "--loglevel=error", "openai", "@anthropic-ai/sdk")
-	cmd.Dir = tmp
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Skipf("npm install failed (registry unreachable?): %v\n%s", err, out)
-	}
-	if !complete(tmp) {
-		t.Fatalf("npm install did not produce both packages")
-	}
-	if cache != "" && strings.HasPrefix(tmp, filepath.Dir(cache)) {
-		os.RemoveAll(cache)
-		if err := os.Rename(tmp, cache); err == nil {
-			return filepath.Join(cache, "node_modules")
-		}
-	}
-	return filepath.Join(tmp, "node_modules")
+	return npmInstall(t, "token-terminator-sdk-test", "openai", "@anthropic-ai/sdk")
 }
 
 // sdkScript drives the SDKs: argv[2] is the gateway URL, argv[3] the

@@ -61,7 +61,7 @@ func TestCorpusRecovery(t *testing.T) {
 				if compiler.ArtifactID(sum) != id || digest != hex.EncodeToString(sum[:]) {
 					t.Fatalf("%s: recovered content is not the artifact", id)
 				}
-				a, _ := mem.store.Get(loopTenant, sum)
+				a, _, _ := mem.store.Get(context.Background(), loopTenant, sum)
 				if !bytes.Contains(req.Body, a.Raw) {
 					t.Fatalf("%s: the replaced value is not in the original request", id)
 				}

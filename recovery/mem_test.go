@@ -41,8 +41,7 @@ func (m *memArtifacts) Get(_ context.Context, tenant string, d compiler.Digest) 
 	if m.fail != nil {
 		return compiler.Artifact{}, false, m.fail
 	}
-	a, ok := m.store.Get(tenant, d)
-	return a, ok, nil
+	return m.store.Get(context.Background(), tenant, d)
 }
 
 func (m *memArtifacts) Resolve(_ context.Context, tenant, id string) (compiler.Digest, bool, error) {
@@ -69,7 +68,7 @@ func (m *memArtifacts) Search(_ context.Context, tenant, query string, limit int
 	var out []compiler.Artifact
 	q := strings.ToLower(query)
 	for _, d := range slices.Backward(m.order[tenant]) {
-		a, _ := m.store.Get(tenant, d)
+		a, _, _ := m.store.Get(context.Background(), tenant, d)
 		if strings.Contains(strings.ToLower(a.Text), q) || strings.Contains(strings.ToLower(a.Tool), q) {
 			out = append(out, compiler.Artifact{Digest: a.Digest, Tool: a.Tool, Chars: a.Chars})
 		}

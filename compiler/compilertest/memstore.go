@@ -4,6 +4,7 @@ package compilertest
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"errors"
 	"maps"
@@ -14,13 +15,29 @@ import (
 )
 
 // MemStore is an in-memory compiler.Store with the same semantics as the
-// vault, for tests. Fail, when set, makes every call return that error.
+// vault, for tests; it is also a vault.Backend (Get, TenantKey, Close) and
+// passes the conformance suite of vault/storetest, without capacity,
+// retention or persistence. Fail, when set, makes every call return that
+// error.
 type MemStore struct {
 	mu        sync.Mutex
 	arts      map[string]compiler.Artifact // tenant + digest
 	nodes     map[string]compiler.Record   // scope + chain end
+	key       []byte                       // tenant key, created on first use
+	closed    bool
 	Fail      error
 	Persisted int // artifacts written (not merely verified)
+}
+
+// errClosed is returned by every call after Close.
+var errClosed = errors.New("memstore: closed")
+
+// failure is the error every call returns now, if any. m.mu is held.
+func (m *MemStore) failure() error {
+	if m.closed {
+		return errClosed
+	}
+	return m.Fail
 }
 
 // NewMemStore returns an empty MemStore.
@@ -38,8 +55,8 @@ func artKey(tenant string, d compiler.Digest) string { return tenant + "\x00" + 
 func (m *MemStore) Ancestor(_ context.Context, s compiler.Scope, chain []compiler.Digest) (compiler.Lineage, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.Fail != nil {
-		return compiler.Lineage{}, m.Fail
+	if err := m.failure(); err != nil {
+		return compiler.Lineage{}, err
 	}
 	for i := len(chain) - 2; i >= 0; i-- {
 		if r, ok := m.nodes[scopeKey(s, chain[i])]; ok {
@@ -53,8 +70,8 @@ func (m *MemStore) Ancestor(_ context.Context, s compiler.Scope, chain []compile
 func (m *MemStore) Missing(_ context.Context, s compiler.Scope, ds []compiler.Digest) ([]compiler.Digest, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.Fail != nil {
-		return nil, m.Fail
+	if err := m.failure(); err != nil {
+		return nil, err
 	}
 	var out []compiler.Digest
 	for _, d := range ds {
@@ -69,8 +86,8 @@ func (m *MemStore) Missing(_ context.Context, s compiler.Scope, ds []compiler.Di
 func (m *MemStore) Persist(_ context.Context, s compiler.Scope, arts []compiler.Artifact) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.Fail != nil {
-		return m.Fail
+	if err := m.failure(); err != nil {
+		return err
 	}
 	for _, a := range arts {
 		k := artKey(s.Tenant, a.Digest)
@@ -90,20 +107,45 @@ func (m *MemStore) Persist(_ context.Context, s compiler.Scope, arts []compiler.
 func (m *MemStore) Record(_ context.Context, s compiler.Scope, r compiler.Record) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.Fail != nil {
-		return m.Fail
+	if err := m.failure(); err != nil {
+		return err
 	}
 	r.Exposures, r.Cache = maps.Clone(r.Exposures), slices.Clone(r.Cache)
 	m.nodes[scopeKey(s, r.ChainEnd)] = r
 	return nil
 }
 
-// Get returns a stored artifact of a tenant.
-func (m *MemStore) Get(tenant string, d compiler.Digest) (compiler.Artifact, bool) {
+// Get returns a stored artifact of a tenant (vault.Backend).
+func (m *MemStore) Get(_ context.Context, tenant string, d compiler.Digest) (compiler.Artifact, bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if err := m.failure(); err != nil {
+		return compiler.Artifact{}, false, err
+	}
 	a, ok := m.arts[artKey(tenant, d)]
-	return a, ok
+	return a, ok, nil
+}
+
+// TenantKey returns the store's random 32-byte tenant key (vault.Backend).
+func (m *MemStore) TenantKey(context.Context) ([]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.failure(); err != nil {
+		return nil, err
+	}
+	if m.key == nil {
+		m.key = make([]byte, 32)
+		rand.Read(m.key)
+	}
+	return append([]byte(nil), m.key...), nil
+}
+
+// Close makes every later call fail (vault.Backend).
+func (m *MemStore) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed = true
+	return nil
 }
 
 // Len returns the number of stored artifacts.
