@@ -169,7 +169,13 @@ func (h *Handler) serveRecovering(w http.ResponseWriter, r *http.Request, next c
 			rx.recovered(arts.got...) // before the commit in finish
 		}
 	}()
-	c := &firstRound{w: w, header: http.Header{}, max: int(*h.MaxBodySize), cfg: rt.cfg, format: rx.format}
+	c := &firstRound{w: w, header: http.Header{}, max: int(*h.MaxBodySize), cfg: rt.cfg, format: rx.format,
+		onStream: func() {
+			// The rounds of a stream are not known when its header goes
+			// out: the header omits them (the log has them).
+			ex.rep.recovery.streamed = true
+			w.Header().Set(HeaderName, ex.rep.header())
+		}}
 	err := next.ServeHTTP(c, r)
 	switch c.kind {
 	case roundJSON:
@@ -179,7 +185,6 @@ func (h *Handler) serveRecovering(w http.ResponseWriter, r *http.Request, next c
 		}
 		return h.loopJSON(w, r, next, ex, arts, c)
 	case roundStream:
-		ex.rep.recovery.streamed = true
 		return h.loopStream(w, r, next, ex, arts, c, err)
 	}
 	return err // passed through as it came (or nothing was written)
@@ -309,16 +314,17 @@ const (
 // an SSE answer goes into a Stitcher writing to the client, anything else
 // passes through.
 type firstRound struct {
-	w      http.ResponseWriter
-	header http.Header
-	status int
-	kind   roundKind
-	buf    bytes.Buffer
-	max    int
-	cfg    recovery.Config
-	format string
-	st     *recovery.Stitcher
-	client *deferredClient
+	w        http.ResponseWriter
+	header   http.Header
+	status   int
+	kind     roundKind
+	buf      bytes.Buffer
+	max      int
+	cfg      recovery.Config
+	format   string
+	st       *recovery.Stitcher
+	client   *deferredClient
+	onStream func() // called when the answer turns out to be a stream
 }
 
 func (c *firstRound) Header() http.Header { return c.header }
@@ -341,6 +347,7 @@ func (c *firstRound) WriteHeader(code int) {
 			return
 		}
 		c.kind, c.st = roundStream, st
+		c.onStream()
 	default:
 		c.kind = roundJSON
 	}
