@@ -168,6 +168,11 @@ func (h *Handler) serveRecovering(w http.ResponseWriter, r *http.Request, next c
 		if len(arts.got) > 0 && rx.recovered != nil {
 			rx.recovered(arts.got...) // before the commit in finish
 		}
+		if ex.rep.recovery.rounds > 0 || ex.rep.recovery.fallback != "" {
+			// The client's usage is summed over several requests: it is no
+			// measure of the forwarded one's cache reads.
+			ex.observe = nil
+		}
 	}()
 	c := &firstRound{w: w, header: http.Header{}, max: int(*h.MaxBodySize), cfg: rt.cfg, format: rx.format,
 		onStream: func() {

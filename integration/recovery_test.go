@@ -162,6 +162,7 @@ func step2(t *testing.T, g *gateway, p *recoveryProvider, c recoveryCase, seed i
 	if r.Status != 200 {
 		t.Fatalf("step 2: %d %s (%s)", r.Status, r.Body, r.TT)
 	}
+	waitLogged(t, g, logged+2)
 	return r, turns, n
 }
 
@@ -218,6 +219,14 @@ func TestRecoveryRound(t *testing.T) {
 			}
 			if !c.stream && !strings.Contains(r.TT, "recovery_rounds=1") {
 				t.Fatalf("header %q lacks recovery_rounds=1", r.TT)
+			}
+			// The recovered artifact is needed: the next step carries it
+			// inline again rather than as a receipt.
+			n3 := p.up.count()
+			g.post(c.path, c.body(append(turns, compilertest.Turns(1500+10*i, 1, 9000)...)), fmt.Sprintf("Authorization: Bearer sk-round-%d", i))
+			id := compiler.ArtifactID(compiler.Digest(sha256.Sum256([]byte(turns[0].Output))))
+			if step3 := p.up.all()[n3].Body; bytes.Contains(step3, []byte(id)) {
+				t.Fatalf("step 3 carries the recovered artifact %s as a receipt again", id)
 			}
 		})
 	}
