@@ -1,8 +1,10 @@
 package compiler
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler/jsonv"
@@ -169,4 +171,47 @@ func addTool(f format, p *plan, out []byte, def []byte, cache *textCache) ([]byt
 // must carry it again rather than toggle between two tools arrays).
 func stickyTool(p *plan, prev *cacheState, forwarded bool) bool {
 	return (forwarded && p.tool.def != nil) || (prev != nil && prev.tool)
+}
+
+// hintRE finds a receipt's recovery hint: after the receipt's "…" (and
+// its same_as part), up to the closing bracket.
+var hintRE = regexp.MustCompile(`(…(?: \| same_as=[^"\]\\]*)?) \| recover: [^"\]\\]*\]`)
+
+// WithoutRecovery undoes what recovery adds to a rewrite out of orig: the
+// tool definition appended to the tools array (or the tools member added
+// at the end of the object) and the receipts' recovery hints. Oracles use
+// it to check the rest of a rewrite as if recovery were off; the compiler
+// checks the tool edit itself (addTool).
+func WithoutRecovery(orig, out []byte) []byte {
+	out = hintRE.ReplaceAll(out, []byte("${1}]"))
+	oroot, err1 := jsonv.Parse(orig, maxDepthForRequests)
+	root, err2 := jsonv.Parse(out, maxDepthForRequests)
+	if err1 != nil || err2 != nil || !root.Is(jsonv.Object) {
+		return out
+	}
+	t := root.Get("tools")
+	if !t.Is(jsonv.Array) || len(t.Elems) == 0 {
+		return out
+	}
+	last := t.Elems[len(t.Elems)-1]
+	switch ot := oroot.Get("tools"); {
+	case ot == nil:
+		// The whole member was added before the object's closing brace.
+		key := []byte(`"tools":`)
+		i := bytes.LastIndex(out[:t.Start], key)
+		if i < 0 || len(t.Elems) != 1 || strings.TrimSpace(string(out[t.End:])) != "}" {
+			return out
+		}
+		if j := bytes.LastIndexByte(out[:i], ','); j >= 0 && strings.TrimSpace(string(out[j+1:i])) == "" {
+			i = j
+		}
+		return append(append([]byte{}, out[:i]...), out[t.End:]...)
+	case ot.Is(jsonv.Array) && len(ot.Elems)+1 == len(t.Elems):
+		from := last.Start
+		if len(t.Elems) > 1 {
+			from = t.Elems[len(t.Elems)-2].End
+		}
+		return append(append([]byte{}, out[:from]...), out[last.End:]...)
+	}
+	return out
 }

@@ -124,6 +124,9 @@ func TestRecoveryToolEdit(t *testing.T) {
 						t.Fatalf("step %d: %s %s, %d receipts", step, res.Decision, res.Reason, res.Receipts)
 					}
 					assertValidRewrite(t, f.path, body, withoutTool(t, f.format, res))
+					if err := compiler.CheckRewrite(f.path, body, res.Body); err != nil {
+						t.Fatalf("step %d: the oracle refuses the rewrite with the tool: %v", step, err)
+					}
 					got := toolsRaw(t, res.Body)
 					if own == recovery.ToolName {
 						if res.RecoveryTool || !res.ToolConflict || !bytes.Equal(got, toolsRaw(t, body)) {

@@ -80,6 +80,10 @@ func (p *recoveryProvider) respond(n int, w http.ResponseWriter) bool {
 		out = turn.body(format, n)
 	}
 	p.answers[n], p.statuses[n] = out, http.StatusOK
+	// Flushed, so the answer is chunked like a real provider's: with a
+	// Content-Length the client could hold the whole answer, and hang up,
+	// before the gateway has finished (and committed) the request.
+	http.NewResponseController(w).Flush()
 	w.Write(out)
 	return true
 }
