@@ -164,16 +164,7 @@ const (
 func (h *Handler) serveRecovering(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, ex *exchange) error {
 	rx, rt := ex.rec, h.recovery
 	arts := &recordingArtifacts{Artifacts: rt.arts}
-	defer func() {
-		if len(arts.got) > 0 && rx.recovered != nil {
-			rx.recovered(arts.got...) // before the commit in finish
-		}
-		if ex.rep.recovery.rounds > 0 || ex.rep.recovery.fallback != "" {
-			// The client's usage is summed over several requests: it is no
-			// measure of the forwarded one's cache reads.
-			ex.observe = nil
-		}
-	}()
+	defer markRecovered(ex, arts)
 	c := &firstRound{w: w, header: http.Header{}, max: int(*h.MaxBodySize), cfg: rt.cfg, format: rx.format,
 		onStream: func() {
 			// The rounds of a stream are not known when its header goes
@@ -195,7 +186,7 @@ func (h *Handler) serveRecovering(w http.ResponseWriter, r *http.Request, next c
 	return err // passed through as it came (or nothing was written)
 }
 
-func (h *Handler) loopJSON(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, ex *exchange, arts recovery.Artifacts, c *firstRound) error {
+func (h *Handler) loopJSON(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, ex *exchange, arts *recordingArtifacts, c *firstRound) error {
 	rx, rep := ex.rec, &ex.rep
 	send := func(ctx context.Context, body []byte) (io.ReadCloser, error) {
 		var buf bytes.Buffer
@@ -206,6 +197,7 @@ func (h *Handler) loopJSON(w http.ResponseWriter, r *http.Request, next caddyhtt
 	}
 	final, rounds, err := recovery.LoopJSON(r.Context(), h.recovery.cfg, arts, rx.tenant, rx.format, rx.body, c.buf.Bytes(), c.max, send)
 	rep.recovery.rounds = rounds
+	markRecovered(ex, arts)
 	if err != nil {
 		// Nothing reached the client yet: it gets the answer to its own
 		// request, as if the gateway had never touched it.
@@ -216,7 +208,7 @@ func (h *Handler) loopJSON(w http.ResponseWriter, r *http.Request, next caddyhtt
 	return nil
 }
 
-func (h *Handler) loopStream(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, ex *exchange, arts recovery.Artifacts, c *firstRound, firstErr error) error {
+func (h *Handler) loopStream(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, ex *exchange, arts *recordingArtifacts, c *firstRound, firstErr error) error {
 	rx, rep, st := ex.rec, &ex.rep, c.st
 	ctx := r.Context()
 	request := rx.body
@@ -251,6 +243,7 @@ func (h *Handler) loopStream(w http.ResponseWriter, r *http.Request, next caddyh
 			return fail(fallbackRoundFailed, err)
 		}
 		rep.recovery.rounds++
+		markRecovered(ex, arts)
 		if err := h.sendFollowUp(ctx, r, next, body, st); err != nil {
 			return fail(fallbackRoundFailed, err)
 		}
@@ -472,7 +465,22 @@ func (f *followUpWriter) Flush() {}
 // can carry them inline again (Result.Recovered).
 type recordingArtifacts struct {
 	recovery.Artifacts
-	got []compiler.Digest
+	got   []compiler.Digest
+	noted int // got[:noted] were handed to Result.Recovered
+}
+
+// markRecovered hands the artifacts read so far to the lineage, and stops
+// the cost calibration from seeing a usage summed over several requests.
+// It runs before the answer's last bytes reach the tap, which commits the
+// lineage (and observes usage) the moment the answer is whole.
+func markRecovered(ex *exchange, arts *recordingArtifacts) {
+	if rx := ex.rec; rx != nil && rx.recovered != nil && len(arts.got) > arts.noted {
+		rx.recovered(arts.got[arts.noted:]...)
+		arts.noted = len(arts.got)
+	}
+	if ex.rep.recovery.rounds > 0 {
+		ex.observe = nil
+	}
 }
 
 func (a *recordingArtifacts) Get(ctx context.Context, tenant string, d compiler.Digest) (compiler.Artifact, bool, error) {

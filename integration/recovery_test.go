@@ -227,10 +227,10 @@ func TestRecoveryRound(t *testing.T) {
 			// The recovered artifact is needed: the next step carries it
 			// inline again rather than as a receipt.
 			n3 := p.up.count()
-			g.post(c.path, c.body(append(turns, compilertest.Turns(1500+10*i, 1, 9000)...)), fmt.Sprintf("Authorization: Bearer sk-round-%d", i))
+			r3 := g.post(c.path, c.body(append(turns, compilertest.Turns(1500+10*i, 1, 9000)...)), fmt.Sprintf("Authorization: Bearer sk-round-%d", i))
 			id := compiler.ArtifactID(compiler.Digest(sha256.Sum256([]byte(turns[0].Output))))
 			if step3 := p.up.all()[n3].Body; bytes.Contains(step3, []byte(id)) {
-				t.Fatalf("step 3 carries the recovered artifact %s as a receipt again", id)
+				t.Fatalf("step 3 carries the recovered artifact %s as a receipt again (%s)", id, r3.TT)
 			}
 		})
 	}
