@@ -36,7 +36,8 @@ type Scope struct {
 // receipt. Text is exactly what the model saw; Raw is the exact bytes that
 // were replaced (a JSON value, or the raw span of a tool result's body
 // inside its string when the client's wrapper stayed around the receipt), so
-// the request can be restored byte for byte.
+// the request can be restored byte for byte. Text and Raw may share the
+// request body's memory: a Store copies what it keeps.
 type Artifact struct {
 	Digest Digest // sha256(Text)
 	Text   string
@@ -131,6 +132,16 @@ type TokenCounter interface {
 	Count(ctx context.Context, model string, body []byte) TokenCount
 }
 
+// HintedCounter is a TokenCounter that can use where a body's messages
+// start (ascending byte offsets, from the compiler's parse) to look a
+// resent message's count up instead of re-reading its bytes. Hints never
+// change a count, only how fast it is found; a counter without this method
+// is given none.
+type HintedCounter interface {
+	TokenCounter
+	CountHinted(ctx context.Context, model string, body []byte, hints []int) TokenCount
+}
+
 // Mode says what the gateway does with a compiled request.
 type Mode string
 
@@ -204,6 +215,18 @@ type Result struct {
 	Receipts  int // receipts in the forwarded body (or that would be, in shadow)
 	Folded    int // old turns folded into summaries
 	Slots     int // eligible tool results seen
+	// Kinds splits Receipts by why each was made; Folded counts the
+	// folded-turn receipts.
+	Kinds ReceiptKinds
+	// Model is the request's model name as sent, for the gateway to
+	// normalize (caddymodule metrics): never a metric label or log field
+	// as is. Empty when the body did not parse.
+	Model string
+	// Conversation is the chain hash of the request's first two messages
+	// (its opening: usually the system prompt and the first user input),
+	// the same for every request of a conversation. Unkeyed: the gateway
+	// keys it before it is stored. Zero when the chain was not computed.
+	Conversation Digest
 
 	Tokens TokenReport
 
@@ -236,6 +259,14 @@ type Result struct {
 	Recovered func(digests ...Digest)
 }
 
+// ReceiptKinds counts a request's tool-result receipts by their cause.
+// Duplicate + Lease + Compaction = Result.Receipts.
+type ReceiptKinds struct {
+	Duplicate  int // another copy of the same result is in the request
+	Lease      int // the conversation already delivered it inline_leases times
+	Compaction int // an old result vaulted by context compaction
+}
+
 // TokenReport holds the token figures of the gate for one request.
 type TokenReport struct {
 	Status   TokenStatus // as TokenCount.Status; "" when not measured
@@ -252,4 +283,12 @@ type Compaction struct {
 	MinVaultChars      int // tool results at least this long outside the recent window are vaulted (>= 500)
 	CollapseAfterTurns int // turns older than this many most recent are folded; 0 = never fold
 	InlineRecentTurns  int // the last this many turns are never changed
+}
+
+// countHinted counts body with hints when tc can use them.
+func countHinted(ctx context.Context, tc TokenCounter, model string, body []byte, hints []int) TokenCount {
+	if hc, ok := tc.(HintedCounter); ok {
+		return hc.CountHinted(ctx, model, body, hints)
+	}
+	return tc.Count(ctx, model, body)
 }

@@ -60,6 +60,8 @@ const (
 	// ReasonSlowBody: the body did not arrive within the gateway's
 	// body_read_timeout, so it streamed through.
 	ReasonSlowBody Reason = "slow_body"
+	// ReasonBypass: the client asked for no compile (the bypass header).
+	ReasonBypass Reason = "bypass"
 )
 
 // Defaults of Options, applied by New to zero values. The gateway's
@@ -207,6 +209,7 @@ type plan struct {
 	receipt  []bool     // per slot: goes out as a receipt
 	gone     []bool     // per slot: folded away with its turn
 	receipts int
+	kinds    ReceiptKinds // receipts by why they were made
 
 	recovery  Recovery        // Options.Recovery: the receipts' hint
 	tool      toolPlan        // the recovery tool (recovery_tool.go)
@@ -234,6 +237,12 @@ func (p *plan) build() {
 			p.texts = append(p.texts, t)
 		}
 	}
+	copies := map[Digest]int{} // per digest: its eligible copies in this request
+	for i, s := range slots {
+		if p.eligible[i] {
+			copies[s.text.digest]++
+		}
+	}
 	cp := p.compaction
 	for i, s := range slots {
 		if cp != nil && cp.inFolded[i] {
@@ -245,6 +254,14 @@ func (p *plan) build() {
 		}
 		p.receipt[i] = true
 		p.receipts++
+		switch {
+		case !p.replace[i]:
+			p.kinds.Compaction++
+		case p.sameAs[i] >= 0 || copies[s.text.digest] > 1:
+			p.kinds.Duplicate++
+		default:
+			p.kinds.Lease++
+		}
 		r := Receipt(s.text.digest, s.tool, s.text.chars)
 		if k := p.sameAs[i]; k >= 0 {
 			r = receiptSameAs(r, p.d.callID(slots[k]))
@@ -274,6 +291,7 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Resu
 		res.Reason = reason
 		return nil
 	}
+	res.Model = d.model
 	p := &plan{d: d.doc, recovery: c.opts.Recovery}
 	for _, s := range d.slots {
 		ok := s.text.chars >= c.opts.MinArtifactChars && s.text.chars <= c.opts.MaxArtifactChars
@@ -292,6 +310,7 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Resu
 	// conversation's cache state.
 	if res.Slots > 0 || (!c.opts.Cost.Off && c.opts.Compaction.Enabled) {
 		p.chain = d.hasher.chain(f.name(), d.units)
+		res.Conversation = p.chain[min(1, len(p.chain)-1)]
 		tv := time.Now()
 		lin, err := c.store.Ancestor(ctx, req.Scope, p.chain)
 		res.Vault += time.Since(tv)
@@ -328,10 +347,10 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Resu
 		// Shadow reports what enforce would have sent; the caller forwards
 		// the original.
 		res.Decision, res.SentBytes = Shadow, len(out)
-		res.Receipts, res.Folded = p.receipts, len(p.folds())
+		res.Receipts, res.Folded, res.Kinds = p.receipts, len(p.folds()), p.kinds
 	case forwarded:
 		res.Decision, res.Body, res.SentBytes = Accepted, out, len(out)
-		res.Receipts, res.Folded = p.receipts, len(p.folds())
+		res.Receipts, res.Folded, res.Kinds = p.receipts, len(p.folds()), p.kinds
 	}
 	if ch != nil {
 		ch.costs(res, res.Reason == "")
@@ -448,7 +467,7 @@ func (c *Compiler) rewrite(ctx context.Context, f format, p *plan, req Request, 
 			return nil, ReasonInvalidOutput
 		}
 	}
-	if reason := c.gate(ctx, p.d.model, req.Body, out, res, p.choice); reason != "" {
+	if reason := c.gate(ctx, p, req.Body, out, res); reason != "" {
 		return nil, reason
 	}
 	// Nothing is lost: receipts go out only once their content is durable.
@@ -498,14 +517,14 @@ func (c *Compiler) persist(ctx context.Context, scope Scope, p *plan) error {
 // smaller in bytes, strictly fewer tokens when a tokenizer applies, and,
 // with a cost model (ch non-nil), not more expensive in expected billed
 // cost than the original.
-func (c *Compiler) gate(ctx context.Context, model string, raw, out []byte, res *Result, ch *choice) Reason {
+func (c *Compiler) gate(ctx context.Context, p *plan, raw, out []byte, res *Result) Reason {
 	if len(out) >= len(raw) {
 		return ReasonNotSmaller
 	}
-	if reason := c.tokenGate(ctx, model, raw, out, res); reason != "" {
+	if reason := c.tokenGate(ctx, p, raw, out, res); reason != "" {
 		return reason
 	}
-	if ch != nil && !ch.cheaper(res, len(raw), len(out)) {
+	if ch := p.choice; ch != nil && !ch.cheaper(res, len(raw), len(out)) {
 		return ReasonNotCheaper
 	}
 	return ""
@@ -513,10 +532,12 @@ func (c *Compiler) gate(ctx context.Context, model string, raw, out []byte, res 
 
 // tokenGate counts both bodies when a tokenizer applies and vetoes a
 // rewrite that is not strictly fewer tokens.
-func (c *Compiler) tokenGate(ctx context.Context, model string, raw, out []byte, res *Result) Reason {
+func (c *Compiler) tokenGate(ctx context.Context, p *plan, raw, out []byte, res *Result) Reason {
 	if c.tokens == nil {
 		return ""
 	}
+	model := p.d.model
+	rawHints, outHints := tokenHints(p.d, p.edits)
 	// Both bodies are counted at once, so the gate waits for at most one
 	// token budget (the counter never waits longer than its budget).
 	var st TokenCount
@@ -526,9 +547,9 @@ func (c *Compiler) tokenGate(ctx context.Context, model string, raw, out []byte,
 		// Compile's recover does not reach this goroutine; a failed count
 		// leaves st empty, which skips the token veto.
 		defer func() { _ = recover() }()
-		st = c.tokens.Count(ctx, model, out)
+		st = countHinted(ctx, c.tokens, model, out, outHints)
 	}()
-	rt := c.tokens.Count(ctx, model, raw)
+	rt := countHinted(ctx, c.tokens, model, raw, rawHints)
 	<-done
 	res.Tokens = TokenReport{Status: rt.Status, Encoding: rt.Encoding, Raw: rt.N, Sent: rt.N}
 	if !rt.Status.Measured() {

@@ -131,11 +131,15 @@ type Store struct {
 	// checked holds the artifacts whose content this process has read and
 	// found intact, so Missing reads each record once, not on every request.
 	checked verifiedSet
+	// syncs lets concurrent Persists share one db.Sync (group commit).
+	syncs syncGroup
 	// nextEvict is the earliest unix-nano time at which any stored artifact
 	// can leave its retention window; until then a full vault fails fast
 	// instead of rescanning metadata on every request.
 	nextEvict atomic.Int64
 	evictMu   sync.Mutex
+	// ledger is the request ledger's size (ledger.go).
+	ledger ledgerState
 
 	mu     sync.RWMutex // held for reading by operations, for writing by Close
 	closed bool
