@@ -50,9 +50,16 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    compile_timeout         <duration>
 //	    max_buffered_bytes      <size>
 //	    body_read_timeout       <duration>
+//	    cost_model              on|off
+//	    cost_horizon            <n>
+//	    cost_bytes_per_token    <x>
+//	    cost_prices anthropic|openai|other {   # once per family
+//	        cache_read <x>; cache_write <x>; cache_write_1h <x>
+//	        min_prefix <tokens>; granularity <tokens>; ttl <duration>
+//	    }
 //	}
 //
-// Every subdirective but vault takes exactly one argument, and each may
+// Every subdirective but vault and cost_prices takes exactly one argument, and each may
 // appear once. The resulting configuration (with defaults for what is
 // unset) is checked here too, so `caddy adapt` already refuses bad values.
 // Caddy prefixes these errors with the directive, so they don't repeat it.
@@ -70,6 +77,12 @@ func (t *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			seen[name] = true
 			if err := t.unmarshalVault(d); err != nil {
+				return err
+			}
+			continue
+		}
+		if name == "cost_prices" { // one block per family, see cost_config.go
+			if err := t.unmarshalCostPrices(d); err != nil {
 				return err
 			}
 			continue

@@ -148,6 +148,10 @@ type Handler struct {
 	// (passthrough=no_tenant).
 	Tenant string `json:"tenant,omitempty"`
 
+	// The cost model's settings (cost_model, cost_horizon,
+	// cost_bytes_per_token, cost_prices); see cost_config.go.
+	CostSettings
+
 	handlerState // provisioned state, see handler.go
 }
 
@@ -291,6 +295,9 @@ func (h *Handler) check() error {
 	if *h.MaxBufferedBytes < 1 {
 		return errf("max_buffered_bytes must be positive, got %d", *h.MaxBufferedBytes)
 	}
+	if _, err := h.costConfig(); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -303,9 +310,12 @@ func knownTokenizer(v string) bool {
 }
 
 // compilerOptions maps the configuration onto compiler.Options, every
-// field set explicitly (zero compaction turn counts are meaningful).
+// field set explicitly (zero compaction turn counts are meaningful). The
+// cost configuration was validated by check.
 func (h *Handler) compilerOptions() compiler.Options {
+	costCfg, _ := h.costConfig()
 	return compiler.Options{
+		Cost:             costCfg,
 		MinArtifactChars: *h.MinArtifactChars,
 		MaxArtifactChars: *h.MaxArtifactChars,
 		InlineLeases:     *h.InlineLeases,
