@@ -129,7 +129,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 // per-connection CLIENT SETINFO or maintenance-notification handshakes.
 func newClient(cfg Config) (redis.UniversalClient, error) {
 	// The parsers' messages may quote the URL, which can hold a password.
-	badURL := errors.New("redisvault: url is not a valid redis:// or rediss:// URL")
+	badURL := ErrBadURL
 	if cfg.Cluster {
 		opts, err := redis.ParseClusterURL(cfg.URL)
 		if err != nil {
