@@ -195,9 +195,11 @@ type errVaultRefused struct{ err error }
 func (e errVaultRefused) Error() string { return e.err.Error() }
 func (e errVaultRefused) Unwrap() error { return e.err }
 
-// UnmarshalCaddyfile reads the block after `vault redis`.
+// UnmarshalCaddyfile reads the block after `vault redis` and checks its
+// values, so `caddy adapt` already refuses bad ones (the URL is checked at
+// load, once its placeholders resolve).
 func (r *RedisVault) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	return parseBlock(d, "vault redis", map[string]func(string) error{
+	err := parseBlock(d, "vault redis", map[string]func(string) error{
 		"url": func(v string) error { r.URL = v; return nil },
 		"cluster": func(v string) error {
 			var on *bool
@@ -213,6 +215,13 @@ func (r *RedisVault) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		"min_replicas":     func(v string) error { return setInt(&r.MinReplicas, v, 0) },
 		"op_timeout":       func(v string) error { return setDuration(&r.OpTimeout, v) },
 	})
+	if err != nil {
+		return err
+	}
+	if err := r.Validate(); err != nil {
+		return d.Err(err.Error())
+	}
+	return nil
 }
 
 // Interface guards
