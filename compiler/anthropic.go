@@ -19,8 +19,8 @@ import (
 // touched: system, tools, thinking and redacted_thinking blocks (their
 // signatures must round-trip byte for byte), server_tool_use and every
 // server *_tool_result block, images, documents, and tool_result blocks
-// that carry anything but text. A request that sends context_management
-// passes through: the provider is already editing that context.
+// that carry anything but text. context_management is judged edit by edit
+// (see contextManagementCompatible) and, when compiled, kept byte for byte.
 type anthropicFormat struct{}
 
 func (anthropicFormat) name() string { return "anthropic_messages" }
@@ -30,12 +30,18 @@ const (
 	anthToolResult = "tool_result"
 )
 
+// parse walks the messages once: slots, the calls they answer, and each
+// message's history description. A user message starts a turn when it
+// carries the person's own input (string content, or any block that is not
+// a tool_result and not client session context); a user message holding
+// only tool results continues the turn, and one holding only session
+// context (<system-reminder> blocks) is pinned.
 func (anthropicFormat) parse(d *doc, h *hasher) Reason {
 	src := d.src
 	if !d.root.Is(jsonv.Object) {
 		return ReasonUnknownShape
 	}
-	if d.root.Get("context_management") != nil {
+	if cm := d.root.Get("context_management"); cm != nil && !contextManagementCompatible(src, cm) {
 		return ReasonProviderContextManagement
 	}
 	msgs := d.root.Get("messages")
@@ -48,6 +54,7 @@ func (anthropicFormat) parse(d *doc, h *hasher) Reason {
 	}
 	base := len(d.units)
 	d.units = append(d.units, msgs.Elems...)
+	d.setHistory(msgs, base)
 	// tool_use ids are unique per conversation for Anthropic itself, but
 	// gateways translating from other formats may reuse them; a result is
 	// matched with the most recent tool_use of its id.
@@ -56,34 +63,45 @@ func (anthropicFormat) parse(d *doc, h *hasher) Reason {
 		if !m.Is(jsonv.Object) {
 			return ReasonUnknownShape
 		}
+		in := d.info(i)
 		content := m.Get("content")
-		if !content.Is(jsonv.Array) {
-			continue
-		}
-		role := m.Get("role")
-		switch {
+		switch role := m.Get("role"); {
+		case role.StringIs(src, "user"):
+			in.turnStart = in.readUser(src, content, "text", func(b *jsonv.Node) bool {
+				if !b.Get("type").StringIs(src, anthToolResult) {
+					return false
+				}
+				id, _ := b.Get("tool_use_id").Text(src)
+				in.answer(id)
+				d.addResult(h, base+i, b.Get("content"), "text", callFor(calls, src, b.Get("tool_use_id")))
+				return true
+			})
+		case role.StringIs(src, "system"):
+			// Claude Code 2.x sends its environment (cwd, platform, git
+			// state) as a role "system" message after the first user
+			// message: session context, pinned like Chat's system messages.
+			in.pinned = true
 		case role.StringIs(src, "assistant"):
+			in.assistant = true
+			in.assistText = textRef{content, "text"}
+			if !content.Is(jsonv.Array) {
+				break
+			}
 			for _, b := range content.Elems {
 				if !b.Get("type").StringIs(src, anthToolUse) {
 					continue
 				}
+				name, _ := b.Get("name").Text(src)
 				id, ok := b.Get("id").Text(src)
+				in.call(name, id)
 				if !ok {
 					continue
 				}
-				name, _ := b.Get("name").Text(src)
 				args := ""
 				if in := b.Get("input"); in != nil {
 					args = string(in.Raw(src))
 				}
 				calls[id] = toolCall{name, args}
-			}
-		case role.StringIs(src, "user"):
-			for _, b := range content.Elems {
-				if !b.Get("type").StringIs(src, anthToolResult) {
-					continue
-				}
-				d.addResult(h, base+i, b.Get("content"), "text", callFor(calls, src, b.Get("tool_use_id")))
 			}
 		}
 	}
@@ -250,4 +268,11 @@ func cacheBreakpoints(src []byte, n *jsonv.Node, path []pathStep, out *[]string)
 type pathStep struct {
 	key string
 	idx int
+}
+
+// rules checks tool pairing on its own: results in the immediately
+// following user message, before any other block.
+func (anthropicFormat) rules(d *doc) error {
+	_, err := anthPairing(d.src, d.root.Get("messages"))
+	return err
 }

@@ -128,7 +128,7 @@ func TestAnthropicBytePreservationAndNeverTouch(t *testing.T) {
 func TestAnthropicPassThrough(t *testing.T) {
 	o := compilertest.ToolOutput(3, 9000)
 	dup := compilertest.AnthropicBody("claude", []compilertest.ChatTurn{{Tool: "Read", Output: o}, {Tool: "Read", Output: o}}, "", compilertest.AnthropicOptions{})
-	withCM := append([]byte(`{"context_management":{"edits":[{"type":"clear_tool_uses_20250919"}]},`), dup[1:]...)
+	withCM := append([]byte(`{"context_management":{"edits":[{"type":"compact_20260112"}]},`), dup[1:]...)
 	withCMNull := append([]byte(`{"context_management":null,`), dup[1:]...)
 	big := jstr(strings.Repeat("x", 9000))
 	tests := []struct {

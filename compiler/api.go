@@ -33,8 +33,10 @@ type Scope struct {
 }
 
 // Artifact is a piece of content removed from a request and replaced by a
-// receipt. Text is exactly what the model saw; Raw is the exact JSON value
-// that was replaced, so the request can be restored byte for byte.
+// receipt. Text is exactly what the model saw; Raw is the exact bytes that
+// were replaced (a JSON value, or the raw span of a tool result's body
+// inside its string when the client's wrapper stayed around the receipt), so
+// the request can be restored byte for byte.
 type Artifact struct {
 	Digest Digest // sha256(Text)
 	Text   string

@@ -6,6 +6,7 @@ import (
 	"hash"
 	"sort"
 	"sync"
+	"unsafe"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler/jsonv"
 )
@@ -24,6 +25,7 @@ type text struct {
 	s      string
 	node   *jsonv.Node // decoded on demand from src, when set
 	src    []byte
+	span   []byte // or raw string content decoded on demand (a body inside its wrapper)
 }
 
 // str returns the decoded string.
@@ -31,6 +33,10 @@ func (t *text) str() string {
 	if t.node != nil {
 		t.s, _ = t.node.Text(t.src)
 		t.node = nil
+	}
+	if t.span != nil {
+		t.s = string(jsonv.AppendUnquoted(nil, t.span))
+		t.span = nil
 	}
 	return t.s
 }
@@ -55,7 +61,10 @@ func newHasher(src []byte, cache *textCache) *hasher {
 
 // textOf returns the digest and size of a string node, memoised for long
 // strings, from the process cache when this exact raw string was seen.
-func (c *hasher) textOf(n *jsonv.Node) *text {
+func (c *hasher) textOf(n *jsonv.Node) *text { return c.textOfKey(n, nil) }
+
+// textOfKey is textOf with the cache key of n's raw bytes, when known.
+func (c *hasher) textOfKey(n *jsonv.Node, key *textKey) *text {
 	if t, ok := c.long[n]; ok {
 		return t
 	}
@@ -63,7 +72,11 @@ func (c *hasher) textOf(n *jsonv.Node) *text {
 	long := len(raw) >= longString
 	var k textKey
 	if long && c.cache != nil {
-		k = c.cache.key(raw)
+		if key != nil {
+			k = *key
+		} else {
+			k = c.cache.key(raw)
+		}
 		if v, ok := c.cache.get(k); ok {
 			t := &text{digest: v.digest, chars: v.chars, node: n, src: c.src}
 			c.long[n] = t
@@ -83,10 +96,55 @@ func (c *hasher) textOf(n *jsonv.Node) *text {
 	if long {
 		c.long[n] = t
 		if c.cache != nil {
-			c.cache.put(k, textVal{t.digest, t.chars})
+			c.cache.put(k, textVal{digest: t.digest, chars: t.chars})
 		}
 	}
 	return t
+}
+
+// bodyOf returns the stable body of a tool result string (see
+// splitWrapper) and the source range the receipt replaces: the whole string
+// value, or the body's raw span inside it when the client wrapped it.
+// Identity, duplicates and leases use this body; the wrapper stays inline.
+func (c *hasher) bodyOf(n *jsonv.Node) (t *text, start, end int) {
+	raw := n.Raw(c.src)
+	var k, bk textKey
+	cached := c.cache != nil && len(raw) >= longString
+	if cached {
+		k = c.cache.key(raw)
+		bk = k
+		bk.body = true
+		if v, ok := c.cache.get(bk); ok {
+			if v.hi == 0 { // all body: the entry is the string's own text
+				t := c.long[n]
+				if t == nil {
+					t = &text{digest: v.digest, chars: v.chars, node: n, src: c.src}
+					c.long[n] = t
+				}
+				return t, n.Start, n.End
+			}
+			return &text{digest: v.digest, chars: v.chars, src: c.src, span: raw[v.lo:v.hi]}, n.Start + v.lo, n.Start + v.hi
+		}
+	}
+	// Not seen yet: the rules read the decoded text (a wrapper may be
+	// spelled with any escapes), once; the cache remembers the split.
+	b := n.TextBytes(c.src)
+	lo, hi := splitWrapper(unsafe.String(unsafe.SliceData(b), len(b)))
+	rlo, okLo := jsonv.RawOffset(raw, lo)
+	rhi, okHi := jsonv.RawOffset(raw, hi)
+	if (lo == 0 && hi == len(b)) || !okLo || !okHi || rlo > rhi {
+		t := c.textOfKey(n, &k)
+		if cached {
+			c.cache.put(bk, textVal{digest: t.digest, chars: t.chars})
+		}
+		return t, n.Start, n.End
+	}
+	body := b[lo:hi]
+	t = &text{digest: sha256.Sum256(body), chars: runeCount(body), src: c.src, span: raw[rlo:rhi]}
+	if cached {
+		c.cache.put(bk, textVal{digest: t.digest, chars: t.chars, lo: rlo, hi: rhi})
+	}
+	return t, n.Start + rlo, n.Start + rhi
 }
 
 // message returns the canonical hash of one message.

@@ -13,8 +13,10 @@ type chatFormat struct{}
 
 func (chatFormat) name() string { return "openai_chat" }
 
-type toolCall struct{ name, args string }
-
+// parse walks the messages once: slots, the calls they answer, and each
+// message's history description. A turn starts at a user message that
+// carries the person's input; system and developer messages, and user
+// messages that are only client session context, are pinned.
 func (chatFormat) parse(d *doc, h *hasher) Reason {
 	src := d.src
 	if !d.root.Is(jsonv.Object) {
@@ -26,6 +28,7 @@ func (chatFormat) parse(d *doc, h *hasher) Reason {
 	}
 	d.model, _ = d.root.Get("model").Text(src)
 	d.units = msgs.Elems
+	d.setHistory(msgs, 0)
 	// Tool-call ids are only unique within one assistant message (some
 	// providers reuse "functions.bash:0" every turn), so a result is matched
 	// with the most recent call of that id.
@@ -34,54 +37,54 @@ func (chatFormat) parse(d *doc, h *hasher) Reason {
 		if !m.Is(jsonv.Object) {
 			return ReasonUnknownShape
 		}
+		in := d.info(i)
 		role := m.Get("role")
 		switch {
+		case role.StringIs(src, "user"):
+			in.readUser(src, m.Get("content"), "text", noResult)
+			in.turnStart = !in.pinned
+		case role.StringIs(src, "system"), role.StringIs(src, "developer"):
+			in.pinned = true
 		case role.StringIs(src, "assistant"):
+			in.assistant = true
+			in.assistText = textRef{m.Get("content"), "text"}
 			if tcs := m.Get("tool_calls"); tcs.Is(jsonv.Array) {
 				for _, tc := range tcs.Elems {
-					id, ok := tc.Get("id").Text(src)
-					if !ok {
-						continue
-					}
 					fn := tc.Get("function")
 					name, _ := fn.Get("name").Text(src)
-					args, _ := fn.Get("arguments").Text(src)
-					calls[id] = toolCall{name, args}
+					id, ok := tc.Get("id").Text(src)
+					in.call(name, id)
+					if ok {
+						args, _ := fn.Get("arguments").Text(src)
+						calls[id] = toolCall{name, args}
+					}
 				}
 			}
 			if fc := m.Get("function_call"); fc.Is(jsonv.Object) {
 				name, _ := fc.Get("name").Text(src)
 				args, _ := fc.Get("arguments").Text(src)
-				calls["\x00fn:"+name] = toolCall{name, args}
+				calls[legacyCallID(name)] = toolCall{name, args}
+				in.call(name, legacyCallID(name))
 			}
 		case role.StringIs(src, "tool"), role.StringIs(src, "function"):
 			call := callFor(calls, src, m.Get("tool_call_id"))
 			if m.Get("tool_call_id") == nil {
 				if name, ok := m.Get("name").Text(src); ok { // legacy function result
-					call = calls["\x00fn:"+name]
+					call = calls[legacyCallID(name)]
 					call.name = name
 				}
+			}
+			if role.StringIs(src, "tool") {
+				id, _ := m.Get("tool_call_id").Text(src)
+				in.answer(id)
+			} else {
+				name, _ := m.Get("name").Text(src)
+				in.answer(legacyCallID(name))
 			}
 			d.addResult(h, i, m.Get("content"), "text", call)
 		}
 	}
 	return ""
-}
-
-// contentText returns the text of a tool result given as a string or as a
-// list of text parts, or nil for any other shape.
-func contentText(h *hasher, src []byte, n *jsonv.Node, partType string) *text {
-	switch {
-	case n.Is(jsonv.String):
-		return h.textOf(n)
-	case n.Is(jsonv.Array):
-		s, ok := textParts(src, n, partType)
-		if !ok {
-			return nil
-		}
-		return newText(s)
-	}
-	return nil
 }
 
 // check verifies tool pairing: every assistant tool call is answered by a
@@ -129,4 +132,10 @@ func chatPairing(d *doc) (int, error) {
 		}
 	}
 	return paired, nil
+}
+
+// rules checks chat tool pairing on its own.
+func (chatFormat) rules(d *doc) error {
+	_, err := chatPairing(d)
+	return err
 }

@@ -22,17 +22,17 @@ func verify(f format, p *plan, out []byte, cache *textCache) error {
 	}
 	replaced := make(map[int]bool, len(p.edits))
 	for _, e := range p.edits {
-		replaced[e.start] = true
+		replaced[e.at] = true
 	}
 	var list *jsonv.Node
 	var keep []int
 	if p.compaction != nil && len(p.compaction.folds) > 0 {
 		list, keep = p.compaction.list, p.compaction.keep
 	}
-	if err := sameFolded(orig.src, orig.root, out, root, replaced, list, keep); err != nil {
+	if err := sameFolded(orig, out, root, replaced, list, keep); err != nil {
 		return err
 	}
-	nd := &doc{src: out, root: root}
+	nd := &doc{src: out, root: root, bare: true}
 	if reason := f.parse(nd, newHasher(out, cache)); reason != "" {
 		return fmt.Errorf("rewrite is %s", reason)
 	}
@@ -72,8 +72,10 @@ type ruleFormat interface {
 }
 
 // sameFolded is sameExcept for a root object whose history list had turns
-// folded: keep maps each output element to its original, -1 for a summary.
-func sameFolded(as []byte, a *jsonv.Node, bs []byte, b *jsonv.Node, replaced map[int]bool, list *jsonv.Node, keep []int) error {
+// folded: keep maps each output element to its original, -1 for a summary,
+// preambleOf(i) for element i's session-context parts alone.
+func sameFolded(orig *doc, bs []byte, b *jsonv.Node, replaced map[int]bool, list *jsonv.Node, keep []int) error {
+	as, a := orig.src, orig.root
 	if list == nil {
 		return sameExcept(as, a, bs, b, replaced)
 	}
@@ -96,15 +98,51 @@ func sameFolded(as []byte, a *jsonv.Node, bs []byte, b *jsonv.Node, replaced map
 		}
 		for j, k := range keep {
 			e := bm.Value.Elems[j]
-			if k < 0 {
+			if k == -1 {
 				if !strings.HasPrefix(foldedText(bs, e), FoldPrefix) {
 					return fmt.Errorf("element %d is not a summary", j)
+				}
+				continue
+			}
+			if k < -1 {
+				if err := samePreamble(orig, list.Elems[preambleIndex(k)], orig.infos[preambleIndex(k)], bs, e); err != nil {
+					return fmt.Errorf("element %d: %w", j, err)
 				}
 				continue
 			}
 			if err := sameExcept(as, list.Elems[k], bs, e, replaced); err != nil {
 				return err
 			}
+		}
+	}
+	return nil
+}
+
+// samePreamble checks that e is element m with only its session-context
+// parts: every member but content byte-identical, content exactly those
+// parts.
+func samePreamble(orig *doc, m *jsonv.Node, in msgInfo, bs []byte, e *jsonv.Node) error {
+	if in.preamble == nil || !e.Is(jsonv.Object) || len(e.Members) != len(m.Members) {
+		return fmt.Errorf("not a kept preamble")
+	}
+	for i, mm := range m.Members {
+		em := e.Members[i]
+		if em.Key != mm.Key {
+			return fmt.Errorf("kept preamble changed keys")
+		}
+		if mm.Value == in.content {
+			if !em.Value.Is(jsonv.Array) || len(em.Value.Elems) != len(in.preamble) {
+				return fmt.Errorf("kept preamble has other parts")
+			}
+			for k, p := range in.preamble {
+				if !bytes.Equal(p.Raw(orig.src), em.Value.Elems[k].Raw(bs)) {
+					return fmt.Errorf("kept preamble part %d changed", k)
+				}
+			}
+			continue
+		}
+		if !bytes.Equal(mm.Value.Raw(orig.src), em.Value.Raw(bs)) {
+			return fmt.Errorf("kept preamble: %s changed", mm.Key)
 		}
 	}
 	return nil

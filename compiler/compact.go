@@ -27,25 +27,49 @@ const (
 	summaryMaxTools       = 8
 )
 
-// turnFormat is implemented by formats whose history compaction knows.
-type turnFormat interface {
-	// history returns the list that holds the conversation (messages or
-	// input items) and the index of its first element in doc.units.
-	history(d *doc) (list *jsonv.Node, offset int)
-	// describe reads one history element.
-	describe(d *doc, m *jsonv.Node) msgInfo
+// history returns the list that holds the conversation (messages or input
+// items) and the index of its first element in doc.units.
+func (d *doc) history() (list *jsonv.Node, offset int) { return d.list, d.offset }
+
+// msgInfo is what compaction needs to know of one history element, as the
+// format's extractor (parse) read it.
+type msgInfo struct {
+	turnStart  bool     // carries the person's own input
+	pinned     bool     // system/developer or client session context only: stays where it is
+	assistant  bool     // produced by the model
+	userText   textRef  // the person's text, if turnStart (session context parts skipped)
+	assistText textRef  // the assistant's text, if assistant
+	tools      []string // names of tools called
+	calls      []string // tool call ids opened
+	results    []string // tool call ids answered
+	// preamble holds the client session-context parts of a message that
+	// also holds other content, in content (its list of parts): when the
+	// message folds, these parts stay, as a message of their own.
+	content  *jsonv.Node
+	preamble []*jsonv.Node
+	// first backs the first tool, call id and result id: most elements
+	// open or answer one call, so describing them allocates nothing more.
+	first [3]string
 }
 
-// msgInfo is what compaction needs to know of one history element.
-type msgInfo struct {
-	turnStart bool     // carries the person's own input
-	pinned    bool     // system/developer: stays where it is
-	assistant bool     // produced by the model
-	user      string   // the person's input text, if turnStart
-	text      string   // the assistant's text, if assistant
-	tools     []string // names of tools called
-	calls     []string // tool call ids opened
-	results   []string // tool call ids answered
+// call records a tool call the element opens.
+func (in *msgInfo) call(tool, id string) {
+	if in.tools == nil {
+		in.tools = in.first[0:0:1]
+	}
+	if in.calls == nil {
+		in.calls = in.first[1:1:2]
+	}
+	in.tools = append(in.tools, tool)
+	in.calls = append(in.calls, id)
+}
+
+// answer records a tool call id the element answers.
+func (in *msgInfo) answer(id string) {
+	if in.results == nil {
+		in.results = in.first[2:2:3]
+	}
+	in.results = append(in.results, id)
 }
 
 // turn is a run of history elements from one turn start to the next.
@@ -56,9 +80,11 @@ type turn struct {
 // fold is one old turn replaced by a summary message.
 type fold struct {
 	turn    turn
-	summary []byte // the whole replacement message, JSON
+	summary []byte // the summary message, JSON
 	art     Artifact
 	edits   []edit
+	size    int   // bytes of what replaces the turn's folded runs (summary, kept preamble parts)
+	keep    []int // the turn's output elements, as in compaction.keep
 }
 
 // compaction is the compaction plan of one request.
@@ -68,8 +94,15 @@ type compaction struct {
 	vaulted  []bool // per slot: receipted by compaction
 	inFolded []bool // per slot: inside a folded turn
 	folds    []fold
-	keep     []int // for each output history element: original index, or -1 for a summary
+	keep     []int // for each output history element: original index, -1 for a summary, or preambleOf(i)
 }
+
+// preambleOf is the keep entry of the message made of element i's session
+// context parts, kept when the rest of element i folded.
+func preambleOf(i int) int { return -2 - i }
+
+// preambleIndex inverts preambleOf: the element a keep entry k < -1 came from.
+func preambleIndex(k int) int { return -2 - k }
 
 // history is the described conversation list of a request.
 type history struct {
@@ -81,17 +114,17 @@ type history struct {
 	clean         []bool // clean[p]: no tool call opened before element p is answered at or after it
 }
 
-// describeHistory reads the history list of a request once; leases and
-// compaction both use it. It returns nil when the request has none.
-func describeHistory(d *doc, tf turnFormat) *history {
-	list, offset := tf.history(d)
+// describeHistory gathers the turns of the history the format's extractor
+// described (doc.infos); leases and compaction both use it. It returns nil
+// when the request has none.
+func describeHistory(d *doc) *history {
+	list, offset := d.history()
 	if list == nil || len(list.Elems) == 0 {
 		return nil
 	}
-	h := &history{list: list, offset: offset, infos: make([]msgInfo, len(list.Elems)), lastAssistant: -1}
-	for i, m := range list.Elems {
-		in := tf.describe(d, m)
-		h.infos[i] = in
+	h := &history{list: list, offset: offset, infos: d.infos, lastAssistant: -1}
+	for i := range list.Elems {
+		in := &d.infos[i]
 		if in.turnStart {
 			h.turns = append(h.turns, turn{first: i, last: i})
 		} else if len(h.turns) > 0 {
@@ -114,18 +147,19 @@ func (h *history) unanswered(s slot) bool {
 
 // cleanBoundaries marks, for every position p in [0, n], whether no tool call
 // opened before element p is answered at or after it: the places where a
-// run of folded elements may start or end. One pass: each answered call
-// dirties the positions after its call up to its result.
+// run of folded elements may start or end. One pass: each answer dirties
+// the positions after its call (the latest of its id) up to the answer.
 func cleanBoundaries(infos []msgInfo) []bool {
 	n := len(infos)
 	diff := make([]int, n+2)
 	open := map[string]int{} // call id -> element that opened it (latest)
 	for i, in := range infos {
 		for _, id := range in.results {
+			// A call stays open after its answer: a second answer of the
+			// same call (a client resending an output) must not lose it.
 			if o, ok := open[id]; ok {
 				diff[o+1]++
 				diff[i+1]--
-				delete(open, id)
 			}
 		}
 		for _, id := range in.calls {
@@ -213,7 +247,7 @@ func (c *Compiler) compact(p *plan, h *history, aligned int) *compaction {
 				p.foldMemo[turns[t].first] = f
 			}
 		}
-		if folded[t] = len(f.summary) < turns[t].size(list) || crossed(t); folded[t] {
+		if folded[t] = f.size < turns[t].size(list) || crossed(t); folded[t] {
 			cp.folds = append(cp.folds, f)
 		}
 	}
@@ -232,14 +266,15 @@ func (c *Compiler) compact(p *plan, h *history, aligned int) *compaction {
 	// The output history: the preamble, then per folded turn its summary
 	// and its pinned messages, every other element unchanged.
 	cp.keep = seq(turns[0].first)
+	next := 0 // index into cp.folds
 	for t := 0; t < foldTurns; t++ {
 		if folded[t] {
-			cp.keep = append(cp.keep, -1)
+			cp.keep = append(cp.keep, cp.folds[next].keep...)
+			next++
+			continue
 		}
 		for i := turns[t].first; i <= turns[t].last; i++ {
-			if !folded[t] || h.infos[i].pinned {
-				cp.keep = append(cp.keep, i)
-			}
+			cp.keep = append(cp.keep, i)
 		}
 	}
 	for i := turns[foldTurns-1].last + 1; i < len(list.Elems); i++ {
@@ -272,10 +307,12 @@ func (c *Compiler) foldTurn(d *doc, list *jsonv.Node, infos []msgInfo, t turn) f
 	for i := t.first; i <= t.last; i++ {
 		in := infos[i]
 		if i == t.first {
-			user = in.user
+			user = capText(d.src, in.userText)
 		}
-		if in.assistant && strings.TrimSpace(in.text) != "" {
-			assistant = in.text
+		if in.assistant {
+			if s := capText(d.src, in.assistText); strings.TrimSpace(s) != "" {
+				assistant = s
+			}
 		}
 		for _, name := range in.tools {
 			if counts[name] == 0 {
@@ -298,13 +335,16 @@ func (c *Compiler) foldTurn(d *doc, list *jsonv.Node, infos []msgInfo, t turn) f
 	msg := append([]byte(`{"role":"user","content":`), jsonv.AppendString(nil, line)...)
 	msg = append(msg, '}')
 
-	// The first run of non-pinned elements becomes the summary; later runs
-	// (after a pinned system message) are removed with the separator before
-	// them.
+	// Every run of non-pinned elements folds: the first becomes the
+	// summary, later runs (after a pinned message) are removed with the
+	// separator before them. A folded element's session-context parts stay
+	// as a message of their own, before the summary in the first run, in
+	// place of the run in later ones.
 	f := fold{turn: t, summary: msg, art: art}
 	placed := false
 	for i := t.first; i <= t.last; {
 		if infos[i].pinned {
+			f.keep = append(f.keep, i)
 			i++
 			continue
 		}
@@ -312,15 +352,51 @@ func (c *Compiler) foldTurn(d *doc, list *jsonv.Node, infos []msgInfo, t turn) f
 		for j+1 <= t.last && !infos[j+1].pinned {
 			j++
 		}
+		var repl []byte
+		for k := i; k <= j; k++ {
+			if infos[k].preamble != nil {
+				if len(repl) > 0 {
+					repl = append(repl, ',')
+				}
+				repl = appendPreamble(repl, d.src, list.Elems[k], infos[k])
+				f.keep = append(f.keep, preambleOf(k))
+			}
+		}
 		if !placed {
-			f.edits = append(f.edits, edit{start: list.Elems[i].Start, end: list.Elems[j].End, repl: msg})
+			if len(repl) > 0 {
+				repl = append(repl, ',')
+			}
+			repl = append(repl, msg...)
+			f.keep = append(f.keep, -1)
 			placed = true
+		}
+		if len(repl) > 0 {
+			f.edits = append(f.edits, edit{start: list.Elems[i].Start, end: list.Elems[j].End, repl: repl})
 		} else {
 			f.edits = append(f.edits, edit{start: list.Elems[i-1].End, end: list.Elems[j].End})
 		}
+		f.size += len(repl)
 		i = j + 1
 	}
+	for k := range f.edits {
+		f.edits[k].at = f.edits[k].start
+	}
 	return f
+}
+
+// appendPreamble appends element m with only its session-context parts:
+// its bytes with the content list replaced by those parts, byte for byte.
+func appendPreamble(dst, src []byte, m *jsonv.Node, in msgInfo) []byte {
+	dst = append(dst, src[m.Start:in.content.Start]...)
+	dst = append(dst, '[')
+	for i, p := range in.preamble {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, p.Raw(src)...)
+	}
+	dst = append(dst, ']')
+	return append(dst, src[in.content.End:m.End]...)
 }
 
 // clip quotes the start of s on one line, at most n characters.

@@ -139,3 +139,31 @@ func TestCheckCompactedCatchesBrokenPairing(t *testing.T) {
 		t.Fatal("oracle accepted an orphaned tool result")
 	}
 }
+
+// A client that sends a second output for an old call (fuzzer find): the
+// fold must not take the call away from that output.
+func TestFoldKeepsRepeatedAnswers(t *testing.T) {
+	items := []any{}
+	for i := 0; i < 9; i++ {
+		cid := fmt.Sprintf("call_%d", i)
+		items = append(items,
+			map[string]any{"role": "user", "content": fmt.Sprintf("Question %d", i)},
+			map[string]any{"type": "function_call", "call_id": cid, "name": "shell", "arguments": "{}"},
+			map[string]any{"type": "function_call_output", "call_id": cid, "output": compilertest.ToolOutput(900+i, 3000)})
+		if i == 6 {
+			items = append(items, map[string]any{"type": "function_call_output", "call_id": "call_1", "output": "again"})
+		}
+		items = append(items, map[string]any{"type": "message", "role": "assistant", "content": []any{map[string]any{"type": "output_text", "text": "ok"}}})
+	}
+	body, _ := json.Marshal(map[string]any{"model": "gpt-5", "input": items})
+	res := compileAt(newCompiler(t, compactOpts(1, 2), compilertest.NewMemStore(), nil), responsesPath, "t", body)
+	if res.Reason == compiler.ReasonInvalidOutput || res.Decision != compiler.Accepted {
+		t.Fatalf("%s/%s", res.Decision, res.Reason)
+	}
+	if err := compiler.CheckCompacted(responsesPath, body, res.Body); err != nil {
+		t.Fatal(err)
+	}
+	if err := compiler.CheckRules(responsesPath, res.Body); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -33,7 +33,8 @@ const (
 	ReasonInvalidOutput Reason = "invalid_output"
 
 	// ReasonProviderContextManagement: the request carries Anthropic's
-	// context_management; the provider edits that context itself.
+	// context_management with an edit not known to compose with the
+	// rewrite (or a malformed one); the provider edits that context itself.
 	ReasonProviderContextManagement Reason = "provider_context_management"
 
 	ReasonNotSmaller Reason = "not_smaller"
@@ -245,9 +246,12 @@ func (p *plan) build() {
 			r = receiptSameAs(r, p.d.callID(slots[k]))
 		}
 		repl := jsonv.AppendString(nil, r)
+		if s.inner {
+			repl = repl[1 : len(repl)-1] // spliced inside the string, between its wrapper parts
+		}
 		p.receiptLen[i] = len(repl)
-		p.edits = append(p.edits, edit{start: s.value.Start, end: s.value.End, repl: repl})
-		add(Artifact{Digest: s.text.digest, Raw: s.value.Raw(p.d.src), Tool: s.tool, Args: s.args, Chars: s.text.chars}, s.text)
+		p.edits = append(p.edits, edit{start: s.start, end: s.end, at: s.value.Start, repl: repl})
+		add(Artifact{Digest: s.text.digest, Raw: p.d.src[s.start:s.end], Tool: s.tool, Args: s.args, Chars: s.text.chars}, s.text)
 	}
 	for _, f := range p.folds() {
 		p.edits = append(p.edits, f.edits...)
@@ -294,8 +298,8 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Resu
 	}
 	// The history serves leases (which results are unanswered) and
 	// compaction; a request that needs neither is not described.
-	if tf, ok := f.(turnFormat); ok && (res.Slots > 0 || c.opts.Compaction.Enabled) {
-		p.hist = describeHistory(p.d, tf)
+	if res.Slots > 0 || c.opts.Compaction.Enabled {
+		p.hist = describeHistory(p.d)
 	}
 	p, ch := c.choose(p, f.name(), req)
 

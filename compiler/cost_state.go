@@ -181,7 +181,7 @@ func (p *plan) rendered(edited bool) []seg {
 	if edited {
 		for i, s := range d.slots {
 			if p.receipt[i] {
-				delta[s.unit] += p.receiptLen[i] - (s.value.End - s.value.Start)
+				delta[s.unit] += p.receiptLen[i] - (s.end - s.start)
 				marks[s.unit] = mix(marks[s.unit]+1, short(s.text.digest)^uint64(p.sameAs[i]+1))
 			}
 		}
@@ -206,15 +206,22 @@ func (p *plan) rendered(edited bool) []seg {
 	}
 	fi := 0
 	for _, k := range cp.keep {
-		if k >= 0 {
+		switch {
+		case k >= 0:
 			unit(cp.offset + k)
-			continue
+		case k == -1:
+			// A fold's summary; its size counts every byte that replaces
+			// the turn's folded runs, kept session-context copies too.
+			f := cp.folds[fi]
+			fi++
+			fp = mix(mix(fp, 0xf01d), short(f.art.Digest))
+			end += f.size
+			out = append(out, seg{fp, end})
+		default:
+			// A kept copy of a folded element's session context: its bytes
+			// are in its fold's size; it marks the fingerprint only.
+			fp = mix(mix(fp, 0x9ae), short(p.chain[cp.offset+preambleIndex(k)]))
 		}
-		f := cp.folds[fi]
-		fi++
-		fp = mix(mix(fp, 0xf01d), short(f.art.Digest))
-		end += len(f.summary)
-		out = append(out, seg{fp, end})
 	}
 	return out
 }

@@ -22,6 +22,11 @@ func FuzzCompileCompacted(f *testing.F) {
 	f.Add(uint8(1), anthropicConversation(9, true))
 	f.Add(uint8(2), responsesConversation(9))
 	f.Add(uint8(0), []byte(`{"messages":[{"role":"user","content":"a"},{"role":"user","content":"b"},{"role":"system","content":"s"},{"role":"user","content":"c"},{"role":"user","content":"d"},{"role":"user","content":"e"}]}`))
+	// Real-shaped client sessions: wrapped tool results, session preamble,
+	// thinking with context_management.
+	f.Add(uint8(0), chatWrappedBodySized([]int{1, 2, 1, 3, 4}, 200))
+	f.Add(uint8(1), claudeCodeBodySized([]int{1, 2, 1, 3, 4}, ccContextManagement, 200))
+	f.Add(uint8(2), codexBodySized([]int{1, 2, 1, 3, 4}, 200))
 	paths := []string{chatPath, "/v1/messages", "/v1/responses"}
 	f.Fuzz(func(t *testing.T, which uint8, body []byte) {
 		path := paths[int(which)%len(paths)]

@@ -39,6 +39,7 @@ func FuzzCompileResponses(f *testing.F) {
 	f.Add(compilertest.ResponsesBody("gpt-5", turns, "", compilertest.ResponsesOptions{Reasoning: true, PartsOutput: true, PreviousResponseID: "resp_1"}))
 	f.Add([]byte(`{"input":[{"type":"reasoning","id":"rs","encrypted_content":"abc"},{"type":"function_call","call_id":"c:1","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c:1","output":[{"type":"input_text","text":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}]},{"type":"custom_tool_call_output","call_id":"c:1","output":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"},{"type":"compaction","encrypted_content":"x"}]}`))
 	f.Add([]byte(`{"input":"hello"}`))
+	f.Add(codexBodySized([]int{1, 2, 1}, 100))
 	f.Add([]byte(`{"input":[{"type":"function_call_output","call_id":"a","output":"\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9"},{"type":"function_call_output","call_id":"a","output":"éééééééééééééééééé"}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) { fuzzFormat(t, responsesPath, body) })
 }
@@ -50,6 +51,7 @@ func FuzzCompileAnthropic(f *testing.F) {
 	f.Add(compilertest.AnthropicBody("claude", turns, "", compilertest.AnthropicOptions{System: true, Thinking: true, PartsOutput: true, CacheLast: true}))
 	f.Add([]byte(`{"system":"s","messages":[{"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":"s"},{"type":"tool_use","id":"a.b:1","name":"f","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"a.b:1","is_error":true,"content":[{"type":"text","text":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}],"cache_control":{"type":"ephemeral"}},{"type":"tool_result","tool_use_id":"a.b:1","content":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"},{"type":"text","text":"go"}]}]}`))
 	f.Add([]byte(`{"context_management":{},"messages":[]}`))
+	f.Add(claudeCodeBodySized([]int{1, 2, 1}, ccContextManagement, 100))
 	f.Add([]byte(`{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"x","content":"\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9"},{"type":"tool_result","tool_use_id":"x","content":"éééééééééééééééééé"}]}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) { fuzzFormat(t, messagesPath, body) })
 }

@@ -17,6 +17,7 @@ func FuzzCompileChat(f *testing.F) {
 	f.Add([]byte(`{"messages":[{"role":"tool","tool_call_id":"a","content":[{"type":"text","text":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}]},{"role":"tool","tool_call_id":"a","content":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}]}`))
 	f.Add([]byte(`{"messages":[{"role":"function","name":"f","content":"\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9"}, {"role":"function","name":"f","content":"ééééééééééééééééééééé"}]}`))
 	f.Add([]byte(`[]`))
+	f.Add(chatWrappedBodySized([]int{1, 2, 1}, 100))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		store := compilertest.NewMemStore()
 		c, err := compiler.New(compiler.Options{MinArtifactChars: 16, InlineLeases: 1}, store, nil)

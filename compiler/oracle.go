@@ -33,12 +33,11 @@ func check(path string, orig, out []byte, folding bool) error {
 	if reason != "" {
 		return fmt.Errorf("original is %s, yet the body changed", reason)
 	}
-	tf := f.(turnFormat) // every format knows its history
 	root, err := jsonv.Parse(out, maxDepthForRequests)
 	if err != nil {
 		return fmt.Errorf("rewrite does not parse: %w", err)
 	}
-	list, _ := tf.history(d.doc)
+	list, _ := d.history()
 	var outList *jsonv.Node
 	for i, m := range d.root.Members {
 		if m.Value == list && i < len(root.Members) && root.Members[i].Key == m.Key {
@@ -55,7 +54,8 @@ func check(path string, orig, out []byte, folding bool) error {
 		slotAt[s.value.Start] = true
 	}
 	// Greedy alignment: every kept element equals (up to receipts in its
-	// slots) a later original element; summaries stand for what is skipped.
+	// slots) a later original element, or is a later original element's
+	// session-context parts alone; summaries stand for what is skipped.
 	var keep []int
 	folds := 0
 	oi := 0
@@ -68,33 +68,45 @@ func check(path string, orig, out []byte, folding bool) error {
 			folds++
 			continue
 		}
-		for oi < len(list.Elems) && sameExcept(orig, list.Elems[oi], out, e, slotAt) != nil {
-			oi++
+		k := -1
+		for ; oi < len(list.Elems); oi++ {
+			if sameExcept(orig, list.Elems[oi], out, e, slotAt) == nil {
+				k = oi
+				break
+			}
+			if folding && oraclePreambleExtract(orig, list.Elems[oi], out, e) {
+				k = preambleOf(oi)
+				break
+			}
 		}
 		if oi == len(list.Elems) {
 			return fmt.Errorf("history element at %d matches no original element", e.Start)
 		}
-		keep = append(keep, oi)
+		keep = append(keep, k)
 		oi++
 	}
 	if folds == 0 && len(keep) != len(list.Elems) {
 		return fmt.Errorf("history lost elements without a summary")
 	}
-	// Every slot value that changed must now be a receipt.
+	if err := oraclePreambleKept(orig, list, keep); err != nil {
+		return err
+	}
+	// Every slot value that changed must now be a receipt of exactly its
+	// stable body, with the client's wrapper parts around it unchanged.
 	var edits []edit
 	for _, s := range d.slots {
 		for j, k := range keep {
-			if k < 0 || s.unit-d.units0(list) != k {
+			if k < 0 || s.unit-d.offset != k {
 				continue
 			}
 			b := valueAt(list.Elems[k], s.value, outList.Elems[j])
 			if b == nil || bytes.Equal(s.value.Raw(orig), b.Raw(out)) {
 				continue
 			}
-			if t, _ := b.Text(out); !strings.HasPrefix(t, ReceiptPrefix) {
-				return fmt.Errorf("slot at %d changed into something other than a receipt", s.value.Start)
+			if err := oracleReceipt(s.value.Raw(orig), b.Raw(out)); err != nil {
+				return fmt.Errorf("slot at %d: %w", s.value.Start, err)
 			}
-			edits = append(edits, edit{start: s.value.Start, end: s.value.End})
+			edits = append(edits, edit{start: s.value.Start, end: s.value.End, at: s.value.Start})
 		}
 	}
 	if len(edits) == 0 && folds == 0 {
@@ -105,16 +117,6 @@ func check(path string, orig, out []byte, folding bool) error {
 		p.compaction = &compaction{list: list, keep: keep, folds: make([]fold, folds)}
 	}
 	return verify(f, p, out, nil)
-}
-
-// units0 is the index in d.units of the first element of list.
-func (d *doc) units0(list *jsonv.Node) int {
-	for i, u := range d.units {
-		if len(list.Elems) > 0 && u == list.Elems[0] {
-			return i
-		}
-	}
-	return 0
 }
 
 // valueAt finds in b the node at the same path as target within a.

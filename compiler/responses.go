@@ -3,6 +3,7 @@ package compiler
 import (
 	"bytes"
 	"fmt"
+	"strings"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler/jsonv"
 )
@@ -31,6 +32,15 @@ const (
 	respCompaction         = "compaction"
 )
 
+// parse walks the input items once: slots, the calls they answer, and each
+// item's history description. An item with role user that carries the
+// person's input starts a turn; system and developer messages, opaque
+// compaction items and user messages that are only client session context
+// (Codex's <environment_context>, AGENTS.md instructions) are pinned (they
+// stay where they are). Every kind of tool call (function, custom,
+// computer, shell, apply_patch, ...) is "<kind>_call" and its answer
+// "<kind>_call_output", paired by call_id. A reasoning item is part of its
+// turn and leaves with it, together with the item it precedes.
 func (responsesFormat) parse(d *doc, h *hasher) Reason {
 	src := d.src
 	if !d.root.Is(jsonv.Object) {
@@ -53,6 +63,7 @@ func (responsesFormat) parse(d *doc, h *hasher) Reason {
 	}
 	base := len(d.units)
 	d.units = append(d.units, input.Elems...)
+	d.setHistory(input, base)
 	// call_ids are unique in the Responses API, but a client may reuse one;
 	// like chat, an output is matched with the most recent call of its id.
 	calls := map[string]toolCall{}
@@ -60,6 +71,7 @@ func (responsesFormat) parse(d *doc, h *hasher) Reason {
 		if !it.Is(jsonv.Object) {
 			return ReasonUnknownShape
 		}
+		in := d.info(i)
 		typ := it.Get("type")
 		switch {
 		case typ.StringIs(src, respFunctionCall):
@@ -76,6 +88,39 @@ func (responsesFormat) parse(d *doc, h *hasher) Reason {
 			}
 		case typ.StringIs(src, respFunctionCallOutput), typ.StringIs(src, respCustomCallOutput):
 			d.addResult(h, base+i, it.Get("output"), "input_text", callFor(calls, src, it.Get("call_id")))
+		}
+		role := it.Get("role")
+		switch {
+		case typ.StringIs(src, respCompaction):
+			in.pinned = true
+		case role.StringIs(src, "user"):
+			in.readUser(src, it.Get("content"), "input_text", noResult)
+			in.turnStart = !in.pinned
+		case role.StringIs(src, "system"), role.StringIs(src, "developer"):
+			in.pinned = true
+		case role.StringIs(src, "assistant"):
+			in.assistant = true
+			in.assistText = textRef{it.Get("content"), "output_text"}
+		case typ.StringIs(src, respReasoning):
+			in.assistant = true // model output: earlier results have been read
+		default:
+			t, _ := typ.Text(src)
+			id, hasID := it.Get("call_id").Text(src)
+			switch {
+			case strings.HasSuffix(t, "_call_output") && hasID:
+				in.answer(id)
+			case strings.HasSuffix(t, "_call"):
+				in.assistant = true
+				name, _ := it.Get("name").Text(src)
+				if name == "" {
+					name = strings.TrimSuffix(t, "_call")
+				}
+				if hasID {
+					in.call(name, id)
+				} else {
+					in.tools = append(in.tools, name) // a call no output can answer
+				}
+			}
 		}
 	}
 	return ""
@@ -173,6 +218,35 @@ outer:
 		}
 		if !bytes.Equal(m.Value.Raw(orig.src), n.Value.Raw(out.src)) {
 			return fmt.Errorf("%s changed", m.Key)
+		}
+	}
+	return nil
+}
+
+// rules checks on its own that every output answers an earlier call of its
+// call_id and that every reasoning item is followed by an item that is not
+// reasoning.
+func (responsesFormat) rules(d *doc) error {
+	input := d.root.Get("input")
+	if !input.Is(jsonv.Array) {
+		return nil
+	}
+	calls := map[string]bool{}
+	for i, it := range input.Elems {
+		typ := it.Get("type")
+		t, _ := typ.Text(d.src)
+		id, hasID := it.Get("call_id").Text(d.src)
+		switch {
+		case strings.HasSuffix(t, "_call_output") && hasID:
+			if !calls[id] {
+				return fmt.Errorf("responses: output %d answers no call", i)
+			}
+		case strings.HasSuffix(t, "_call") && hasID:
+			calls[id] = true
+		case typ.StringIs(d.src, respReasoning):
+			if i+1 == len(input.Elems) || input.Elems[i+1].Get("type").StringIs(d.src, respReasoning) {
+				return fmt.Errorf("responses: reasoning item %d has no following item", i)
+			}
 		}
 	}
 	return nil

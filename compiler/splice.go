@@ -5,9 +5,11 @@ import (
 	"sort"
 )
 
-// edit replaces src[start:end] with repl.
+// edit replaces src[start:end] with repl. at is the start of the JSON value
+// the edit changes (start itself, or the string a wrapped body is in).
 type edit struct {
 	start, end int
+	at         int
 	repl       []byte
 }
 

@@ -29,11 +29,15 @@ const textCacheEntries = 1 << 16
 type textKey struct {
 	a, b uint64
 	n    int
+	body bool // the entry is the string's tool-result body (hasher.bodyOf)
 }
 
+// textVal is a string's digest and size; for a body entry, of the body
+// within [lo, hi) of the raw string (hi 0: the whole string is the body).
 type textVal struct {
 	digest Digest
 	chars  int
+	lo, hi int
 }
 
 func newTextCache() *textCache {
@@ -41,7 +45,7 @@ func newTextCache() *textCache {
 }
 
 func (c *textCache) key(raw []byte) textKey {
-	return textKey{maphash.Bytes(c.seedA, raw), maphash.Bytes(c.seedB, raw), len(raw)}
+	return textKey{a: maphash.Bytes(c.seedA, raw), b: maphash.Bytes(c.seedB, raw), n: len(raw)}
 }
 
 func (c *textCache) get(k textKey) (textVal, bool) {

@@ -35,7 +35,8 @@ func TestTextCache(t *testing.T) {
 			t.Fatalf("pass %d: cached text differs from decoding", pass)
 		}
 	}
-	if len(c.cur) != 1 {
+	// One entry for the string, one for its tool-result body split.
+	if len(c.cur) != 2 {
 		t.Fatalf("cache holds %d entries", len(c.cur))
 	}
 }

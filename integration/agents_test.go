@@ -21,27 +21,6 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/compiler/compilertest"
 )
 
-// compilerHandlesAgents switches on the assertions that need the compiler
-// of branch agents-compiler (context_management judged edit by edit,
-// wrapper-aware identity, preamble pinning): Claude Code with thinking on
-// (its default, which sends context_management) gets accepted rewrites; a
-// file it reads again reaches the provider once, the older copy a receipt,
-// although its volatile trailer makes the two results differ; and with
-// compaction on, folding the first turn keeps each client's preamble. Off,
-// they are logged. The lead sets this to true when merging agents-compiler.
-// The client-behaviour assertions (finishes as directly, checker, no failed
-// request, preamble with compaction off, determinism) hold either way.
-const compilerHandlesAgents = false
-
-// compilerPinsAnthropicSystemMessages switches on, with compilerHandlesAgents,
-// the preamble assertion for Claude Code with compaction on. Claude Code
-// 2.1.332 sends its environment (cwd, platform, git state, ~10 KB) as a
-// role "system" message right after the first user message; agents-compiler
-// at 41ca74c pins Chat's system messages but folds Anthropic's with turn 1.
-// Pinning them like Chat's (in.pinned for role "system" in the Anthropic
-// history walk) makes the assertion pass; then set this to true.
-const compilerPinsAnthropicSystemMessages = false
-
 // Pinned client versions: what docs/notes describe (Claude Code 2.1.x,
 // Codex 0.17x). Bump together with the notes.
 const (
@@ -128,16 +107,10 @@ type agentClient struct {
 	// premise checks a scripted request the client sent has the shape the
 	// test is about (what real-clients.md describes).
 	premise func(body []byte) error
-	// systemMessagePreamble: the client's preamble includes role "system"
-	// messages in the history (see compilerPinsAnthropicSystemMessages).
-	systemMessagePreamble bool
-	// benefitsNeedAgentsCompiler: the gateway's gains for this client are
-	// asserted only with compilerHandlesAgents.
-	benefitsNeedAgentsCompiler bool
 }
 
 var agentClients = []agentClient{
-	{name: "ClaudeCode", dialect: func(w string) agentDialect { return claudeDialect{workdir: w} }, run: runClaudeCode, premise: claudePremise, systemMessagePreamble: true, benefitsNeedAgentsCompiler: true},
+	{name: "ClaudeCode", dialect: func(w string) agentDialect { return claudeDialect{workdir: w} }, run: runClaudeCode, premise: claudePremise},
 	{name: "Codex", dialect: func(string) agentDialect { return codexDialect{} }, run: runCodex, premise: codexPremise},
 }
 
@@ -225,10 +198,9 @@ func testAgentClient(ctx context.Context, t *testing.T, c agentClient, bin strin
 		}
 	}
 	live := checkAgentSession(t, "live", taps, fwd, true)
-	// With compaction on, keeping the preamble needs the compiler to pin the
-	// client's session context when it folds the first turn.
-	pinned := compilerHandlesAgents && (!c.systemMessagePreamble || compilerPinsAnthropicSystemMessages)
-	checkPreamble(t, "live", taps, fwd, pinned)
+	// With compaction on, the compiler pins the client's session context
+	// when it folds the first turn.
+	checkPreamble(t, "live", taps, fwd)
 	checkBenefits(t, c, taps, fwd)
 
 	// Replays of the recorded originals through fresh vaults.
@@ -265,7 +237,7 @@ func testAgentClient(ctx context.Context, t *testing.T, c agentClient, bin strin
 	}
 	offFwd := replay(corpusSnippet)
 	off := checkAgentSession(t, "compaction off", taps, offFwd, false)
-	checkPreamble(t, "compaction off", taps, offFwd, true)
+	checkPreamble(t, "compaction off", taps, offFwd)
 
 	t.Logf("%s, %d turns, %d requests (%d scripted):", c.name, len(agentTasks), len(taps), len(got.Script))
 	t.Logf("  defaults:       %s", live)
@@ -625,13 +597,10 @@ func preamble(path string, body []byte) []byte {
 // with the client's preamble byte for byte: it is the prefix every request
 // of the session shares (Claude Code changes it once, after its first
 // request, moving a cache_control marker; the gateway must add no change of
-// its own). expected false logs a failure instead: see compilerHandlesAgents.
-func checkPreamble(t *testing.T, what string, taps []tapped, fwd map[int]forwarded, expected bool) {
+// its own).
+func checkPreamble(t *testing.T, what string, taps []tapped, fwd map[int]forwarded) {
 	t.Helper()
 	fail := t.Errorf
-	if !expected {
-		fail = t.Logf
-	}
 	distinct := map[string]bool{}
 	for _, r := range taps {
 		out, ok := fwd[r.Seq]
@@ -651,17 +620,13 @@ func checkPreamble(t *testing.T, what string, taps []tapped, fwd map[int]forward
 	t.Logf("%s: the client sent %d distinct preambles", what, len(distinct))
 }
 
-// checkBenefits checks what the gateway gains for the client (for Claude
-// Code only with compilerHandlesAgents; logged either way): accepted rewrites
+// checkBenefits checks what the gateway gains for the client: accepted rewrites
 // with the client's defaults (for Claude Code, thinking on), and the re-read
 // file present once in the request that carries the re-read.
 func checkBenefits(t *testing.T, c agentClient, taps []tapped, fwd map[int]forwarded) {
 	t.Helper()
 	client := c.name
 	fail := t.Errorf
-	if c.benefitsNeedAgentsCompiler && !compilerHandlesAgents {
-		fail = t.Logf
-	}
 	accepted := 0
 	for _, r := range taps {
 		if strings.HasPrefix(r.TT, "accepted") {

@@ -102,11 +102,13 @@ func checkForwarded(t testing.TB, what, path string, sent, got []byte, header st
 	return n
 }
 
-var receiptValueRE = regexp.MustCompile(`"\[Token Terminator artifact a_[0-9a-f]{32} \| [^"]*\]"`)
+var receiptValueRE = regexp.MustCompile(`"?\[Token Terminator artifact a_[0-9a-f]{32} \| [^"]*?…\]"?`)
 
 // splicedReceipts checks, with encoding/json only, that got is sent with
-// some complete JSON values replaced by receipt strings and every other
-// byte unchanged; it returns the number of receipts.
+// some complete JSON values replaced by receipt strings, or some tool
+// results' bodies replaced by receipts inside their strings (the client's
+// wrapper parts around them unchanged; CheckRewrite checks exactly which),
+// and every other byte unchanged; it returns the number of receipts.
 func splicedReceipts(t testing.TB, what string, sent, got []byte) int {
 	t.Helper()
 	if !json.Valid(got) {
@@ -114,19 +116,33 @@ func splicedReceipts(t testing.TB, what string, sent, got []byte) int {
 	}
 	loc := receiptValueRE.FindAllIndex(got, -1)
 	pos, prev := 0, 0
-	for _, l := range loc {
+	for i, l := range loc {
 		seg := got[prev:l[0]]
 		if !bytes.HasPrefix(sent[pos:], seg) {
 			t.Fatalf("%s: bytes before receipt at %d changed", what, l[0])
 		}
 		pos += len(seg)
+		prev = l[1]
+		if got[l[0]] != '"' || got[l[1]-1] != '"' {
+			// Inside a string: the body ends where the bytes after the
+			// receipt resume.
+			next := len(got)
+			if i+1 < len(loc) {
+				next = loc[i+1][0]
+			}
+			k := bytes.Index(sent[pos:], got[prev:next])
+			if k < 0 {
+				t.Fatalf("%s: bytes after receipt at %d changed", what, l[0])
+			}
+			pos += k
+			continue
+		}
 		dec := json.NewDecoder(bytes.NewReader(sent[pos:]))
 		var v json.RawMessage
 		if err := dec.Decode(&v); err != nil {
 			t.Fatalf("%s: receipt at %d does not replace a whole JSON value: %v", what, l[0], err)
 		}
 		pos += int(dec.InputOffset())
-		prev = l[1]
 	}
 	if !bytes.Equal(sent[pos:], got[prev:]) {
 		t.Fatalf("%s: bytes after the last receipt changed", what)
@@ -194,8 +210,9 @@ func TestNewFormatsThroughCaddy(t *testing.T) {
 	if !strings.HasPrefix(r.TT, "passthrough=nothing_to_replace;") {
 		t.Fatalf("tenant C: %q", r.TT)
 	}
-	// context_management passes through untouched.
-	cm := append([]byte(`{"context_management":{"edits":[{"type":"clear_tool_uses_20250919"}]},`), bodies["/v1/messages"][1][1:]...)
+	// context_management with an edit not known to compose with the
+	// rewrite passes through untouched.
+	cm := append([]byte(`{"context_management":{"edits":[{"type":"compact_20260112"}]},`), bodies["/v1/messages"][1][1:]...)
 	r = g.post("/v1/messages", cm, "x-api-key: sk-ant-A")
 	if !strings.HasPrefix(r.TT, "passthrough=provider_context_management;") {
 		t.Fatalf("context_management: %q", r.TT)

@@ -547,6 +547,56 @@ func appendDecoded(out, q []byte) []byte {
 	return out
 }
 
+// RawOffset returns the offset in the quoted string q (a validated string
+// node's raw bytes) at which the first want bytes of its decoded form end,
+// and false when want falls inside one escape or surrogate pair, or past
+// the end. It lets a caller replace a decoded span by splicing raw bytes.
+func RawOffset(q []byte, want int) (int, bool) {
+	body := q[1 : len(q)-1]
+	got := 0
+	for i := 0; ; {
+		if got == want {
+			return i + 1, true
+		}
+		if got > want || i >= len(body) {
+			return 0, false
+		}
+		if body[i] != '\\' {
+			i++
+			got++
+			continue
+		}
+		if body[i+1] != 'u' {
+			i += 2
+			got++
+			continue
+		}
+		// One \uXXXX (or a surrogate pair) decodes to one rune, exactly
+		// as appendDecoded does.
+		r := hex4(body[i+2 : i+6])
+		i += 6
+		if utf16.IsSurrogate(r) {
+			if i+6 <= len(body) && body[i] == '\\' && body[i+1] == 'u' {
+				if r2 := hex4(body[i+2 : i+6]); utf16.DecodeRune(r, r2) != utf8.RuneError {
+					got += utf8.RuneLen(utf16.DecodeRune(r, r2))
+					i += 6
+					continue
+				}
+			}
+			r = utf8.RuneError
+		}
+		got += utf8.RuneLen(r)
+	}
+}
+
+// AppendUnquoted appends the decoded form of raw string content (the bytes
+// between a validated string's quotes, or a span of them cut by RawOffset).
+func AppendUnquoted(dst, body []byte) []byte {
+	q := make([]byte, 0, len(body)+2)
+	q = append(append(append(q, '"'), body...), '"')
+	return appendDecoded(dst, q)
+}
+
 func hex4(b []byte) rune {
 	var r rune
 	for _, c := range b {

@@ -95,6 +95,7 @@ func FuzzParse(f *testing.F) {
 				if got, _ := n.Text(src); got != want {
 					t.Fatalf("Text %q, want %q", got, want)
 				}
+				checkRawOffsets(t, n.Raw(src), want)
 			case Object:
 				for _, m := range n.Members {
 					walk(m.Value)
@@ -130,5 +131,45 @@ func TestTextPrefix(t *testing.T) {
 		if len(got) > max+8 && got != whole {
 			t.Fatalf("TextPrefix(%d) returned %d bytes", max, len(got))
 		}
+	}
+}
+
+// checkRawOffsets: at every decoded byte offset, RawOffset either finds the
+// raw offset whose prefix decodes to exactly that much, or says the offset
+// falls inside one escape (or surrogate pair); at rune starts of an
+// unescaped rune it always finds it.
+func checkRawOffsets(t *testing.T, q []byte, decoded string) {
+	t.Helper()
+	for want := 0; want <= len(decoded); want++ {
+		off, ok := RawOffset(q, want)
+		if !ok {
+			continue
+		}
+		if got := string(AppendUnquoted(nil, q[1:off])); got != decoded[:want] {
+			t.Fatalf("RawOffset(%q, %d) = %d: prefix decodes to %q", q, want, off, got)
+		}
+		if got := string(AppendUnquoted(nil, q[off:len(q)-1])); got != decoded[want:] {
+			t.Fatalf("RawOffset(%q, %d) = %d: rest decodes to %q", q, want, off, got)
+		}
+	}
+	if off, ok := RawOffset(q, len(decoded)); !ok || off != len(q)-1 {
+		t.Fatalf("RawOffset(%q, end) = %d, %v", q, off, ok)
+	}
+	if _, ok := RawOffset(q, len(decoded)+1); ok {
+		t.Fatalf("RawOffset past the end found")
+	}
+}
+
+func TestRawOffset(t *testing.T) {
+	for _, raw := range []string{`""`, `"abc"`, `"a\nb"`, `"\u00e9x"`, `"é\"q\""`, `"\ud83d\ude00!"`, `"\ud83dx"`, `"\u003csystem-reminder\u003e\n"`} {
+		var want string
+		if err := json.Unmarshal([]byte(raw), &want); err != nil {
+			t.Fatal(err)
+		}
+		checkRawOffsets(t, []byte(raw), want)
+	}
+	// Inside an escape there is no raw offset.
+	if _, ok := RawOffset([]byte(`"\u00e9"`), 1); ok {
+		t.Fatal("offset inside an escaped rune")
 	}
 }
