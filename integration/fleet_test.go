@@ -211,3 +211,126 @@ func TestFleet_TwoGatewaysForwardWhatOneWould(t *testing.T) {
 		t.Logf("%s: %d steps, %d receipts (%d artifacts), fleet bytes = single-gateway bytes", name, len(steps), receipts, len(ids))
 	}
 }
+
+// Redis killed mid-session: every request passes through unchanged with
+// its reason (none fails); restarted, the gateways compile again without a
+// reload, and the receipts written before the crash still name artifacts
+// (appendonly, fsync always).
+func TestFleet_RedisKilledAndRestarted(t *testing.T) {
+	srv := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
+	up := newUpstream(t)
+	a := fleetSite{srv.URL(), "fleet:", fleetTenantKey}
+	b := fleetSite{strings.TrimSuffix(srv.URL(), "/0"), "fleet:", fleetTenantKey}
+	gs := startFleet(t, up, a, b)
+	steps := fleetSessions(t)["chat"]
+	const auth = "Authorization: Bearer sk-fleet-outage"
+
+	before := runSteps(t, up, auth, steps[:4], gs...)
+	tenant := logTenant(t, gs[1])
+	ids := receiptIDs(before...)
+	if len(ids) == 0 {
+		t.Fatal("no receipts before the crash")
+	}
+
+	srv.Kill()
+	logsBefore := len(gs[0].logLines())
+	for i, s := range steps[4:7] {
+		resp := gs[i%2].post(s.path, s.body, auth)
+		if resp.Status != http.StatusOK {
+			t.Fatalf("step %d with Redis down: status %d", 4+i, resp.Status)
+		}
+		if got := up.last(t).Body; string(got) != string(s.body) {
+			t.Fatalf("step %d with Redis down: forwarded %d bytes, not the original %d", 4+i, len(got), len(s.body))
+		}
+		if !strings.HasPrefix(resp.TT, "passthrough=vault_error") {
+			t.Fatalf("step %d with Redis down: header %q", 4+i, resp.TT)
+		}
+	}
+	down := 0
+	for _, l := range gs[0].logLines()[logsBefore:] {
+		if strings.Contains(l, `"reason":"vault_error"`) {
+			down++
+		}
+	}
+	if down != 3 {
+		t.Fatalf("%d requests logged with reason vault_error while Redis was down, want 3", down)
+	}
+
+	srv.Restart()
+	// The first call on a connection the crash broke may fail; the next
+	// dials anew. No reload.
+	resumed := false
+	for try := 0; try < 20 && !resumed; try++ {
+		s := steps[7]
+		resp := gs[try%2].post(s.path, s.body, auth)
+		if resp.Status != http.StatusOK {
+			t.Fatalf("after restart: status %d", resp.Status)
+		}
+		resumed = strings.HasPrefix(resp.TT, "accepted") && strings.Count(string(up.last(t).Body), compiler.ReceiptPrefix) > 0
+		if !resumed {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if !resumed {
+		t.Fatal("the gateways did not compile again after Redis came back")
+	}
+	st := openFleetStore(t, a.url, a.prefix)
+	for _, id := range ids {
+		if _, ok, err := st.Resolve(context.Background(), tenant, id); err != nil || !ok {
+			t.Fatalf("receipt %s from before the crash names no artifact after the restart: %v", id, err)
+		}
+	}
+}
+
+// A replica whose tenant key differs computes other tenants for the same
+// credential: it sees none of the fleet's artifacts or leases (it forwards
+// what a gateway with an empty vault forwards), never a mix.
+func TestFleet_OtherTenantKeyIsolated(t *testing.T) {
+	srv := redistest.Start(t)
+	up := newUpstream(t)
+	const otherKey = "another-tenant-key-fedcba9876543210"
+	a := fleetSite{srv.URL(), "fleet:", fleetTenantKey}
+	other := fleetSite{strings.TrimSuffix(srv.URL(), "/0"), "fleet:", otherKey}
+	fresh := fleetSite{srv.URL(), "fresh:", otherKey}
+	gs := startFleet(t, up, a, other, fresh)
+	steps := fleetSessions(t)["anthropic"]
+	const auth = "X-Api-Key: sk-ant-fleet-isolation"
+
+	fleet := runSteps(t, up, auth, steps, gs[0])
+	tenant := logTenant(t, gs[0])
+	ids := receiptIDs(fleet...)
+	if len(ids) == 0 {
+		t.Fatal("no receipts in the fleet's session")
+	}
+	// A small request (nothing to vault) names the replica's tenant for
+	// this credential before it stores anything of its own.
+	runSteps(t, up, auth, []fleetStep{{"/v1/messages", compilertest.AnthropicBody("claude-sonnet-4-5", nil, "hello", compilertest.AnthropicOptions{})}}, gs[1])
+	otherTenant := logTenant(t, gs[1])
+	if otherTenant == tenant {
+		t.Fatal("different tenant keys computed the same tenant")
+	}
+	st := openFleetStore(t, a.url, a.prefix)
+	ctx := context.Background()
+	for _, id := range ids {
+		d, ok, err := st.Resolve(ctx, tenant, id)
+		if err != nil || !ok {
+			t.Fatalf("fleet receipt %s not found in its own tenant: %v", id, err)
+		}
+		if _, ok, err := st.Resolve(ctx, otherTenant, id); ok || err != nil {
+			t.Fatalf("fleet receipt %s resolves for the other tenant key's tenant (err %v)", id, err)
+		}
+		if _, ok, err := st.Get(ctx, otherTenant, d); ok || err != nil {
+			t.Fatalf("fleet artifact %s visible to the other tenant key's tenant (err %v)", id, err)
+		}
+	}
+	if hits, err := st.Search(ctx, otherTenant, "", 10); err != nil || len(hits) != 0 {
+		t.Fatalf("the other tenant key's tenant finds %d artifacts (err %v)", len(hits), err)
+	}
+	seen := runSteps(t, up, auth, steps, gs[1])
+	want := runSteps(t, up, auth, steps, gs[2])
+	for i := range steps {
+		if string(seen[i]) != string(want[i]) {
+			t.Fatalf("step %d: the replica with another tenant key forwarded %d bytes, an empty vault %d", i, len(seen[i]), len(want[i]))
+		}
+	}
+}
