@@ -334,3 +334,31 @@ func TestFleet_OtherTenantKeyIsolated(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkFleetGateway1MB is BenchmarkGateway1MB{Warm,Cold} on the Redis
+// vault (a local redis-server, no persistence), next to the same request
+// on Badger: the cost of the vault's round trips over loopback.
+func BenchmarkFleetGateway1MB(b *testing.B) {
+	srv := redistest.Start(b)
+	redisSnippet := fmt.Sprintf(`
+	token_terminator {
+		vault redis {
+			url %s
+		}
+		tenant_key %s
+	}
+	reverse_proxy $UPSTREAM
+`, srv.URL(), fleetTenantKey)
+	for _, c := range []struct {
+		name    string
+		snippet string
+		cold    bool
+	}{
+		{"badger/warm", defaultSnippet, false},
+		{"redis/warm", redisSnippet, false},
+		{"badger/cold", defaultSnippet, true},
+		{"redis/cold", redisSnippet, true},
+	} {
+		b.Run(c.name, func(b *testing.B) { benchGateway1MBSite(b, c.snippet, c.cold) })
+	}
+}
