@@ -196,7 +196,8 @@ type exchange struct {
 	commit func() // lineage record, run once the provider accepted the body
 	// observe hands the provider's usage for this request to the compiler
 	// (cost calibration); nil when the request was not compiled.
-	observe func(response.Usage)
+	observe  func(response.Usage)
+	observed bool // observe was called
 }
 
 // prepare reads the body, compiles it and sets what goes upstream. It

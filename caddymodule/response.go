@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,6 +21,8 @@ import (
 type responseReader interface {
 	Write(p []byte) (int, error)
 	Usage() response.Usage
+	// Complete reports that a stream's terminal event was seen.
+	Complete() bool
 }
 
 // newResponseReader makes the reader of a response to a request of format,
@@ -37,7 +40,13 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 	w.Header().Set(HeaderName, rep.header())
 	setPlaceholders(r, rep)
 
-	tap := &responseTap{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, format: rep.format}
+	tap := &responseTap{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, format: rep.format, length: -1}
+	if ex.commit != nil || ex.observe != nil {
+		tap.onComplete = func() {
+			h.commit(ex)
+			ex.observeUsage(tap.reader)
+		}
+	}
 	upstart := time.Now()
 	defer func() {
 		// reverse_proxy aborts a response that broke mid-stream (upstream
@@ -63,25 +72,16 @@ func (h *Handler) finish(r *http.Request, ex *exchange, tap *responseTap, upstar
 	rep.upstream = time.Since(upstart)
 	rep.status = tap.status
 	rep.responseBytes = tap.n
-	if tap.reader != nil {
-		rep.usage = tap.reader.Usage()
-	}
-	if rep.usage.Known && ex.observe != nil {
-		// The provider's own figures calibrate the cost model: a response
-		// that read nothing from its cache says the cache is cold.
-		ex.observe(rep.usage)
-	}
+	ex.observeUsage(tap.reader)
 
 	// The provider's answer is part of "accepted": a receipt's lease counts
 	// only for a request it answered 2xx in full. An error status, a reset
 	// (next fails or aborts) or a client that left records nothing.
 	accepted := err == nil && tap.status >= 200 && tap.status < 300
 	switch {
+	case rep.committed: // at the answer's last bytes, before the client got them
 	case accepted && ex.commit != nil:
-		tc := time.Now()
-		ex.commit()
-		rep.commit = time.Since(tc)
-		rep.committed = true
+		h.commit(ex)
 	case ex.commit != nil && h.stats != nil:
 		h.stats.Uncommitted.Add(1)
 	}
@@ -98,16 +98,50 @@ func (h *Handler) finish(r *http.Request, ex *exchange, tap *responseTap, upstar
 	h.logger.Info("request", rep.fields()...)
 }
 
+// observeUsage notes the provider's usage in the report and, once, hands
+// it to the compiler: the provider's own figures calibrate the cost model
+// (a response that read nothing from its cache says the cache is cold).
+func (ex *exchange) observeUsage(r responseReader) {
+	if r == nil || ex.observed {
+		return
+	}
+	ex.rep.usage = r.Usage()
+	if ex.rep.usage.Known && ex.observe != nil {
+		ex.observed = true
+		ex.observe(ex.rep.usage)
+	}
+}
+
+// commit records the request's lineage, once.
+func (h *Handler) commit(ex *exchange) {
+	if ex.rep.committed || ex.commit == nil {
+		return
+	}
+	tc := time.Now()
+	ex.commit()
+	ex.rep.commit = time.Since(tc)
+	ex.rep.committed = true
+}
+
 // responseTap passes the response through unbuffered and notes its status
 // and size, teeing the body into a responseReader when there is one. It
 // keeps Flush (SSE) and Hijack (WebSocket) reachable through Unwrap, as
 // http.ResponseController and reverse_proxy expect.
+//
+// The lineage is committed the moment the provider's answer is whole (a
+// stream's terminal event, or a body's declared length), before its last
+// bytes are handed to the client: a client that sends its next request as
+// soon as it has read the answer always finds this one recorded, so the
+// next compile does not depend on timing. An answer that never completes
+// (a reset mid-stream) is not committed.
 type responseTap struct {
 	*caddyhttp.ResponseWriterWrapper
-	format string
-	reader responseReader
-	status int
-	n      int64
+	format     string
+	reader     responseReader
+	status     int
+	n          int64
+	length     int64  // the 2xx body's Content-Length; -1 when unknown
+	onComplete func() // commits; nil when there is nothing to commit
 }
 
 func (t *responseTap) WriteHeader(code int) {
@@ -126,8 +160,22 @@ func (t *responseTap) startReader() {
 	if newResponseReader == nil || t.status < 200 || t.status >= 300 {
 		return
 	}
+	if cl, err := strconv.ParseInt(t.Header().Get("Content-Length"), 10, 64); err == nil && cl >= 0 {
+		t.length = cl
+	}
 	ct := t.Header().Get("Content-Type")
 	t.reader = newResponseReader(t.format, strings.HasPrefix(strings.ToLower(strings.TrimSpace(ct)), "text/event-stream"))
+}
+
+// whole reports whether p completes the 2xx answer.
+func (t *responseTap) whole(p []byte) bool {
+	if t.status < 200 || t.status >= 300 {
+		return false
+	}
+	if t.length >= 0 {
+		return t.n+int64(len(p)) >= t.length
+	}
+	return t.reader != nil && t.reader.Complete()
 }
 
 func (t *responseTap) Write(p []byte) (int, error) {
@@ -135,11 +183,15 @@ func (t *responseTap) Write(p []byte) (int, error) {
 		t.status = http.StatusOK
 		t.startReader()
 	}
+	if t.reader != nil {
+		_, _ = t.reader.Write(p) // never fails
+	}
+	if t.onComplete != nil && t.whole(p) {
+		t.onComplete()
+		t.onComplete = nil
+	}
 	n, err := t.ResponseWriter.Write(p)
 	t.n += int64(n)
-	if t.reader != nil && n > 0 {
-		_, _ = t.reader.Write(p[:n]) // never fails; the client's bytes come first
-	}
 	return n, err
 }
 

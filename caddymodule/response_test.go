@@ -119,6 +119,7 @@ type fakeReader struct {
 }
 
 func (f *fakeReader) Write(p []byte) (int, error) { f.got.Write(p); return len(p), nil }
+func (f *fakeReader) Complete() bool              { return strings.HasSuffix(f.got.String(), "[DONE]\n\n") }
 func (f *fakeReader) Usage() response.Usage {
 	if !strings.HasSuffix(f.got.String(), "[DONE]\n\n") {
 		return response.Usage{}
@@ -156,6 +157,16 @@ func TestResponseTeedAndUsageLogged(t *testing.T) {
 			}
 			if i == 0 && !wFlushed(w) {
 				t.Error("first event not flushed through to the client")
+			}
+			// Committed exactly when the terminal event went through: a
+			// client acting on it finds the request recorded.
+			if got, want := commits.Load(), int32(0); i == len(events)-1 {
+				want = 1
+				if got != want {
+					t.Errorf("after the terminal event: %d commits, want %d", got, want)
+				}
+			} else if got != want {
+				t.Errorf("after event %d: %d commits, want %d", i, got, want)
 			}
 		}
 		// ReadFrom must be teed too.

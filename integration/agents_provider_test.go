@@ -14,8 +14,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/caddymodule"
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/cost"
 )
 
 // This file holds the scripted fake provider the agent CLI test drives the
@@ -66,7 +69,8 @@ type agentDialect interface {
 	next(body []byte) (task, step int, ok bool)
 	// reply writes the model's answer: step's tool calls, or the task's
 	// final text when step is past the last.
-	reply(w http.ResponseWriter, body []byte, task, step int, calls []agentAction, final string)
+	// u is what the provider's prompt cache did with the request.
+	reply(w http.ResponseWriter, body []byte, task, step int, calls []agentAction, final string, u cacheUsage)
 	// sideReply answers a request outside the script.
 	sideReply(w http.ResponseWriter, r *http.Request, body []byte)
 }
@@ -76,8 +80,19 @@ type agentDialect interface {
 // request it got with the step it answered.
 type agentProvider struct {
 	*upstream
-	answers []string // guarded by upstream.mu; answers[i] is what reqs[i] got: "t1s0", or sideRequest
+	answers []string        // guarded by upstream.mu; answers[i] is what reqs[i] got: "t1s0", or sideRequest
+	cache   *cost.Simulator // guarded by upstream.mu; the session's prompt cache, as the provider keeps it
 }
+
+// cacheUsage is the provider's account of one request's input tokens: read
+// from its prompt cache, written to it, and neither. The fake provider
+// reports what a real one would (a simulated prefix cache, cost.Simulator),
+// so the gateway's cost decisions are calibrated as in production: a fake
+// that always reported no cache read would tell the gateway every cache
+// is cold.
+type cacheUsage struct{ read, written, plain int }
+
+func (u cacheUsage) input() int { return u.read + u.written + u.plain }
 
 // sideRequest is the answer recorded for a request outside the script.
 const sideRequest = "side"
@@ -98,6 +113,10 @@ func newAgentProvider(t *testing.T, tasks []agentTask, d agentDialect) *agentPro
 		u.mu.Lock()
 		u.reqs = append(u.reqs, received{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body, ContentLength: r.ContentLength})
 		p.answers = append(p.answers, answer)
+		var usage cacheUsage
+		if answer != sideRequest {
+			usage = p.bill(r.URL.Path, body)
+		}
 		u.mu.Unlock()
 		switch {
 		case err != nil:
@@ -109,11 +128,26 @@ func newAgentProvider(t *testing.T, tasks []agentTask, d agentDialect) *agentPro
 			if steps := tasks[task-1].steps; step < len(steps) {
 				calls = steps[step]
 			}
-			d.reply(w, body, task, step, calls, fmt.Sprintf("Task %d finished after %d tool steps.", task, step))
+			d.reply(w, body, task, step, calls, fmt.Sprintf("Task %d finished after %d tool steps.", task, step), usage)
 		}
 	}))
 	t.Cleanup(u.Close)
 	return p
+}
+
+// bill runs a scripted request through the session's simulated prompt
+// cache. Called with upstream.mu held.
+func (p *agentProvider) bill(path string, body []byte) cacheUsage {
+	format, _ := compiler.FormatFor(http.MethodPost, path)
+	var req struct {
+		Model string `json:"model"`
+	}
+	_ = json.Unmarshal(body, &req)
+	if p.cache == nil {
+		p.cache = &cost.Simulator{Model: cost.Config{}.Model(format, req.Model)}
+	}
+	b := p.cache.Step(cost.Render(format, body), time.Now())
+	return cacheUsage{read: int(b.Read), written: int(b.Written), plain: int(b.Plain)}
 }
 
 // script returns the scripted steps answered, in order (side requests left
@@ -295,7 +329,7 @@ func taskOf(text string) (int, int, bool) {
 	return n, 0, true
 }
 
-func (d claudeDialect) reply(w http.ResponseWriter, body []byte, task, step int, calls []agentAction, final string) {
+func (d claudeDialect) reply(w http.ResponseWriter, body []byte, task, step int, calls []agentAction, final string, u cacheUsage) {
 	var req struct {
 		Model    string `json:"model"`
 		Thinking *struct {
@@ -304,7 +338,7 @@ func (d claudeDialect) reply(w http.ResponseWriter, body []byte, task, step int,
 	}
 	_ = json.Unmarshal(body, &req)
 	var ev [][2]string
-	ev = append(ev, [2]string{"message_start", fmt.Sprintf(`{"type":"message_start","message":{"id":"msg_t%ds%d","type":"message","role":"assistant","model":%q,"content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":1000,"output_tokens":1}}}`, task, step, req.Model)})
+	ev = append(ev, [2]string{"message_start", fmt.Sprintf(`{"type":"message_start","message":{"id":"msg_t%ds%d","type":"message","role":"assistant","model":%q,"content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":%d,"cache_read_input_tokens":%d,"cache_creation_input_tokens":%d,"output_tokens":1}}}`, task, step, req.Model, u.plain, u.read, u.written)})
 	idx := 0
 	add := func(start string, deltas ...string) {
 		ev = append(ev, [2]string{"content_block_start", fmt.Sprintf(`{"type":"content_block_start","index":%d,"content_block":%s}`, idx, start)})
@@ -413,7 +447,7 @@ func (codexDialect) next(body []byte) (int, int, bool) {
 	return taskOf(text.String())
 }
 
-func (codexDialect) reply(w http.ResponseWriter, body []byte, task, step int, calls []agentAction, final string) {
+func (codexDialect) reply(w http.ResponseWriter, body []byte, task, step int, calls []agentAction, final string, u cacheUsage) {
 	var req struct {
 		Model string `json:"model"`
 	}
@@ -430,7 +464,7 @@ func (codexDialect) reply(w http.ResponseWriter, body []byte, task, step int, ca
 		items = append(items, fmt.Sprintf(`{"type":"function_call","id":"fc_%sc%d","status":"completed","call_id":"call_%sc%d","name":"exec_command","arguments":%s}`, id, i, id, i, jsonString(string(args))))
 	}
 	resp := func(status, out string) string {
-		return fmt.Sprintf(`{"id":"resp_%s","object":"response","created_at":1,"status":%q,"model":%q,"output":[%s],"parallel_tool_calls":true,"tool_choice":"auto","tools":[],"usage":{"input_tokens":1000,"output_tokens":20,"total_tokens":1020,"input_tokens_details":{"cached_tokens":0},"output_tokens_details":{"reasoning_tokens":0}}}`, id, status, req.Model, out)
+		return fmt.Sprintf(`{"id":"resp_%s","object":"response","created_at":1,"status":%q,"model":%q,"output":[%s],"parallel_tool_calls":true,"tool_choice":"auto","tools":[],"usage":{"input_tokens":%d,"output_tokens":20,"total_tokens":%d,"input_tokens_details":{"cached_tokens":%d},"output_tokens_details":{"reasoning_tokens":0}}}`, id, status, req.Model, out, u.input(), u.input()+20, u.read)
 	}
 	ev := [][2]string{{"response.created", fmt.Sprintf(`{"type":"response.created","sequence_number":0,"response":%s}`, resp("in_progress", ""))}}
 	for i, it := range items {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/cost"
 )
 
 // Pinned client versions: what docs/notes describe (Claude Code 2.1.x,
@@ -519,25 +520,10 @@ func checkAgentSession(t *testing.T, what string, taps []tapped, fwd map[int]for
 // renderedPrompt is a request's prompt in the order the provider renders
 // and caches it (Anthropic: tools, system, then messages; Responses: tools,
 // instructions, then input), not in the body's key order: Claude Code puts
-// messages first. The raw values are concatenated, so a shared prefix of
-// two rendered prompts is what a prefix cache would reuse.
-//
-// Stand-in for the cost package being written on another branch; the lead
-// swaps it at merge.
+// messages first.
 func renderedPrompt(path string, body []byte) []byte {
-	var m map[string]json.RawMessage
-	if json.Unmarshal(body, &m) != nil {
-		return body
-	}
-	order := []string{"tools", "system", "messages"}
-	if strings.HasSuffix(path, "/responses") {
-		order = []string{"tools", "instructions", "input"}
-	}
-	var out []byte
-	for _, k := range order {
-		out = append(out, m[k]...)
-	}
-	return out
+	format, _ := compiler.FormatFor(http.MethodPost, path)
+	return cost.Render(format, body).Bytes
 }
 
 // preamble is what a client sends before the conversation proper, the

@@ -85,6 +85,9 @@ func (anthropicReader) body(r *Reader, b []byte) error {
 var anthropicSkip = map[string]bool{"ping": true, "message_stop": true}
 
 func (anthropicReader) event(r *Reader, ev Event) error {
+	if ev.Name == "message_stop" {
+		r.complete = true
+	}
 	if anthropicSkip[ev.Name] || ev.Name == "content_block_delta" && !bytes.Contains(ev.Data, []byte("input_json_delta")) &&
 		!bytes.Contains(ev.Data, []byte(`\u`)) {
 		return validJSON(ev.Data)

@@ -67,6 +67,7 @@ var chatDone = []byte("[DONE]")
 
 func (chatReader) event(r *Reader, ev Event) error {
 	if bytes.Equal(bytes.TrimSpace(ev.Data), chatDone) {
+		r.complete = true
 		return nil
 	}
 	// Most chunks carry a piece of text: decoding them would find nothing.

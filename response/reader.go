@@ -59,6 +59,7 @@ type Reader struct {
 	// startInput holds an Anthropic tool_use block's initial input until its
 	// block stops: it is the arguments when no input_json_delta follows.
 	startInput map[int][]byte
+	complete   bool // a stream's terminal event was seen
 }
 
 // formatReader is one provider's response shape.
@@ -120,6 +121,12 @@ func (r *Reader) Usage() Usage {
 	}
 	return r.usage
 }
+
+// Complete reports that a stream's terminal event has been seen (Anthropic
+// message_stop; Chat [DONE]; Responses response.completed, .incomplete or
+// .failed): the provider's answer is whole, whatever follows. For a JSON
+// body it is always false: the caller knows the body's length.
+func (r *Reader) Complete() bool { return r.opts.Stream && r.complete }
 
 // ToolCalls returns the tool calls seen, in the response's order. For a
 // stream cut short the last call may lack the end of its arguments.

@@ -67,6 +67,10 @@ var responsesRead = map[string]bool{"response.output_item.done": true, "response
 	"response.incomplete": true, "response.failed": true}
 
 func (responsesReader) event(r *Reader, ev Event) error {
+	switch ev.Name {
+	case "response.completed", "response.incomplete", "response.failed":
+		r.complete = true
+	}
 	if ev.Name != "" && !responsesRead[ev.Name] {
 		return validJSON(ev.Data)
 	}
