@@ -5,6 +5,7 @@ package caddymodule
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -124,6 +125,12 @@ func TestRedisVaultOpen(t *testing.T) {
 		}
 		if got := h.tenants("sk-test"); got != "" {
 			t.Fatalf("tenant %q computed without the vault's key", got)
+		}
+		// A candidate meanwhile passes through untouched, with the reason.
+		body := `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`
+		w, seen := serve(t, h, newRequest(http.MethodPost, chatPath, strings.NewReader(body)))
+		if tt := w.Header().Get(HeaderName); !strings.HasPrefix(tt, "passthrough=vault_error") || string(seen.body) != body {
+			t.Fatalf("candidate while the tenant key is unreadable: header %q, forwarded %q", tt, seen.body)
 		}
 		srv.Restart()
 		deadline := time.Now().Add(5 * time.Second)
