@@ -50,6 +50,7 @@ type shared struct {
 	counters  *caddy.UsagePool // tokens config -> counterHandle
 	compilers *caddy.UsagePool // vault key + options -> compilerHandle
 	stats     Stats
+	metrics   *metrics // Prometheus series (metrics.go)
 }
 
 func (*shared) Destruct() error { return nil }
@@ -80,17 +81,19 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.logger = ctx.Logger()
 	a.mu, a.claims = new(sync.Mutex), map[string]string{}
 	v, _, err := owners.LoadOrNew(sharedKey, func() (caddy.Destructor, error) {
-		return &shared{
+		sh := &shared{
 			vaults:    caddy.NewUsagePool(),
 			counters:  caddy.NewUsagePool(),
 			compilers: caddy.NewUsagePool(),
-		}, nil
+		}
+		sh.metrics = newMetrics(sh)
+		return sh, nil
 	})
 	if err != nil {
 		return err
 	}
 	a.shared = v.(*shared)
-	return nil
+	return a.registerMetrics(ctx)
 }
 
 // Start implements caddy.App.
@@ -122,9 +125,20 @@ type openVault struct {
 	key      []byte
 	keyErr   error
 	keyTried time.Time
+
+	// ledger writes the request ledger when the backend keeps one
+	// (ledger.go); it stops, written out, before the backend closes.
+	ledgerOnce sync.Once
+	ledger     atomic.Pointer[ledgerWriter]
 }
 
-func (o *openVault) Destruct() error { return o.backend.Close() }
+func (o *openVault) Destruct() error {
+	o.ledgerOnce.Do(func() {}) // no ledger starts after this
+	if l := o.ledger.Load(); l != nil {
+		l.close()
+	}
+	return o.backend.Close()
+}
 
 // tenantKeyRetry is how often a tenant key that could not be read (a
 // Redis vault down at start) is tried again.

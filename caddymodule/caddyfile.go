@@ -57,10 +57,15 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        cache_read <x>; cache_write <x>; cache_write_1h <x>
 //	        min_prefix <tokens>; granularity <tokens>; ttl <duration>
 //	    }
+//	    bypass_header           <name>
+//	    ledger_retention        <duration>
+//	    ledger_max_records      <n>
+//	    ledger_max_bytes        <size>
+//	    tenant_label            <credential-sha256-prefix> <name>   # repeatable
 //	}
 //
-// Every subdirective but vault and cost_prices takes exactly one argument, and each may
-// appear once. The resulting configuration (with defaults for what is
+// Every subdirective but vault, cost_prices and tenant_label takes exactly one
+// argument, and each may appear once. The resulting configuration (with defaults for what is
 // unset) is checked here too, so `caddy adapt` already refuses bad values.
 // Caddy prefixes these errors with the directive, so they don't repeat it.
 func (t *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
@@ -83,6 +88,12 @@ func (t *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		}
 		if name == "cost_prices" { // one block per family, see cost_config.go
 			if err := t.unmarshalCostPrices(d); err != nil {
+				return err
+			}
+			continue
+		}
+		if name == "tenant_label" {
+			if err := t.unmarshalTenantLabel(d); err != nil {
 				return err
 			}
 			continue
@@ -182,6 +193,17 @@ var subdirectives = map[string]func(t *Handler, v string) error{
 	"compile_timeout":         func(t *Handler, v string) error { return setDuration(&t.CompileTimeout, v) },
 	"max_buffered_bytes":      func(t *Handler, v string) error { return setSize(&t.MaxBufferedBytes, v) },
 	"body_read_timeout":       func(t *Handler, v string) error { return setDuration(&t.BodyReadTimeout, v) },
+	"bypass_header":           func(t *Handler, v string) error { t.BypassHeader = v; return nil },
+	"ledger_retention":        func(t *Handler, v string) error { return setDuration(&t.LedgerRetention, v) },
+	"ledger_max_records": func(t *Handler, v string) error {
+		var n *int
+		if err := setInt(&n, v, 1); err != nil {
+			return err
+		}
+		t.LedgerMaxRecords = int64p(int64(*n))
+		return nil
+	},
+	"ledger_max_bytes": func(t *Handler, v string) error { return setSize(&t.LedgerMaxBytes, v) },
 	"mode": func(t *Handler, v string) error {
 		switch v {
 		case "enforce", "shadow", "off":

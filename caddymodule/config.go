@@ -41,6 +41,10 @@ const (
 	// directory when none is configured.
 	DefaultVaultSubdir = "token-terminator"
 
+	// DefaultBypassHeader is the request header whose value "bypass"
+	// forwards a request untouched.
+	DefaultBypassHeader = "Token-Terminator"
+
 	// HeaderName is the response header reporting the decision for every
 	// candidate request.
 	HeaderName = "Token-Terminator"
@@ -148,6 +152,26 @@ type Handler struct {
 	// (passthrough=no_tenant).
 	Tenant string `json:"tenant,omitempty"`
 
+	// Request header that makes the gateway forward a request untouched
+	// when its value is "bypass" (passthrough=bypass); it is removed
+	// before the request goes upstream. Default: Token-Terminator.
+	BypassHeader string `json:"bypass_header,omitempty"`
+
+	// How long the request ledger keeps a record. Default: 720h (30 days).
+	LedgerRetention caddy.Duration `json:"ledger_retention,omitempty"`
+
+	// Most records the ledger keeps; the oldest go first. Default: 200000.
+	LedgerMaxRecords *int64 `json:"ledger_max_records,omitempty"`
+
+	// Most bytes of ledger records kept; the oldest go first.
+	// Default: 64MiB.
+	LedgerMaxBytes *int64 `json:"ledger_max_bytes,omitempty"`
+
+	// Operator names of tenants for the savings page and the ledger, by a
+	// prefix (at least 8 hex digits) of the SHA-256 of the credential
+	// without its "Bearer " scheme. The credential is never stored.
+	TenantLabels map[string]string `json:"tenant_labels,omitempty"`
+
 	// The cost model's settings (cost_model, cost_horizon,
 	// cost_bytes_per_token, cost_prices); see cost_config.go.
 	CostSettings
@@ -215,6 +239,9 @@ func (h *Handler) applyDefaults() {
 	}
 	if h.MaxBufferedBytes == nil {
 		h.MaxBufferedBytes = int64p(DefaultMaxBufferedBytes)
+	}
+	if h.BypassHeader == "" {
+		h.BypassHeader = DefaultBypassHeader
 	}
 }
 
@@ -298,7 +325,7 @@ func (h *Handler) check() error {
 	if _, err := h.costConfig(); err != nil {
 		return err
 	}
-	return nil
+	return h.checkObserve()
 }
 
 func knownTokenizer(v string) bool {

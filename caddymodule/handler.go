@@ -43,6 +43,8 @@ type handlerState struct {
 	formatFor func(method, path string) (string, bool)
 	buffered  *atomic.Int64 // bytes of bodies held now
 	stats     *Stats        // the App's counters
+	metrics   *metrics      // the App's Prometheus series (metrics.go)
+	ledger    *ledgerWriter // the vault's request ledger, nil without one (ledger.go)
 	// vaultErr is set when the vault failed to open: candidates then pass
 	// through with passthrough=vault_error and this detail.
 	vaultErr string
@@ -88,6 +90,7 @@ func (h *Handler) provision(ctx caddy.Context, app *App) error {
 	h.formatFor = compiler.FormatFor
 	h.buffered = new(atomic.Int64)
 	h.stats = app.Stats()
+	h.metrics = app.shared.metrics
 	if h.Mode == string(compiler.ModeOff) {
 		return nil // nothing is ever compiled: open nothing
 	}
@@ -107,6 +110,7 @@ func (h *Handler) provision(ctx caddy.Context, app *App) error {
 		return nil
 	}
 	h.releases = append(h.releases, release)
+	h.ledger = ov.startLedger(h.ledgerLimits(), h.metrics, h.logger.Named("ledger"))
 
 	if h.TenantKey == "" {
 		h.tenants, h.tenantKeyPending = h.backendTenants(ov, backend.VaultKey())
@@ -184,6 +188,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return next.ServeHTTP(w, r)
 	}
 	ex := &exchange{start: time.Now(), rep: report{format: format, path: r.URL.Path, rawBytes: r.ContentLength, sentBytes: r.ContentLength}}
+	if h.bypassed(r) {
+		ex.rep.passthrough(compiler.ReasonBypass)
+		if h.tenants != nil {
+			ex.rep.tenant = h.tenant(r, format) // for the ledger's per-tenant figures
+		}
+		return h.forward(w, r, next, ex)
+	}
 	release := h.prepare(r, ex)
 	defer release()
 	return h.forward(w, r, next, ex)
@@ -197,7 +208,8 @@ type exchange struct {
 	// observe hands the provider's usage for this request to the compiler
 	// (cost calibration); nil when the request was not compiled.
 	observe  func(response.Usage)
-	observed bool // observe was called
+	observed bool        // observe was called
+	obs      observation // what metrics and the ledger note (ledger.go)
 }
 
 // prepare reads the body, compiles it and sets what goes upstream. It
@@ -259,6 +271,7 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 	}
 
 	rep.fromResult(res, int64(len(buf)), int64(len(out)), mode)
+	ex.obs.note(res, tenant)
 	if res.Reason == compiler.ReasonInvalidOutput && h.stats != nil {
 		rep.invalidTotal = h.stats.InvalidOutputs.Add(1)
 	}
@@ -307,6 +320,9 @@ func (h *Handler) upgrade(r *http.Request) {
 	}
 	if h.stats != nil {
 		h.stats.WebSocketUpgrades.Add(1)
+	}
+	if h.metrics != nil {
+		h.metrics.upgrades.WithLabelValues(format).Inc()
 	}
 	h.logger.Info("upgrade passed through uncompiled",
 		zap.String("format", format), zap.String("path", r.URL.Path), zap.Bool("websocket", true))

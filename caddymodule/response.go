@@ -96,6 +96,7 @@ func (h *Handler) finish(r *http.Request, ex *exchange, tap *responseTap, upstar
 	}
 	rep.total = time.Since(ex.start)
 	h.logger.Info("request", rep.fields()...)
+	h.account(r, ex)
 }
 
 // observeUsage notes the provider's usage in the report and, once, hands

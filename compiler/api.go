@@ -201,6 +201,18 @@ type Result struct {
 	Receipts  int // receipts in the forwarded body (or that would be, in shadow)
 	Folded    int // old turns folded into summaries
 	Slots     int // eligible tool results seen
+	// Kinds splits Receipts by why each was made; Folded counts the
+	// folded-turn receipts.
+	Kinds ReceiptKinds
+	// Model is the request's model name as sent, for the gateway to
+	// normalize (caddymodule metrics): never a metric label or log field
+	// as is. Empty when the body did not parse.
+	Model string
+	// Conversation is the chain hash of the request's first two messages
+	// (its opening: usually the system prompt and the first user input),
+	// the same for every request of a conversation. Unkeyed: the gateway
+	// keys it before it is stored. Zero when the chain was not computed.
+	Conversation Digest
 
 	Tokens TokenReport
 
@@ -221,6 +233,14 @@ type Result struct {
 	// only after the provider accepted the forwarded body; it does not use
 	// the compile's context and is bounded by its own timeout.
 	Commit func()
+}
+
+// ReceiptKinds counts a request's tool-result receipts by their cause.
+// Duplicate + Lease + Compaction = Result.Receipts.
+type ReceiptKinds struct {
+	Duplicate  int // another copy of the same result is in the request
+	Lease      int // the conversation already delivered it inline_leases times
+	Compaction int // an old result vaulted by context compaction
 }
 
 // TokenReport holds the token figures of the gate for one request.

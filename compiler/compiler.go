@@ -60,6 +60,8 @@ const (
 	// ReasonSlowBody: the body did not arrive within the gateway's
 	// body_read_timeout, so it streamed through.
 	ReasonSlowBody Reason = "slow_body"
+	// ReasonBypass: the client asked for no compile (the bypass header).
+	ReasonBypass Reason = "bypass"
 )
 
 // Defaults of Options, applied by New to zero values. The gateway's
@@ -207,6 +209,7 @@ type plan struct {
 	receipt  []bool     // per slot: goes out as a receipt
 	gone     []bool     // per slot: folded away with its turn
 	receipts int
+	kinds    ReceiptKinds // receipts by why they were made
 }
 
 func (p *plan) folds() []fold {
@@ -230,6 +233,12 @@ func (p *plan) build() {
 			p.texts = append(p.texts, t)
 		}
 	}
+	copies := map[Digest]int{} // per digest: its eligible copies in this request
+	for i, s := range slots {
+		if p.eligible[i] {
+			copies[s.text.digest]++
+		}
+	}
 	cp := p.compaction
 	for i, s := range slots {
 		if cp != nil && cp.inFolded[i] {
@@ -241,6 +250,14 @@ func (p *plan) build() {
 		}
 		p.receipt[i] = true
 		p.receipts++
+		switch {
+		case !p.replace[i]:
+			p.kinds.Compaction++
+		case p.sameAs[i] >= 0 || copies[s.text.digest] > 1:
+			p.kinds.Duplicate++
+		default:
+			p.kinds.Lease++
+		}
 		r := Receipt(s.text.digest, s.tool, s.text.chars)
 		if k := p.sameAs[i]; k >= 0 {
 			r = receiptSameAs(r, p.d.callID(slots[k]))
@@ -269,6 +286,7 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Resu
 		res.Reason = reason
 		return nil
 	}
+	res.Model = d.model
 	p := &plan{d: d.doc}
 	for _, s := range d.slots {
 		ok := s.text.chars >= c.opts.MinArtifactChars && s.text.chars <= c.opts.MaxArtifactChars
@@ -287,6 +305,7 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Resu
 	// conversation's cache state.
 	if res.Slots > 0 || (!c.opts.Cost.Off && c.opts.Compaction.Enabled) {
 		p.chain = d.hasher.chain(f.name(), d.units)
+		res.Conversation = p.chain[min(1, len(p.chain)-1)]
 		tv := time.Now()
 		lin, err := c.store.Ancestor(ctx, req.Scope, p.chain)
 		res.Vault += time.Since(tv)
@@ -323,10 +342,10 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Resu
 		// Shadow reports what enforce would have sent; the caller forwards
 		// the original.
 		res.Decision, res.SentBytes = Shadow, len(out)
-		res.Receipts, res.Folded = p.receipts, len(p.folds())
+		res.Receipts, res.Folded, res.Kinds = p.receipts, len(p.folds()), p.kinds
 	case forwarded:
 		res.Decision, res.Body, res.SentBytes = Accepted, out, len(out)
-		res.Receipts, res.Folded = p.receipts, len(p.folds())
+		res.Receipts, res.Folded, res.Kinds = p.receipts, len(p.folds()), p.kinds
 	}
 	if ch != nil {
 		ch.costs(res, res.Reason == "")

@@ -136,6 +136,8 @@ type Store struct {
 	// instead of rescanning metadata on every request.
 	nextEvict atomic.Int64
 	evictMu   sync.Mutex
+	// ledger is the request ledger's size (ledger.go).
+	ledger ledgerState
 
 	mu     sync.RWMutex // held for reading by operations, for writing by Close
 	closed bool

@@ -1,0 +1,425 @@
+package caddymodule
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/vault"
+)
+
+// observedHandler is a test handler with the App's metrics attached.
+func observedHandler(t *testing.T, fc *fakeCompiler, mutate func(*Handler)) *Handler {
+	t.Helper()
+	h, _ := testHandler(t, fc, mutate)
+	h.metrics = newMetrics(&shared{vaults: caddy.NewUsagePool()})
+	return h
+}
+
+// TestBypass: the bypass header forwards the original untouched, is not
+// forwarded itself, and is reported as passthrough=bypass.
+func TestBypass(t *testing.T) {
+	tests := []struct {
+		name       string
+		header     string // configured bypass_header; "" = default
+		sendName   string
+		sendValue  string
+		wantBypass bool
+	}{
+		{"default header", "", "Token-Terminator", "bypass", true},
+		{"case and spaces", "", "token-terminator", " Bypass ", true},
+		{"other value is ignored but removed", "", "Token-Terminator", "please", false},
+		{"configured name", "X-TT", "X-Tt", "bypass", true},
+		{"default name not bypass when renamed", "X-TT", "Token-Terminator", "bypass", false},
+		{"absent", "", "", "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fc := &fakeCompiler{}
+			h := observedHandler(t, fc, func(h *Handler) { h.BypassHeader = tt.header })
+			body := `{"model":"gpt-4o","messages":[]}`
+			r := newRequest(http.MethodPost, chatPath, strings.NewReader(body))
+			if tt.sendName != "" {
+				r.Header.Set(tt.sendName, tt.sendValue)
+			}
+			var upHeader http.Header
+			var upBody []byte
+			next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+				upHeader = r.Header.Clone()
+				upBody, _ = io.ReadAll(r.Body)
+				w.WriteHeader(http.StatusOK)
+				return nil
+			})
+			w := httptest.NewRecorder()
+			if err := h.ServeHTTP(w, r, next); err != nil {
+				t.Fatal(err)
+			}
+			if string(upBody) != body {
+				t.Fatalf("upstream got %q", upBody)
+			}
+			name := tt.header
+			if name == "" {
+				name = DefaultBypassHeader
+			}
+			if _, ok := upHeader[http.CanonicalHeaderKey(name)]; ok {
+				t.Fatalf("bypass header %s forwarded upstream", name)
+			}
+			got := w.Header().Get(HeaderName)
+			if tt.wantBypass {
+				if fc.calls.Load() != 0 || !strings.HasPrefix(got, "passthrough=bypass;") {
+					t.Fatalf("compiled %d times, header %q; want bypass", fc.calls.Load(), got)
+				}
+				if v := testutil.ToFloat64(h.metrics.candidates.WithLabelValues("openai_chat", "passthrough", "bypass", "unknown")); v != 1 {
+					t.Fatalf("bypass counted %v times", v)
+				}
+			} else if fc.calls.Load() != 1 {
+				t.Fatalf("compiled %d times, want 1 (header %q)", fc.calls.Load(), got)
+			}
+		})
+	}
+}
+
+// TestMetricsAfterSequence drives a known sequence of requests and checks
+// every series it touches.
+func TestMetricsAfterSequence(t *testing.T) {
+	orig := `{"model":"claude-sonnet-4-5-20250929","messages":[` + strings.Repeat(" ", 900) + `]}`
+	small := []byte(`{"model":"claude-sonnet-4-5-20250929","messages":[]}`)
+	results := []compiler.Result{
+		{Decision: compiler.Accepted, Body: small, Format: "openai_chat", Model: "claude-sonnet-4-5-20250929",
+			Receipts: 3, Folded: 1, Kinds: compiler.ReceiptKinds{Duplicate: 1, Lease: 1, Compaction: 1},
+			Tokens:  compiler.TokenReport{Status: compiler.TokensExact, Raw: 400, Sent: 100},
+			CostRaw: 400, CostSent: 150, Parse: time.Millisecond, Total: 3 * time.Millisecond},
+		{Decision: compiler.Passthrough, Reason: compiler.ReasonNotSmaller, Format: "openai_chat", Model: "gpt-4o-2024-08-06",
+			Tokens: compiler.TokenReport{Status: compiler.TokensExact, Raw: 400, Sent: 420}, CostRaw: 400, CostSent: 400},
+		{Decision: compiler.Passthrough, Reason: compiler.ReasonVaultFull, Format: "openai_chat", Model: "gpt-4o"},
+	}
+	n := 0
+	fc := &fakeCompiler{fn: func(ctx context.Context, req compiler.Request) compiler.Result {
+		res := results[n]
+		n++
+		if res.Body == nil {
+			res.Body = req.Body
+		}
+		res.RawBytes, res.SentBytes = len(req.Body), len(res.Body)
+		return res
+	}}
+	h := observedHandler(t, fc, nil)
+	for range results {
+		serve(t, h, newRequest(http.MethodPost, chatPath, strings.NewReader(orig)))
+	}
+	ws := newRequest(http.MethodGet, "/v1/responses", nil)
+	h.formatFor = func(method, path string) (string, bool) {
+		if strings.HasSuffix(path, "/responses") {
+			return "openai_responses", method == http.MethodPost
+		}
+		return "openai_chat", method == http.MethodPost && strings.HasSuffix(path, "/chat/completions")
+	}
+	ws.Header.Set("Upgrade", "websocket")
+	serve(t, h, ws)
+
+	m := h.metrics
+	raw, sent := float64(len(orig)), float64(len(small))
+	checks := []struct {
+		name string
+		got  float64
+		want float64
+	}{
+		{"accepted", testutil.ToFloat64(m.candidates.WithLabelValues("openai_chat", "accepted", "", "claude-sonnet")), 1},
+		{"not_smaller", testutil.ToFloat64(m.candidates.WithLabelValues("openai_chat", "passthrough", "not_smaller", "gpt-4o")), 1},
+		{"vault_full", testutil.ToFloat64(m.candidates.WithLabelValues("openai_chat", "passthrough", "vault_full", "gpt-4o")), 1},
+		{"bytes raw claude", testutil.ToFloat64(m.bytes.WithLabelValues("openai_chat", "claude-sonnet", "raw")), raw},
+		{"bytes sent claude", testutil.ToFloat64(m.bytes.WithLabelValues("openai_chat", "claude-sonnet", "sent")), sent},
+		{"bytes saved claude", testutil.ToFloat64(m.bytes.WithLabelValues("openai_chat", "claude-sonnet", "saved")), raw - sent},
+		{"bytes saved gpt-4o", testutil.ToFloat64(m.bytes.WithLabelValues("openai_chat", "gpt-4o", "saved")), 0},
+		{"bytes raw gpt-4o", testutil.ToFloat64(m.bytes.WithLabelValues("openai_chat", "gpt-4o", "raw")), 2 * raw},
+		{"tokens saved claude", testutil.ToFloat64(m.tokens.WithLabelValues("openai_chat", "claude-sonnet", "saved")), 300},
+		{"tokens sent gpt-4o (the original)", testutil.ToFloat64(m.tokens.WithLabelValues("openai_chat", "gpt-4o", "sent")), 400},
+		{"cost raw", testutil.ToFloat64(m.cost.WithLabelValues("openai_chat", "claude-sonnet", "raw")), 400},
+		{"cost saved", testutil.ToFloat64(m.cost.WithLabelValues("openai_chat", "claude-sonnet", "saved")), 250},
+		{"receipts duplicate", testutil.ToFloat64(m.receipts.WithLabelValues("openai_chat", receiptDuplicate)), 1},
+		{"receipts lease", testutil.ToFloat64(m.receipts.WithLabelValues("openai_chat", receiptLease)), 1},
+		{"receipts compaction", testutil.ToFloat64(m.receipts.WithLabelValues("openai_chat", receiptCompaction)), 1},
+		{"receipts folded", testutil.ToFloat64(m.receipts.WithLabelValues("openai_chat", receiptFoldedTurn)), 1},
+		{"fail open vault_full", testutil.ToFloat64(m.failOpen.WithLabelValues("vault_full")), 1},
+		{"not_smaller is no failure", testutil.ToFloat64(m.failOpen.WithLabelValues("not_smaller")), 0},
+		{"vault write failures", testutil.ToFloat64(m.vaultFailures.WithLabelValues("vault_full")), 1},
+		{"websocket", testutil.ToFloat64(m.upgrades.WithLabelValues("openai_responses")), 1},
+		{"compile latency observations", float64(testutil.CollectAndCount(m.latency)), 4}, // read, parse, vault, compile series
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	// Labels stay bounded: raw model names never appear.
+	if n := testutil.CollectAndCount(m.candidates); n != 3 {
+		t.Errorf("%d candidate series, want 3", n)
+	}
+}
+
+func TestModelFamily(t *testing.T) {
+	tests := map[string]string{
+		"":                           "unknown",
+		"gpt-4o-2024-08-06":          "gpt-4o",
+		"openai/gpt-4o-mini":         "gpt-4o",
+		"gpt-4.1-nano":               "gpt-4.1",
+		"gpt-4-turbo":                "gpt-4",
+		"gpt-5-codex":                "gpt-5",
+		"o3-mini":                    "o3",
+		"claude-3-5-sonnet-20241022": "claude-sonnet",
+		"claude-opus-4-1":            "claude-opus",
+		"anthropic/claude-haiku-4-5": "claude-haiku",
+		"claude-2":                   "claude",
+		"meta-llama/Llama-3.1-70B":   "llama",
+		"my-finetune-for-acme-corp":  "other",
+	}
+	for in, want := range tests {
+		if got := modelFamily(in); got != want {
+			t.Errorf("modelFamily(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestSummarize checks the stats arithmetic against hand-computed sums.
+func TestSummarize(t *testing.T) {
+	day1 := time.Date(2026, 11, 30, 23, 59, 0, 0, time.UTC).UnixMilli()
+	day2 := time.Date(2026, 12, 1, 0, 1, 0, 0, time.UTC).UnixMilli()
+	recs := []vault.LedgerRecord{
+		{Time: day1, Tenant: "ta", TenantLabel: "acme", Conversation: "c1", Model: "gpt-4o", Decision: "accepted",
+			RawBytes: 1000, SentBytes: 300, RawTokens: 250, SentTokens: 80, Receipts: 2, Folded: 1, CostRaw: 250, CostSent: 90},
+		{Time: day2, Tenant: "ta", Conversation: "c1", Model: "gpt-4o", Decision: "passthrough", Reason: "not_smaller",
+			RawBytes: 500, SentBytes: 500, RawTokens: 120, SentTokens: 125, CostRaw: 120, CostSent: 120},
+		{Time: day2, Tenant: "tb", Conversation: "c2", Model: "claude-sonnet", Decision: "shadow",
+			RawBytes: 800, SentBytes: 100, Receipts: 4},
+		{Time: day2, Tenant: "tb", Conversation: "c3", Model: "claude-sonnet", Decision: "accepted",
+			RawBytes: 2000, SentBytes: 200, Receipts: 1},
+	}
+	st := summarize(recs)
+	want := savings{Requests: 4, Accepted: 2, RawBytes: 4300, SentBytes: 300 + 500 + 800 + 200, RawTokens: 370, SentTokens: 80 + 120,
+		Receipts: 3, Folded: 1, CostRaw: 370, CostSent: 210}
+	want.SavedBytes, want.SavedTok, want.CostSaved = want.RawBytes-want.SentBytes, want.RawTokens-want.SentTokens, want.CostRaw-want.CostSent
+	if st.Totals != want {
+		t.Fatalf("totals\n got %+v\nwant %+v", st.Totals, want)
+	}
+	if st.Decisions["accepted"] != 2 || st.Decisions["shadow"] != 1 || st.Reasons["not_smaller"] != 1 {
+		t.Fatalf("decisions %v reasons %v", st.Decisions, st.Reasons)
+	}
+	if len(st.Days) != 2 || st.Days[0].Day != "2026-11-30" || st.Days[0].SavedBytes != 700 || st.Days[1].SavedBytes != 1800 {
+		t.Fatalf("days %+v", st.Days)
+	}
+	if len(st.Tenants) != 2 || st.Tenants[0].Tenant != "tb" || st.Tenants[0].SavedBytes != 1800 || st.Tenants[1].Label != "acme" {
+		t.Fatalf("tenants %+v", st.Tenants)
+	}
+	if len(st.Models) != 2 || st.Models[0].Model != "claude-sonnet" || st.Models[1].SavedTok != 170 {
+		t.Fatalf("models %+v", st.Models)
+	}
+	if c := st.Conversations; len(c) != 3 || c[0].Conversation != "c3" || c[1].Conversation != "c1" || c[1].Requests != 2 || c[2].SavedBytes != 0 {
+		t.Fatalf("conversations %+v", c)
+	}
+}
+
+// TestLedgerWriterBatches: records reach the vault off the request path
+// and a flush makes every queued record readable.
+func TestLedgerWriterBatches(t *testing.T) {
+	s, err := vault.Open(vault.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	m := newMetrics(&shared{vaults: caddy.NewUsagePool()})
+	w := newLedgerWriter(s, vault.LedgerLimits{Retention: time.Hour, MaxRecords: 1000, MaxBytes: 1 << 20}, m, zap.NewNop())
+	now := time.Now()
+	for i := range 600 {
+		w.add(vault.LedgerRecord{Time: now.Add(time.Duration(i) * time.Millisecond).UnixMilli(), Decision: "accepted", RawBytes: int64(i)})
+	}
+	w.flush(context.Background())
+	got, err := s.ReadLedger(context.Background(), vault.LedgerQuery{})
+	if err != nil || len(got) != 600 || got[0].RawBytes != 599 {
+		t.Fatalf("%d records (err %v), want 600 newest first", len(got), err)
+	}
+	w.add(vault.LedgerRecord{Time: now.Add(time.Second).UnixMilli(), Decision: "passthrough"})
+	w.close()
+	if got, _ = s.ReadLedger(context.Background(), vault.LedgerQuery{}); len(got) != 601 {
+		t.Fatalf("close did not write the queue: %d records", len(got))
+	}
+	if v := testutil.ToFloat64(m.ledgerDropped); v != 0 {
+		t.Fatalf("dropped %v", v)
+	}
+}
+
+func TestObserveConfig(t *testing.T) {
+	tests := []struct {
+		caddyfile string
+		wantErr   string // "" = valid
+	}{
+		{"bypass_header X-No-TT", ""},
+		{"ledger_retention 720h\nledger_max_records 1000\nledger_max_bytes 8MiB", ""},
+		{"tenant_label 0123abcd acme\ntenant_label 89efabcd beta", ""},
+		{"tenant_label 0123 acme", "at least 8 hex digits"},
+		{"tenant_label 0123abcz acme", "at least 8 hex digits"},
+		{"tenant_label 0123abcd acme\ntenant_label 0123abcdef beta", "overlap"},
+		{"tenant_label 0123abcd", "takes a credential hash prefix and a name"},
+		{"tenant_label 0123abcd a\ntenant_label 0123abcd b", "duplicate tenant_label"},
+		{"ledger_retention -1h", "ledger_retention"},
+		{"ledger_max_records 0", "ledger_max_records"},
+		{"bypass_header X:Y", "bypass_header must be a header name"},
+	}
+	for _, tt := range tests {
+		var h Handler
+		d := caddyfile.NewTestDispenser("token_terminator {\n" + tt.caddyfile + "\n}")
+		err := h.UnmarshalCaddyfile(d)
+		switch {
+		case tt.wantErr == "" && err != nil:
+			t.Errorf("%q: %v", tt.caddyfile, err)
+		case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+			t.Errorf("%q: error %v, want %q", tt.caddyfile, err, tt.wantErr)
+		}
+	}
+}
+
+// TestTenantLabel: a label matches by the credential's hash, with or
+// without a Bearer scheme.
+func TestTenantLabel(t *testing.T) {
+	// sha256("sk-acme") = 6f4a… is computed, not hard-coded.
+	prefix := sha256Hex("sk-acme")[:10]
+	h := &Handler{TenantLabels: map[string]string{prefix: "acme"}}
+	for cred, want := range map[string]string{"Bearer sk-acme": "acme", "sk-acme": "acme", "Bearer sk-other": ""} {
+		r := httptest.NewRequest(http.MethodPost, chatPath, nil)
+		r.Header.Set("Authorization", cred)
+		if got := h.tenantLabel(r, "openai_chat"); got != want {
+			t.Errorf("%q: label %q, want %q", cred, got, want)
+		}
+	}
+}
+
+func sha256Hex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// TestRecoveryHooks: the recovery path's counters, through the App and
+// through a handler's metrics; nil receivers are no-ops.
+func TestRecoveryHooks(t *testing.T) {
+	sh := &shared{vaults: caddy.NewUsagePool()}
+	sh.metrics = newMetrics(sh)
+	app := &App{shared: sh}
+	app.RecoveryRound("anthropic_messages")
+	sh.metrics.recoveryRound("anthropic_messages")
+	app.RecoveryRead("artifact_get")
+	var nilApp *App
+	nilApp.RecoveryRound("x")
+	var nilMetrics *metrics
+	nilMetrics.recoveryRead("x")
+	if v := testutil.ToFloat64(sh.metrics.recoveryRounds.WithLabelValues("anthropic_messages")); v != 2 {
+		t.Fatalf("rounds %v, want 2", v)
+	}
+	if v := testutil.ToFloat64(sh.metrics.recoveryReads.WithLabelValues("artifact_get")); v != 1 {
+		t.Fatalf("reads %v, want 1", v)
+	}
+}
+
+// BenchmarkAccount is what a finished candidate adds: metrics and the
+// ledger record queued (the writer drains it concurrently).
+func BenchmarkAccount(b *testing.B) {
+	s, err := vault.Open(vault.Config{Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	sh := &shared{vaults: caddy.NewUsagePool()}
+	h := &Handler{}
+	h.metrics = newMetrics(sh)
+	h.ledger = newLedgerWriter(s, vault.LedgerLimits{Retention: time.Hour, MaxRecords: 1 << 20, MaxBytes: 1 << 30}, h.metrics, zap.NewNop())
+	defer h.ledger.close()
+	r := httptest.NewRequest(http.MethodPost, chatPath, nil)
+	ex := &exchange{start: time.Now(), rep: report{decision: compiler.Accepted, format: "openai_chat", rawBytes: 100000, sentBytes: 20000,
+		receipts: 3, compiled: true, tenant: "t1", tokens: compiler.TokenReport{Status: compiler.TokensExact, Raw: 25000, Sent: 5000}},
+		obs: observation{family: "gpt-4o", conversation: "c_1", kinds: compiler.ReceiptKinds{Lease: 3}, costRaw: 25000, costSent: 6000}}
+	b.ReportAllocs()
+	for b.Loop() {
+		h.account(r, ex)
+	}
+}
+
+// stuckLedger blocks every append until released: a vault that hangs.
+type stuckLedger struct{ release chan struct{} }
+
+func (s stuckLedger) AppendLedger(ctx context.Context, _ []vault.LedgerRecord, _ vault.LedgerLimits) error {
+	select {
+	case <-s.release:
+	case <-ctx.Done():
+	}
+	return ctx.Err()
+}
+
+func (stuckLedger) ReadLedger(context.Context, vault.LedgerQuery) ([]vault.LedgerRecord, error) {
+	return nil, nil
+}
+
+// TestLedgerNeverBlocksRequests: with the vault hanging, adding records
+// returns at once; what does not fit the queue is dropped and counted.
+func TestLedgerNeverBlocksRequests(t *testing.T) {
+	st := stuckLedger{release: make(chan struct{})}
+	m := newMetrics(&shared{vaults: caddy.NewUsagePool()})
+	w := newLedgerWriter(st, vault.LedgerLimits{Retention: time.Hour, MaxRecords: 1, MaxBytes: 1}, m, zap.NewNop())
+	const n = 3 * ledgerQueue
+	done := make(chan struct{})
+	go func() {
+		for i := range n {
+			w.add(vault.LedgerRecord{Time: int64(i)})
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("add blocked on a hanging vault")
+	}
+	// At most the queue and one batch in the writer's hands are kept.
+	if d := testutil.ToFloat64(m.ledgerDropped); d < n-ledgerQueue-ledgerBatch {
+		t.Fatalf("dropped %v of %d", d, n)
+	}
+	close(st.release)
+	w.close()
+}
+
+// TestMetricsCostDearerThanRaw: a request judged dearer than its all-raw
+// baseline is counted as extra, not subtracted from a counter (which would
+// panic), and the request is answered.
+func TestMetricsCostDearerThanRaw(t *testing.T) {
+	small := []byte(`{"model":"gpt-4o","messages":[]}`)
+	fc := &fakeCompiler{fn: func(ctx context.Context, req compiler.Request) compiler.Result {
+		return compiler.Result{Decision: compiler.Accepted, Body: small, Format: "openai_chat", Model: "gpt-4o",
+			RawBytes: len(req.Body), SentBytes: len(small), Receipts: 1, Kinds: compiler.ReceiptKinds{Lease: 1},
+			Tokens:  compiler.TokenReport{Status: compiler.TokensEstimate, Raw: 100, Sent: 120},
+			CostRaw: 1000, CostSent: 1300}
+	}}
+	h := observedHandler(t, fc, nil)
+	w, s := serve(t, h, newRequest(http.MethodPost, chatPath, strings.NewReader(`{"model":"gpt-4o","messages":[`+strings.Repeat(" ", 200)+`]}`)))
+	if s.calls != 1 || w.Code != http.StatusOK {
+		t.Fatalf("calls %d code %d", s.calls, w.Code)
+	}
+	m := h.metrics
+	if v := testutil.ToFloat64(m.cost.WithLabelValues("openai_chat", "gpt-4o", "extra")); v != 300 {
+		t.Fatalf("extra %v, want 300", v)
+	}
+	if v := testutil.ToFloat64(m.cost.WithLabelValues("openai_chat", "gpt-4o", "saved")); v != 0 {
+		t.Fatalf("saved %v, want 0", v)
+	}
+	if v := testutil.ToFloat64(m.tokens.WithLabelValues("openai_chat", "gpt-4o", "saved")); v != 0 {
+		t.Fatalf("tokens saved %v, want 0", v)
+	}
+}

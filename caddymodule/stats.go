@@ -1,0 +1,174 @@
+package caddymodule
+
+import (
+	"sort"
+	"time"
+
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/vault"
+)
+
+// savings adds up ledger records. Saved figures count accepted rewrites
+// only: a pass-through or a shadow compile forwarded the original.
+type savings struct {
+	Requests   int64   `json:"requests"`
+	Accepted   int64   `json:"accepted"`
+	RawBytes   int64   `json:"raw_bytes"`
+	SentBytes  int64   `json:"sent_bytes"`
+	SavedBytes int64   `json:"saved_bytes"`
+	RawTokens  int64   `json:"raw_tokens"`
+	SentTokens int64   `json:"sent_tokens"`
+	SavedTok   int64   `json:"saved_tokens"`
+	CostRaw    float64 `json:"cost_raw"`
+	CostSent   float64 `json:"cost_sent"`
+	CostSaved  float64 `json:"cost_saved"`
+	Receipts   int64   `json:"receipts"`
+	Folded     int64   `json:"folded"`
+}
+
+func (s *savings) add(r *vault.LedgerRecord) {
+	s.Requests++
+	s.RawBytes += r.RawBytes
+	s.RawTokens += int64(r.RawTokens)
+	s.CostRaw += r.CostRaw
+	if r.Decision == string(compiler.Accepted) {
+		s.Accepted++
+		s.SentBytes += r.SentBytes
+		s.SentTokens += int64(r.SentTokens)
+		s.Receipts += int64(r.Receipts)
+		s.Folded += int64(r.Folded)
+	} else {
+		s.SentBytes += r.RawBytes
+		s.SentTokens += int64(r.RawTokens)
+	}
+	if r.CostRaw > 0 {
+		// CostSent is of what went: the original on pass-through.
+		s.CostSent += r.CostSent
+	}
+	s.SavedBytes = s.RawBytes - s.SentBytes
+	s.SavedTok = s.RawTokens - s.SentTokens
+	s.CostSaved = s.CostRaw - s.CostSent
+}
+
+type tenantSavings struct {
+	Tenant string `json:"tenant"`
+	Label  string `json:"label,omitempty"`
+	savings
+}
+
+type modelSavings struct {
+	Model string `json:"model"`
+	savings
+}
+
+type daySavings struct {
+	Day string `json:"day"` // UTC, YYYY-MM-DD
+	savings
+}
+
+type conversationSavings struct {
+	Conversation string `json:"conversation"`
+	Tenant       string `json:"tenant,omitempty"`
+	Label        string `json:"label,omitempty"`
+	savings
+}
+
+// stats is the answer of GET /token-terminator/stats.
+type stats struct {
+	Since         int64                 `json:"since,omitempty"`
+	Until         int64                 `json:"until,omitempty"`
+	Totals        savings               `json:"totals"`
+	Decisions     map[string]int64      `json:"decisions"`
+	Reasons       map[string]int64      `json:"reasons"`
+	Tenants       []tenantSavings       `json:"tenants"`
+	Models        []modelSavings        `json:"models"`
+	Days          []daySavings          `json:"days"`
+	Conversations []conversationSavings `json:"top_conversations"`
+	Vault         *vaultSummary         `json:"vault,omitempty"`
+}
+
+// summarize adds up records: totals, per tenant and model family (most
+// saved first), per UTC day (oldest first) and the conversations that
+// saved the most bytes.
+func summarize(recs []vault.LedgerRecord) stats {
+	st := stats{Decisions: map[string]int64{}, Reasons: map[string]int64{}}
+	tenants := map[string]*tenantSavings{}
+	models := map[string]*modelSavings{}
+	days := map[string]*daySavings{}
+	convs := map[string]*conversationSavings{}
+	for i := range recs {
+		r := &recs[i]
+		st.Totals.add(r)
+		st.Decisions[r.Decision]++
+		if r.Reason != "" {
+			st.Reasons[r.Reason]++
+		}
+		t := tenants[r.Tenant]
+		if t == nil {
+			t = &tenantSavings{Tenant: r.Tenant}
+			tenants[r.Tenant] = t
+		}
+		if r.TenantLabel != "" {
+			t.Label = r.TenantLabel
+		}
+		t.add(r)
+		m := models[r.Model]
+		if m == nil {
+			m = &modelSavings{Model: r.Model}
+			models[r.Model] = m
+		}
+		m.add(r)
+		day := time.UnixMilli(r.Time).UTC().Format(time.DateOnly)
+		d := days[day]
+		if d == nil {
+			d = &daySavings{Day: day}
+			days[day] = d
+		}
+		d.add(r)
+		if r.Conversation != "" {
+			c := convs[r.Conversation]
+			if c == nil {
+				c = &conversationSavings{Conversation: r.Conversation, Tenant: r.Tenant}
+				convs[r.Conversation] = c
+			}
+			if r.TenantLabel != "" {
+				c.Label = r.TenantLabel
+			}
+			c.add(r)
+		}
+	}
+	st.Tenants = sortedBySaved(tenants, func(a *tenantSavings) (*savings, string) { return &a.savings, a.Tenant })
+	st.Models = sortedBySaved(models, func(a *modelSavings) (*savings, string) { return &a.savings, a.Model })
+	st.Conversations = sortedBySaved(convs, func(a *conversationSavings) (*savings, string) { return &a.savings, a.Conversation })
+	if len(st.Conversations) > topConversations {
+		st.Conversations = st.Conversations[:topConversations]
+	}
+	st.Days = make([]daySavings, 0, len(days))
+	for _, d := range days {
+		st.Days = append(st.Days, *d)
+	}
+	sort.Slice(st.Days, func(i, j int) bool { return st.Days[i].Day < st.Days[j].Day })
+	return st
+}
+
+// sortedBySaved lists m by saved bytes, most first, ties by key, so the
+// answer is deterministic.
+func sortedBySaved[T any](m map[string]*T, of func(*T) (*savings, string)) []T {
+	out := make([]*T, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, ka := of(out[i])
+		b, kb := of(out[j])
+		if a.SavedBytes != b.SavedBytes {
+			return a.SavedBytes > b.SavedBytes
+		}
+		return ka < kb
+	})
+	res := make([]T, len(out))
+	for i, v := range out {
+		res[i] = *v
+	}
+	return res
+}

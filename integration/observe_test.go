@@ -1,0 +1,376 @@
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// observed is a gateway with Caddy's admin API on a loopback port: the
+// same harness, loaded again with admin on.
+type observed struct {
+	*gateway
+	admin string // http://127.0.0.1:port
+	up    *upstream
+	snip  string
+}
+
+func startObserved(t *testing.T, snippet string, up *upstream) *observed {
+	t.Helper()
+	g := startGateway(t, snippet, up)
+	o := &observed{gateway: g, admin: fmt.Sprintf("http://127.0.0.1:%d", freePort(t)), up: up, snip: snippet}
+	o.loadWithAdmin(snippet)
+	return o
+}
+
+func (o *observed) loadWithAdmin(snippet string) {
+	o.t.Helper()
+	cfg := gatewayConfig(o.port, o.LogFile, snippet, o.up.addr(), o.VaultDir)
+	cfg = strings.Replace(cfg, "admin off", "admin "+strings.TrimPrefix(o.admin, "http://"), 1)
+	o.load(cfg)
+	o.reloaded = true
+}
+
+// adminGet fetches path from the admin API.
+func (o *observed) adminGet(path string) []byte {
+	o.t.Helper()
+	c := &http.Client{Timeout: 30 * time.Second}
+	resp, err := c.Get(o.admin + path)
+	if err != nil {
+		o.t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		o.t.Fatalf("GET %s: %d %s", path, resp.StatusCode, b)
+	}
+	return b
+}
+
+// promSeries is one scraped sample.
+type promSeries struct {
+	name   string
+	labels map[string]string
+	value  float64
+}
+
+// scrape reads the admin API's /metrics (Prometheus text format).
+func (o *observed) scrape() []promSeries {
+	o.t.Helper()
+	var out []promSeries
+	sc := bufio.NewScanner(bytes.NewReader(o.adminGet("/metrics")))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		sp := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[sp+1:], 64)
+		if err != nil {
+			o.t.Fatalf("metrics line %q: %v", line, err)
+		}
+		s := promSeries{labels: map[string]string{}, value: v}
+		head := line[:sp]
+		if i := strings.IndexByte(head, '{'); i >= 0 {
+			s.name = head[:i]
+			for _, kv := range splitLabels(head[i+1 : len(head)-1]) {
+				k, val, _ := strings.Cut(kv, "=")
+				s.labels[k], _ = strconv.Unquote(val)
+			}
+		} else {
+			s.name = head
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// splitLabels splits `a="x",b="y,z"` at the commas between pairs.
+func splitLabels(s string) []string {
+	var out []string
+	inQ, start := false, 0
+	for i := 0; i < len(s); i++ {
+		switch {
+		case s[i] == '\\':
+			i++
+		case s[i] == '"':
+			inQ = !inQ
+		case s[i] == ',' && !inQ:
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+	}
+	if start < len(s) {
+		out = append(out, s[start:])
+	}
+	return out
+}
+
+// sum adds the samples of name whose labels include want.
+func sum(series []promSeries, name string, want map[string]string) float64 {
+	var total float64
+next:
+	for _, s := range series {
+		if s.name != name {
+			continue
+		}
+		for k, v := range want {
+			if s.labels[k] != v {
+				continue next
+			}
+		}
+		total += s.value
+	}
+	return total
+}
+
+// headerInt reads key=N from a Token-Terminator header.
+func headerInt(t testing.TB, tt, key string) int64 {
+	t.Helper()
+	for _, part := range strings.Split(tt, "; ") {
+		if k, v, ok := strings.Cut(part, "="); ok && k == key {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("%s in %q: %v", key, tt, err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no %s in %q", key, tt)
+	return 0
+}
+
+// clientTotals is what the client saw of a sequence, from the headers.
+type clientTotals struct {
+	requests, accepted   int
+	raw, sent, saved     int64
+	receipts             int64
+	decisions, passes    map[string]int
+	rawTokens, savedToks int64
+}
+
+func (c *clientTotals) add(t testing.TB, r response) {
+	t.Helper()
+	if c.decisions == nil {
+		c.decisions, c.passes = map[string]int{}, map[string]int{}
+	}
+	c.requests++
+	raw, sent := headerInt(t, r.TT, "raw_bytes"), headerInt(t, r.TT, "sent_bytes")
+	c.raw += raw
+	decision, _, _ := strings.Cut(r.TT, ";")
+	if d, reason, ok := strings.Cut(decision, "="); ok {
+		c.decisions[d]++
+		c.passes[reason]++
+		c.sent += raw
+	} else {
+		c.decisions[decision]++
+		c.sent += sent
+		c.saved += raw - sent
+		c.accepted++
+		c.receipts += headerInt(t, r.TT, "receipts")
+	}
+	if strings.Contains(r.TT, "raw_tokens=") {
+		rt := headerInt(t, r.TT, "raw_tokens")
+		c.rawTokens += rt
+		if !strings.HasPrefix(r.TT, "passthrough") {
+			c.savedToks += rt - headerInt(t, r.TT, "sent_tokens")
+		}
+	}
+}
+
+// knownSequence sends: a first delivery (pass-through), its second
+// exposure (a lease receipt), a same-request duplicate, a bypassed
+// request and a small request (no candidates), plus a WebSocket upgrade.
+func knownSequence(t *testing.T, o *observed, tag string) clientTotals {
+	t.Helper()
+	var ct clientTotals
+	out := bigOutput("observe-"+tag, 12000)
+	step1, step2 := agentRun("List the repo "+tag+".", out)
+	r := o.post(chatPath, step1, "Authorization: Bearer sk-observe-A")
+	ct.add(t, r)
+	r = o.post(chatPath, step2, "Authorization: Bearer sk-observe-A")
+	expectAccepted(t, r, 1)
+	ct.add(t, r)
+	dupOut := bigOutput("observe-dup-"+tag, 10000)
+	dup := newConversation("sys", "check twice "+tag).tool("bash", `{"cmd":"cat a"}`, dupOut).tool("bash", `{"cmd":"cat a"}`, dupOut).body()
+	r = o.post(chatPath, dup, "Authorization: Bearer sk-observe-B")
+	expectAccepted(t, r, 1)
+	ct.add(t, r)
+	r = o.post(chatPath, step2, "Authorization: Bearer sk-observe-A", "Token-Terminator: bypass")
+	expectPassthroughHeader(t, chatPath, r, "bypass")
+	if _, ok := o.up.last(t).Header["Token-Terminator"]; ok {
+		t.Fatal("the bypass header went upstream")
+	}
+	expectSame(t, step2, o.up.last(t))
+	ct.add(t, r)
+	r = o.post(chatPath, []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`), "Authorization: Bearer sk-observe-B")
+	ct.add(t, r)
+	ws := o.do(http.MethodGet, "/v1/responses", nil, 0, "Upgrade: websocket", "Connection: Upgrade")
+	_ = ws
+	return ct
+}
+
+// TestObserve_MetricsAfterKnownSequence scrapes Caddy's admin /metrics
+// after a known sequence, reloads, and checks the counters carried on.
+func TestObserve_MetricsAfterKnownSequence(t *testing.T) {
+	up := newUpstream(t)
+	o := startObserved(t, defaultSnippet, up)
+	ct := knownSequence(t, o, "m1")
+	if ct.accepted != 2 || ct.decisions["passthrough"] != 3 || ct.passes["bypass"] != 1 {
+		t.Fatalf("sequence went differently than planned: %+v", ct)
+	}
+
+	m := o.scrape()
+	chat := map[string]string{"format": "openai_chat"}
+	checks := []struct {
+		name string
+		got  float64
+		want float64
+	}{
+		{"candidates", sum(m, "token_terminator_candidate_requests_total", chat), float64(ct.requests)},
+		{"accepted gpt-4o", sum(m, "token_terminator_candidate_requests_total", map[string]string{"decision": "accepted", "model": "gpt-4o"}), 2},
+		{"bypass", sum(m, "token_terminator_candidate_requests_total", map[string]string{"reason": "bypass"}), 1},
+		{"bytes raw", sum(m, "token_terminator_bytes_total", map[string]string{"kind": "raw"}), float64(ct.raw)},
+		{"bytes sent", sum(m, "token_terminator_bytes_total", map[string]string{"kind": "sent"}), float64(ct.sent)},
+		{"bytes saved", sum(m, "token_terminator_bytes_total", map[string]string{"kind": "saved"}), float64(ct.saved)},
+		{"tokens saved", sum(m, "token_terminator_tokens_total", map[string]string{"kind": "saved"}), float64(ct.savedToks)},
+		{"lease receipts", sum(m, "token_terminator_receipts_total", map[string]string{"kind": "lease"}), 1},
+		{"duplicate receipts", sum(m, "token_terminator_receipts_total", map[string]string{"kind": "duplicate"}), 1},
+		{"websocket", sum(m, "token_terminator_websocket_upgrades_total", map[string]string{"format": "openai_responses"}), 1},
+		{"no fail-open", sum(m, "token_terminator_fail_open_total", nil), 0},
+		{"vault artifacts", sum(m, "token_terminator_vault_artifacts", nil), 2},
+		{"vault written", sum(m, "token_terminator_vault_artifacts_written_total", nil), 2},
+		{"compile latency count", sum(m, "token_terminator_duration_seconds_count", map[string]string{"stage": "compile"}), float64(ct.requests - 1)}, // the bypass is not compiled
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	if sum(m, "token_terminator_vault_bytes", nil) <= 0 || sum(m, "token_terminator_cost_units_total", map[string]string{"kind": "raw"}) <= 0 {
+		t.Error("vault bytes or cost not reported")
+	}
+	// Bounded labels only: no tenant, conversation or raw model.
+	for _, s := range m {
+		if !strings.HasPrefix(s.name, "token_terminator_") {
+			continue
+		}
+		for k := range s.labels {
+			switch k {
+			case "format", "decision", "reason", "model", "kind", "stage", "action", "le":
+			default:
+				t.Errorf("unexpected label %s on %s", k, s.name)
+			}
+		}
+	}
+
+	// A reload keeps the counters (the same collectors on the new
+	// config's registry), and they go on counting.
+	o.loadWithAdmin(defaultSnippet + "\n")
+	r := o.post(chatPath, []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"again"}]}`))
+	expectPassthroughHeader(t, chatPath, r, "")
+	m = o.scrape()
+	if got := sum(m, "token_terminator_candidate_requests_total", nil); got != float64(ct.requests+1) {
+		t.Errorf("after reload: %v candidates, want %d", got, ct.requests+1)
+	}
+}
+
+// TestObserve_LedgerAndStats checks the admin API's ledger and stats
+// against what the client saw, and that neither holds content or
+// credentials.
+func TestObserve_LedgerAndStats(t *testing.T) {
+	up := newUpstream(t)
+	o := startObserved(t, `
+	token_terminator {
+		vault_dir $VAULT
+		tenant_label `+sha256Prefix("sk-observe-A")+` team-a
+	}
+	reverse_proxy $UPSTREAM
+`, up)
+	ct := knownSequence(t, o, "l1")
+
+	var led struct {
+		Records []map[string]any `json:"records"`
+	}
+	raw := o.adminGet("/token-terminator/ledger?limit=100")
+	if err := json.Unmarshal(raw, &led); err != nil {
+		t.Fatal(err)
+	}
+	if len(led.Records) != ct.requests {
+		t.Fatalf("%d ledger records, want %d", len(led.Records), ct.requests)
+	}
+	for _, secret := range []string{"sk-observe", "observe-l1", "List the repo", "cat a", "gpt-4o-"} {
+		if bytes.Contains(raw, []byte(secret)) {
+			t.Fatalf("ledger carries %q", secret)
+		}
+	}
+	// Newest first: the small request, then the bypass.
+	if led.Records[0]["reason"] != "no_candidates" || led.Records[1]["reason"] != "bypass" || led.Records[1]["tenant_label"] != "team-a" {
+		t.Fatalf("ledger order or labels: %v / %v", led.Records[0], led.Records[1])
+	}
+	if r := o.adminGet("/token-terminator/ledger?limit=2"); bytes.Count(r, []byte(`"decision"`)) != 2 {
+		t.Fatalf("limit=2 returned %s", r)
+	}
+
+	var st struct {
+		Totals struct {
+			Requests   int   `json:"requests"`
+			Accepted   int   `json:"accepted"`
+			RawBytes   int64 `json:"raw_bytes"`
+			SentBytes  int64 `json:"sent_bytes"`
+			SavedBytes int64 `json:"saved_bytes"`
+			Receipts   int64 `json:"receipts"`
+		} `json:"totals"`
+		Decisions map[string]int `json:"decisions"`
+		Reasons   map[string]int `json:"reasons"`
+		Tenants   []struct {
+			Label    string `json:"label"`
+			Requests int    `json:"requests"`
+		} `json:"tenants"`
+		Conversations []struct {
+			SavedBytes int64 `json:"saved_bytes"`
+		} `json:"top_conversations"`
+		Vault struct {
+			Artifacts int64 `json:"artifacts"`
+		} `json:"vault"`
+	}
+	if err := json.Unmarshal(o.adminGet("/token-terminator/stats"), &st); err != nil {
+		t.Fatal(err)
+	}
+	tot := st.Totals
+	if tot.Requests != ct.requests || tot.Accepted != ct.accepted || tot.RawBytes != ct.raw || tot.SentBytes != ct.sent ||
+		tot.SavedBytes != ct.saved || tot.Receipts != ct.receipts {
+		t.Fatalf("stats totals %+v, client saw %+v", tot, ct)
+	}
+	if st.Decisions["accepted"] != 2 || st.Reasons["bypass"] != 1 || st.Vault.Artifacts != 2 {
+		t.Fatalf("decisions %v reasons %v vault %+v", st.Decisions, st.Reasons, st.Vault)
+	}
+	labelled := false
+	for _, tn := range st.Tenants {
+		labelled = labelled || (tn.Label == "team-a" && tn.Requests == 3)
+	}
+	if !labelled || len(st.Conversations) == 0 || st.Conversations[0].SavedBytes <= 0 {
+		t.Fatalf("tenants %+v conversations %+v", st.Tenants, st.Conversations)
+	}
+	// A window that ends before the requests is empty.
+	if err := json.Unmarshal(o.adminGet("/token-terminator/stats?until=2000-01-01T00:00:00Z"), &st); err != nil || st.Totals.Requests != 0 {
+		t.Fatalf("until=2000: %+v, %v", st.Totals, err)
+	}
+}
+
+// sha256Prefix is the tenant_label prefix of a credential: the first 12
+// hex digits of its SHA-256.
+func sha256Prefix(credential string) string {
+	sum := sha256.Sum256([]byte(credential))
+	return hex.EncodeToString(sum[:])[:12]
+}
