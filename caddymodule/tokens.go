@@ -25,6 +25,8 @@ type warmCounter struct {
 	log      *zap.Logger
 }
 
+var _ compiler.HintedCounter = (*warmCounter)(nil)
+
 func newWarmCounter(c *tokens.Counter, tokenizer string, log *zap.Logger) *warmCounter {
 	w := &warmCounter{counter: c, auto: tokenizer == "auto", log: log}
 	if tokenizer == "off" {
@@ -55,8 +57,14 @@ func (w *warmCounter) warm() {
 
 // Count implements compiler.TokenCounter.
 func (w *warmCounter) Count(ctx context.Context, model string, body []byte) compiler.TokenCount {
+	return w.CountHinted(ctx, model, body, nil)
+}
+
+// CountHinted implements compiler.HintedCounter: the compiler's message
+// starts reach the counter, so a resent history is counted by lookups.
+func (w *warmCounter) CountHinted(ctx context.Context, model string, body []byte, hints []int) compiler.TokenCount {
 	if w.ready.Load() || (w.auto && tokens.EncodingFor(model) == "") {
-		return w.counter.Count(ctx, model, body)
+		return w.counter.CountHinted(ctx, model, body, hints)
 	}
 	if !w.coldSeen.Swap(true) {
 		w.log.Info("tokenizer tables are still being built; until they are ready the token veto is skipped (tokens=budget)")

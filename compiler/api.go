@@ -36,7 +36,8 @@ type Scope struct {
 // receipt. Text is exactly what the model saw; Raw is the exact bytes that
 // were replaced (a JSON value, or the raw span of a tool result's body
 // inside its string when the client's wrapper stayed around the receipt), so
-// the request can be restored byte for byte.
+// the request can be restored byte for byte. Text and Raw may share the
+// request body's memory: a Store copies what it keeps.
 type Artifact struct {
 	Digest Digest // sha256(Text)
 	Text   string
@@ -129,6 +130,16 @@ func (s TokenStatus) Measured() bool { return s == TokensExact || s == TokensEst
 // TokenCounter counts tokens of complete request bodies.
 type TokenCounter interface {
 	Count(ctx context.Context, model string, body []byte) TokenCount
+}
+
+// HintedCounter is a TokenCounter that can use where a body's messages
+// start (ascending byte offsets, from the compiler's parse) to look a
+// resent message's count up instead of re-reading its bytes. Hints never
+// change a count, only how fast it is found; a counter without this method
+// is given none.
+type HintedCounter interface {
+	TokenCounter
+	CountHinted(ctx context.Context, model string, body []byte, hints []int) TokenCount
 }
 
 // Mode says what the gateway does with a compiled request.
@@ -259,4 +270,12 @@ type Compaction struct {
 	MinVaultChars      int // tool results at least this long outside the recent window are vaulted (>= 500)
 	CollapseAfterTurns int // turns older than this many most recent are folded; 0 = never fold
 	InlineRecentTurns  int // the last this many turns are never changed
+}
+
+// countHinted counts body with hints when tc can use them.
+func countHinted(ctx context.Context, tc TokenCounter, model string, body []byte, hints []int) TokenCount {
+	if hc, ok := tc.(HintedCounter); ok {
+		return hc.CountHinted(ctx, model, body, hints)
+	}
+	return tc.Count(ctx, model, body)
 }

@@ -298,7 +298,7 @@ func seq(n int) []int {
 func (c *Compiler) foldTurn(d *doc, list *jsonv.Node, infos []msgInfo, t turn) fold {
 	first, last := list.Elems[t.first], list.Elems[t.last]
 	raw := d.src[first.Start:last.End]
-	t0 := newText(string(raw))
+	t0 := c.texts.rawText(raw)
 	art := Artifact{Digest: t0.digest, Text: t0.s, Raw: raw, Tool: "turn", Chars: t0.chars}
 
 	var user, assistant string

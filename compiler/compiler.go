@@ -444,7 +444,7 @@ func (c *Compiler) rewrite(ctx context.Context, f format, p *plan, req Request, 
 		c.invalid.Add(1)
 		return nil, ReasonInvalidOutput
 	}
-	if reason := c.gate(ctx, p.d.model, req.Body, out, res, p.choice); reason != "" {
+	if reason := c.gate(ctx, p, req.Body, out, res); reason != "" {
 		return nil, reason
 	}
 	// Nothing is lost: receipts go out only once their content is durable.
@@ -494,14 +494,14 @@ func (c *Compiler) persist(ctx context.Context, scope Scope, p *plan) error {
 // smaller in bytes, strictly fewer tokens when a tokenizer applies, and,
 // with a cost model (ch non-nil), not more expensive in expected billed
 // cost than the original.
-func (c *Compiler) gate(ctx context.Context, model string, raw, out []byte, res *Result, ch *choice) Reason {
+func (c *Compiler) gate(ctx context.Context, p *plan, raw, out []byte, res *Result) Reason {
 	if len(out) >= len(raw) {
 		return ReasonNotSmaller
 	}
-	if reason := c.tokenGate(ctx, model, raw, out, res); reason != "" {
+	if reason := c.tokenGate(ctx, p, raw, out, res); reason != "" {
 		return reason
 	}
-	if ch != nil && !ch.cheaper(res, len(raw), len(out)) {
+	if ch := p.choice; ch != nil && !ch.cheaper(res, len(raw), len(out)) {
 		return ReasonNotCheaper
 	}
 	return ""
@@ -509,10 +509,12 @@ func (c *Compiler) gate(ctx context.Context, model string, raw, out []byte, res 
 
 // tokenGate counts both bodies when a tokenizer applies and vetoes a
 // rewrite that is not strictly fewer tokens.
-func (c *Compiler) tokenGate(ctx context.Context, model string, raw, out []byte, res *Result) Reason {
+func (c *Compiler) tokenGate(ctx context.Context, p *plan, raw, out []byte, res *Result) Reason {
 	if c.tokens == nil {
 		return ""
 	}
+	model := p.d.model
+	rawHints, outHints := tokenHints(p.d, p.edits)
 	// Both bodies are counted at once, so the gate waits for at most one
 	// token budget (the counter never waits longer than its budget).
 	var st TokenCount
@@ -522,9 +524,9 @@ func (c *Compiler) tokenGate(ctx context.Context, model string, raw, out []byte,
 		// Compile's recover does not reach this goroutine; a failed count
 		// leaves st empty, which skips the token veto.
 		defer func() { _ = recover() }()
-		st = c.tokens.Count(ctx, model, out)
+		st = countHinted(ctx, c.tokens, model, out, outHints)
 	}()
-	rt := c.tokens.Count(ctx, model, raw)
+	rt := countHinted(ctx, c.tokens, model, raw, rawHints)
 	<-done
 	res.Tokens = TokenReport{Status: rt.Status, Encoding: rt.Encoding, Raw: rt.N, Sent: rt.N}
 	if !rt.Status.Measured() {

@@ -1,10 +1,12 @@
 package compiler
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
 	"hash/maphash"
 	"math/bits"
 	"sync"
+	"unsafe"
 )
 
 // textCache remembers the digest and size of long strings by a keyed hash
@@ -72,6 +74,27 @@ func (c *textCache) putLocked(k textKey, v textVal) {
 		c.prev, c.cur = c.cur, make(map[textKey]textVal, textCacheEntries/4)
 	}
 	c.cur[k] = v
+}
+
+// rawText returns the text of raw JSON bytes taken as they are (a folded
+// turn's exact messages). The digest and size come from the cache when
+// these bytes were seen: a folded turn is resent on every request, and
+// hashing it again was a sixth of a warm compile. The string is a
+// read-only view of raw, not a copy: the body is never modified while a
+// compile uses it. Raw bytes of a turn start with '{' and a long string's
+// with '"', so the two kinds of entry never share a key. c may be nil.
+func (c *textCache) rawText(raw []byte) *text {
+	s := unsafe.String(unsafe.SliceData(raw), len(raw))
+	if c == nil || len(raw) < longString {
+		return &text{s: s, digest: sha256.Sum256(raw), chars: runeCount(raw)}
+	}
+	k := c.key(raw)
+	if v, ok := c.get(k); ok {
+		return &text{s: s, digest: v.digest, chars: v.chars}
+	}
+	t := &text{s: s, digest: sha256.Sum256(raw), chars: runeCount(raw)}
+	c.put(k, textVal{digest: t.digest, chars: t.chars})
+	return t
 }
 
 // runeCount counts the code points of valid UTF-8: its length less its

@@ -1,9 +1,11 @@
 package compiler
 
 import (
+	"crypto/sha256"
 	"strings"
 	"testing"
 	"unicode/utf8"
+	"unsafe"
 )
 
 func TestRuneCount(t *testing.T) {
@@ -38,5 +40,33 @@ func TestTextCache(t *testing.T) {
 	// One entry for the string, one for its tool-result body split.
 	if len(c.cur) != 2 {
 		t.Fatalf("cache holds %d entries", len(c.cur))
+	}
+}
+
+// rawText (a folded turn's identity) gives the digest and size of the raw
+// bytes themselves, from the cache the second time, and its string is the
+// raw bytes without a copy.
+func TestRawText(t *testing.T) {
+	c := newTextCache()
+	for _, raw := range []string{
+		`{"role":"user","content":"short"}`,
+		`{"role":"user","content":"` + strings.Repeat("é turn text ", 300) + `"}`,
+	} {
+		b := []byte(raw)
+		for pass := range 2 {
+			for _, cache := range []*textCache{c, nil} {
+				got := cache.rawText(b)
+				if got.digest != sha256.Sum256(b) || got.chars != utf8.RuneCount(b) || got.s != raw {
+					t.Fatalf("pass %d: rawText(%.20q) = chars %d, text %.20q", pass, raw, got.chars, got.s)
+				}
+				if unsafe.StringData(got.s) != &b[0] {
+					t.Fatalf("pass %d: the text is a copy", pass)
+				}
+			}
+		}
+		_, cached := c.get(c.key(b))
+		if cached != (len(b) >= longString) {
+			t.Fatalf("%d bytes: cached %v", len(b), cached)
+		}
 	}
 }

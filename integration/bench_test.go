@@ -156,6 +156,23 @@ func ttField(header, key string) string {
 	return ""
 }
 
+// waitTokenizer repeats a request until its token count is no longer
+// past the budget: the gateway builds its tokenizer tables in the
+// background after it starts (0.1-0.3 s per encoding), and until then
+// every count reports tokens=budget, which is not what is being measured.
+func waitTokenizer(b *testing.B, post func() string) {
+	b.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		tt := post()
+		if !strings.Contains(tt, "tokens=budget") {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("tokenizer not ready after a minute: %q", tt)
+		}
+	}
+}
+
 // quantile returns the q-quantile of durs (sorted in place).
 func quantile(durs []time.Duration, q float64) time.Duration {
 	if len(durs) == 0 {
@@ -453,6 +470,13 @@ func benchGatewayConcurrent(b *testing.B, clients int, cold bool) {
 		if !strings.HasPrefix(tt, "accepted;") || ttField(tt, "receipts") != strconv.Itoa(bodyDups) {
 			b.Fatalf("fixture: Token-Terminator = %q, want accepted with receipts=%d", tt, bodyDups)
 		}
+		waitTokenizer(b, func() string {
+			tt, err := benchDo(c, http.MethodPost, url, bytes.NewReader(whole), n, "Bearer sk-bench-check")
+			if err != nil {
+				b.Fatal(err)
+			}
+			return tt
+		})
 	}
 	// warm: vault the artifacts and record the conversations (and warm the
 	// token cache); cold: only warm up connections and code paths.
@@ -545,6 +569,7 @@ func benchGateway1MBSite(b *testing.B, snippet string, cold bool) {
 	if tt := post("warm", body); ttField(tt, "receipts") != "50" {
 		b.Fatalf("setup: Token-Terminator = %q, want receipts=50", tt)
 	}
+	waitTokenizer(b, func() string { return post("warm", body) })
 	b.SetBytes(int64(len(body)))
 	durs := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
@@ -566,4 +591,119 @@ func benchGateway1MBSite(b *testing.B, snippet string, cold bool) {
 	b.StopTimer()
 	b.ReportMetric(ms(quantile(durs, 0.5)), "p50-ms")
 	b.ReportMetric(ms(quantile(durs, 0.99)), "p99-ms")
+}
+
+// ---------------------------------------------------------------------------
+// 4. the whole gateway path per format and size, warm and cold
+
+// BenchmarkGatewayFormats: one request of each format (OpenAI chat, OpenAI
+// Responses, Anthropic Messages) at about 256 KB, 1 MB, 4 MB and 16 MB,
+// made of 20 KB tool results that the previous request of the conversation
+// delivered, so every one of them goes out as a receipt (as in
+// BenchmarkGateway1MBWarm). Defaults (tokenizer auto: gpt-4o and gpt-4.1 are
+// counted with o200k_base; Claude has no tokenizer).
+//
+// warm: the same request again (retries of a conversation whose artifacts
+// are vaulted and whose token counts are cached). cold: every iteration is
+// a new conversation with new tool results; its previous request is sent
+// untimed first (that forwards the original: nothing is counted or stored),
+// so the timed request counts the new content's tokens and writes, syncs
+// and reads back all of its artifacts.
+//
+// Reported per request: p50-ms, p99-ms and budget-% (requests whose token
+// count did not finish within token_budget).
+//
+//	go test ./integration -run xxx -bench GatewayFormats -benchtime 20x
+//	go test ./integration -run xxx -bench 'GatewayFormats/chat/1MB' -benchtime 100x
+func BenchmarkGatewayFormats(b *testing.B) {
+	up, _ := discardingUpstream(b)
+	base := startBenchGateway(b, up, defaultSnippet)[0].URL
+	type format struct {
+		name, path string
+		body       func(turns []compilertest.ChatTurn) []byte
+	}
+	formats := []format{
+		{"chat", chatPath, func(t []compilertest.ChatTurn) []byte { return compilertest.ChatBody("gpt-4o", t, "") }},
+		{"responses", "/v1/responses", func(t []compilertest.ChatTurn) []byte {
+			return compilertest.ResponsesBody("gpt-4.1", t, "", compilertest.ResponsesOptions{})
+		}},
+		{"anthropic", "/v1/messages", func(t []compilertest.ChatTurn) []byte {
+			return compilertest.AnthropicBody("claude-sonnet-4-5", t, "", compilertest.AnthropicOptions{})
+		}},
+	}
+	sizes := []struct {
+		name    string
+		results int
+	}{{"256KB", 13}, {"1MB", 50}, {"4MB", 200}, {"16MB", 800}}
+	c := benchClient()
+	defer c.CloseIdleConnections()
+	for _, f := range formats {
+		b.Run(f.name, func(b *testing.B) {
+			for _, size := range sizes {
+				b.Run(size.name, func(b *testing.B) {
+					for _, mode := range []string{"warm", "cold"} {
+						b.Run(mode, func(b *testing.B) {
+							benchFormat(b, c, base+f.path, f.body, size.results, mode == "cold")
+						})
+					}
+				})
+			}
+		})
+	}
+}
+
+func benchFormat(b *testing.B, c *http.Client, url string, render func([]compilertest.ChatTurn) []byte, results int, cold bool) {
+	post := func(tenant string, body []byte) string {
+		tt, err := benchDo(c, http.MethodPost, url, bytes.NewReader(body), int64(len(body)), "Bearer "+tenant)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return tt
+	}
+	want := strconv.Itoa(results)
+	// conversation returns the previous and the timed request of
+	// conversation k: results tool results, one more new one at the end.
+	conversation := func(k int) (prev, body []byte) {
+		turns := compilertest.Turns(1_000_000+k*10_000, results+1, 20000)
+		return render(turns[:results]), render(turns)
+	}
+	// Untimed setup: the warm conversation vaulted and counted once, which
+	// also builds the tokenizer before any cold request is timed.
+	warmTenant := fmt.Sprintf("warm-%s-%d", url, results)
+	prev, body := conversation(0)
+	post(warmTenant, prev)
+	if tt := post(warmTenant, body); !strings.HasPrefix(tt, "accepted;") || ttField(tt, "receipts") != want {
+		b.Fatalf("setup: Token-Terminator = %q, want accepted with receipts=%s", tt, want)
+	}
+	waitTokenizer(b, func() string { return post(warmTenant, body) })
+	b.SetBytes(int64(len(body)))
+	durs := make([]time.Duration, 0, b.N)
+	budget := 0
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		tenant := warmTenant
+		if cold {
+			b.StopTimer()
+			tenant = fmt.Sprintf("cold-%s-%d-%d-%d", url, results, b.N, i)
+			prev, body = conversation(1 + i + b.N*1000)
+			post(tenant, prev)
+			b.StartTimer()
+		}
+		t0 := time.Now()
+		tt := post(tenant, body)
+		durs = append(durs, time.Since(t0))
+		if !strings.HasPrefix(tt, "accepted;") || ttField(tt, "receipts") != want {
+			b.Fatalf("Token-Terminator = %q, want accepted with receipts=%s", tt, want)
+		}
+		if strings.Contains(tt, "tokens=budget") {
+			budget++
+		}
+		if i == b.N-1 {
+			b.Logf("last Token-Terminator: %s", tt)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(ms(quantile(durs, 0.5)), "p50-ms")
+	b.ReportMetric(ms(quantile(durs, 0.99)), "p99-ms")
+	b.ReportMetric(100*float64(budget)/float64(len(durs)), "budget-%")
 }

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
 )
 
 // warmBody builds the benchmark request: about 1 MB of OpenAI chat history
@@ -38,6 +40,13 @@ func reportLatency(b *testing.B, d []time.Duration) {
 // of the conversation), only the newest 20 KB tool result is new, and it is
 // different in every iteration.
 func BenchmarkCountWarm1MB(b *testing.B) {
+	b.Run("split", func(b *testing.B) { benchCountWarm1MB(b, false) })
+	b.Run("hinted", func(b *testing.B) { benchCountWarm1MB(b, true) })
+}
+
+// benchCountWarm1MB counts with the message starts as hints (what the
+// compiler gives) or without (every byte re-split).
+func benchCountWarm1MB(b *testing.B, hinted bool) {
 	w := newWarmBody()
 	c, err := New(Config{})
 	if err != nil {
@@ -45,7 +54,13 @@ func BenchmarkCountWarm1MB(b *testing.B) {
 	}
 	ctx := context.Background()
 	prev := chatBody("gpt-4o", w.hist) // the previous request: history only
-	for c.Count(ctx, "gpt-4o", prev).Status != StatusExact {
+	count := func(body []byte) compiler.TokenCount {
+		if hinted {
+			return c.CountHinted(ctx, "gpt-4o", body, messageStarts(body))
+		}
+		return c.Count(ctx, "gpt-4o", body)
+	}
+	for count(prev).Status != StatusExact {
 		time.Sleep(10 * time.Millisecond) // first call builds the encoder
 	}
 	var d []time.Duration
@@ -56,7 +71,7 @@ func BenchmarkCountWarm1MB(b *testing.B) {
 		body := w.with(uint64(i))
 		b.StartTimer()
 		t0 := time.Now()
-		tc := c.Count(ctx, "gpt-4o", body)
+		tc := count(body)
 		d = append(d, time.Since(t0))
 		if tc.Status != StatusExact {
 			b.Fatalf("status %q", tc.Status)

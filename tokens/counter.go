@@ -61,7 +61,10 @@ type Counter struct {
 	inflight map[key]*flight // pieces being counted
 }
 
-var _ compiler.TokenCounter = (*Counter)(nil)
+var (
+	_ compiler.TokenCounter  = (*Counter)(nil)
+	_ compiler.HintedCounter = (*Counter)(nil)
+)
 
 // New returns a Counter for cfg.
 func New(cfg Config) (*Counter, error) {
@@ -145,6 +148,13 @@ func EncodingFor(model string) string {
 // counting has not finished; the unfinished work still completes in the
 // background and fills the cache, so a resent body is counted next time.
 func (c *Counter) Count(ctx context.Context, model string, body []byte) compiler.TokenCount {
+	return c.CountHinted(ctx, model, body, nil)
+}
+
+// CountHinted is Count with hints: ascending offsets of body where its
+// messages start (compiler.HintedCounter). A resent message is then one
+// lookup; the count is the same whatever the hints (hints.go).
+func (c *Counter) CountHinted(ctx context.Context, model string, body []byte, hints []int) compiler.TokenCount {
 	if c.off {
 		return compiler.TokenCount{Status: StatusNone}
 	}
@@ -162,7 +172,7 @@ func (c *Counter) Count(ctx context.Context, model string, body []byte) compiler
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	n, ok := c.count(ctx, enc, body, deadline)
+	n, ok := c.count(ctx, enc, body, hints, deadline)
 	if !ok {
 		return compiler.TokenCount{Encoding: enc.name, Status: StatusBudget}
 	}
@@ -172,14 +182,24 @@ func (c *Counter) Count(ctx context.Context, model string, body []byte) compiler
 	return compiler.TokenCount{N: n, Encoding: enc.name, Status: StatusEstimate}
 }
 
-// count sums cached piece counts and tokenizes the missing pieces in
-// parallel; false when the deadline or ctx came first.
-func (c *Counter) count(ctx context.Context, enc *encoding, body []byte, deadline time.Time) (int, bool) {
+// segMiss is a segment that was not cached whole: its count is the cached
+// part of its pieces plus the flights waits[from:to], and is remembered
+// under k once they land.
+type segMiss struct {
+	k        key
+	cached   int
+	from, to int
+}
+
+// count sums cached segment and piece counts and tokenizes the missing
+// pieces in parallel; false when the deadline or ctx came first.
+func (c *Counter) count(ctx context.Context, enc *encoding, body []byte, hints []int, deadline time.Time) (int, bool) {
 	total := 0
 	var waits []*flight      // missing pieces in body order, repeats included
 	var mine map[key]*flight // pieces repeated inside this body are counted once
+	var segs []segMiss
 	j := &job{c: c, enc: enc}
-	split(body, minPiece, avgBits, func(p []byte) {
+	piece := func(p []byte) {
 		k := keyOf(enc.id, p)
 		if n, ok := c.cache.get(k); ok {
 			total += n
@@ -199,8 +219,23 @@ func (c *Counter) count(ctx context.Context, enc *encoding, body []byte, deadlin
 			mine[k] = f
 		}
 		waits = append(waits, f)
-	})
+	}
+	if len(hints) == 0 {
+		split(body, minPiece, avgBits, piece)
+	} else {
+		segments(body, hints, func(s []byte) {
+			k := keyOf(enc.id, s)
+			if n, ok := c.cache.get(k); ok {
+				total += n
+				return
+			}
+			before, from := total, len(waits)
+			split(s, minPiece, avgBits, piece)
+			segs = append(segs, segMiss{k: k, cached: total - before, from: from, to: len(waits)})
+		})
+	}
 	if len(waits) == 0 {
+		c.landSegments(segs, waits)
 		return total, true
 	}
 	if len(j.flights) > 0 && !c.start(j) {
@@ -221,7 +256,20 @@ func (c *Counter) count(ctx context.Context, enc *encoding, body []byte, deadlin
 			return 0, false
 		}
 	}
+	c.landSegments(segs, waits)
 	return total, true
+}
+
+// landSegments remembers the count of every segment whose pieces are all
+// counted. A segment that is a single piece is already cached as one.
+func (c *Counter) landSegments(segs []segMiss, waits []*flight) {
+	for _, s := range segs {
+		n := s.cached
+		for _, f := range waits[s.from:s.to] {
+			n += f.n
+		}
+		c.cache.put(s.k, n)
+	}
 }
 
 // flight is the counting of one piece, shared by every request that needs

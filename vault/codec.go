@@ -8,6 +8,7 @@ import (
 	"errors"
 	"hash/crc32"
 	"slices"
+	"sync"
 
 	"github.com/klauspost/compress/s2"
 
@@ -89,18 +90,33 @@ const contentV2 = 0x10
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// encodeContent returns the stored form of a's content, sized exactly:
+// the plain fields and the compressor's worst-case output are pooled
+// scratch, so writing an artifact allocates only what is kept (about a
+// third of its text), not twice its size.
 func encodeContent(a *compiler.Artifact) []byte {
 	n := 4*binary.MaxVarintLen64 + len(a.Text) + len(a.Raw) + len(a.Tool) + len(a.Args)
-	plain := make([]byte, 0, n)
+	pp := encodeScratch.Get().(*[]byte)
+	plain := slices.Grow((*pp)[:0], n)
 	plain = appendString(plain, a.Text)
 	plain = appendString(plain, string(a.Raw))
 	plain = appendString(plain, a.Tool)
 	plain = appendString(plain, a.Args)
-	b := make([]byte, 5, 5+s2.MaxEncodedLen(len(plain)))
+	zp := encodeScratch.Get().(*[]byte)
+	z := s2.Encode(slices.Grow((*zp)[:0], s2.MaxEncodedLen(len(plain)))[:s2.MaxEncodedLen(len(plain))], plain)
+	b := make([]byte, 5+len(z))
 	b[0] = contentV2
 	binary.LittleEndian.PutUint32(b[1:5], crc32.Checksum(plain, castagnoli))
-	return append(b, s2.Encode(b[5:cap(b)], plain)...)
+	copy(b[5:], z)
+	*pp, *zp = plain[:0], z[:0]
+	encodeScratch.Put(pp)
+	encodeScratch.Put(zp)
+	return b
 }
+
+// encodeScratch holds buffers for encodeContent. Artifacts are at most
+// max_artifact_chars (2 MB by default), so a pooled buffer stays bounded.
+var encodeScratch = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
 
 // contentFields returns the plain fields of stored content (v1 or v2).
 func contentFields(b []byte) (reader, error) {

@@ -131,6 +131,8 @@ type Store struct {
 	// checked holds the artifacts whose content this process has read and
 	// found intact, so Missing reads each record once, not on every request.
 	checked verifiedSet
+	// syncs lets concurrent Persists share one db.Sync (group commit).
+	syncs syncGroup
 	// nextEvict is the earliest unix-nano time at which any stored artifact
 	// can leave its retention window; until then a full vault fails fast
 	// instead of rescanning metadata on every request.

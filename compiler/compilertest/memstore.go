@@ -9,6 +9,7 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
@@ -95,7 +96,7 @@ func (m *MemStore) Persist(_ context.Context, s compiler.Scope, arts []compiler.
 			if sha256.Sum256([]byte(a.Text)) != a.Digest {
 				return errors.New("memstore: digest mismatch")
 			}
-			a.Raw = append([]byte(nil), a.Raw...)
+			a.Raw, a.Text = append([]byte(nil), a.Raw...), strings.Clone(a.Text) // both may share the body
 			m.arts[k] = a
 			m.Persisted++
 		}

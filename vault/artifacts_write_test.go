@@ -1,0 +1,60 @@
+package vault
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
+)
+
+// TestEncodeAllMatchesEncodeContent: the parallel encoder gives every
+// artifact exactly its own encoding, in order, below and above the size
+// from which it uses every core.
+func TestEncodeAllMatchesEncodeContent(t *testing.T) {
+	for _, n := range []int{1, 3, 40} {
+		var arts []*compiler.Artifact
+		for i := range n {
+			a := mkArt(text(fmt.Sprint("enc", n, "-", i), 20_000))
+			arts = append(arts, &a)
+		}
+		enc := encodeAll(arts)
+		for i, a := range arts {
+			if !bytes.Equal(enc[i], encodeContent(a)) {
+				t.Fatalf("%d artifacts: encoding %d differs", n, i)
+			}
+			var got compiler.Artifact
+			if err := decodeContent(enc[i], &got); err != nil || got.Text != a.Text || !bytes.Equal(got.Raw, a.Raw) || got.Tool != a.Tool || got.Args != a.Args {
+				t.Fatalf("%d artifacts: encoding %d does not decode to its artifact: %v", n, i, err)
+			}
+			if len(enc[i]) != cap(enc[i]) || len(enc[i]) > len(a.Text)/2 {
+				t.Fatalf("encoding %d: %d bytes (capacity %d) for %d bytes of text", i, len(enc[i]), cap(enc[i]), len(a.Text))
+			}
+		}
+	}
+}
+
+// TestReadBackComparesStoredBytes: read-back accepts exactly the bytes
+// written and refuses anything else.
+func TestReadBackComparesStoredBytes(t *testing.T) {
+	s := openTest(t, Config{})
+	a := mkArt(text("readback", 5000))
+	if err := s.Persist(context.Background(), compiler.Scope{Tenant: "t"}, []compiler.Artifact{a}); err != nil {
+		t.Fatal(err)
+	}
+	good := encodeContent(&a)
+	if err := s.readBack("t", []*compiler.Artifact{&a}, [][]byte{good}, nil); err != nil {
+		t.Fatalf("intact: %v", err)
+	}
+	bad := bytes.Clone(good)
+	bad[len(bad)-1] ^= 1
+	if err := s.readBack("t", []*compiler.Artifact{&a}, [][]byte{bad}, nil); !errors.Is(err, ErrReadBack) {
+		t.Fatalf("different bytes: %v, want ErrReadBack", err)
+	}
+	other := mkArt(text("never stored", 5000))
+	if err := s.readBack("t", nil, nil, []*compiler.Artifact{&other}); err == nil {
+		t.Fatal("an absent artifact read back")
+	}
+}
