@@ -175,6 +175,9 @@ type Handler struct {
 	// Recovery of vaulted content: the artifact API and the model's
 	// recovery tool (recovery_config.go).
 	RecoveryConfig
+	// The cost model's settings (cost_model, cost_horizon,
+	// cost_bytes_per_token, cost_prices); see cost_config.go.
+	CostSettings
 
 	handlerState // provisioned state, see handler.go
 }
@@ -326,6 +329,9 @@ func (h *Handler) check() error {
 	if err := h.checkRecovery(); err != nil {
 		return err
 	}
+	if _, err := h.costConfig(); err != nil {
+		return err
+	}
 	return h.checkObserve()
 }
 
@@ -338,9 +344,12 @@ func knownTokenizer(v string) bool {
 }
 
 // compilerOptions maps the configuration onto compiler.Options, every
-// field set explicitly (zero compaction turn counts are meaningful).
+// field set explicitly (zero compaction turn counts are meaningful). The
+// cost configuration was validated by check.
 func (h *Handler) compilerOptions() compiler.Options {
+	costCfg, _ := h.costConfig()
 	return compiler.Options{
+		Cost:             costCfg,
 		MinArtifactChars: *h.MinArtifactChars,
 		MaxArtifactChars: *h.MaxArtifactChars,
 		InlineLeases:     *h.InlineLeases,

@@ -48,7 +48,10 @@ type handlerState struct {
 	// vaultErr is set when the vault failed to open: candidates then pass
 	// through with passthrough=vault_error and this detail.
 	vaultErr string
-	releases []func()
+	// tenantKeyPending reports that the vault's own tenant key could not
+	// be read yet (nil: it was read); see backendTenants.
+	tenantKeyPending func() bool
+	releases         []func()
 	// recovery is nil when recovery is off (recovery.go).
 	recovery *recoveryRuntime
 }
@@ -99,7 +102,7 @@ func (h *Handler) provision(ctx caddy.Context, app *App) error {
 		return err
 	}
 	ov, release, err := app.vault(backend, *h.MaxBodySize)
-	if cfgErr := (errVaultConfig{}); errors.As(err, &cfgErr) {
+	if cfgErr := (errVaultConfig{}); errors.As(err, &cfgErr) || errors.As(err, new(errVaultRefused)) {
 		return err // the operator fixes this in the config
 	}
 	if err != nil {
@@ -111,11 +114,15 @@ func (h *Handler) provision(ctx caddy.Context, app *App) error {
 	h.releases = append(h.releases, release)
 	h.ledger = ov.startLedger(h.ledgerLimits(), h.metrics, h.logger.Named("ledger"))
 
-	key, err := h.resolveTenantKey(ov)
-	if err != nil {
-		return err
+	if h.TenantKey == "" {
+		h.tenants, h.tenantKeyPending = h.backendTenants(ov, backend.VaultKey())
+	} else {
+		key, err := h.resolveTenantKey(ov)
+		if err != nil {
+			return err
+		}
+		h.tenants = tenantHasher(key)
 	}
-	h.tenants = tenantHasher(key)
 
 	tcfg := tokensConfig(h)
 	counter, release, err := app.counter(tcfg)
@@ -236,7 +243,12 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 	tenant := h.tenant(r, rep.format)
 	if tenant == "" {
 		// No credential and no configured identity: no cross-request state.
-		rep.passthrough(compiler.ReasonNoTenant)
+		if h.tenantKeyPending != nil && h.tenantKeyPending() {
+			rep.passthrough(compiler.ReasonVaultError)
+			rep.detail = "the vault's tenant key is not readable yet"
+		} else {
+			rep.passthrough(compiler.ReasonNoTenant)
+		}
 		rep.rawBytes, rep.sentBytes = int64(len(buf)), int64(len(buf))
 		setBody(r, buf)
 		return release
