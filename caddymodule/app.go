@@ -120,9 +120,11 @@ type openVault struct {
 	backend vault.Backend
 	config  string
 
-	keyOnce sync.Once
-	key     []byte
-	keyErr  error
+	// The tenant key, once read; see tenantKey.
+	keyMu    sync.Mutex
+	key      []byte
+	keyErr   error
+	keyTried time.Time
 
 	// ledger writes the request ledger when the backend keeps one
 	// (ledger.go); it stops, written out, before the backend closes.
@@ -138,13 +140,41 @@ func (o *openVault) Destruct() error {
 	return o.backend.Close()
 }
 
-// tenantKey is the backend's persistent tenant key, read once.
+// tenantKeyRetry is how often a tenant key that could not be read (a
+// Redis vault down at start) is tried again.
+const tenantKeyRetry = time.Second
+
+// tenantKey is the backend's persistent tenant key. It is read once; a
+// failed read is tried again after tenantKeyRetry, so a backend that was
+// unreachable when the config loaded is used once it answers.
 func (o *openVault) tenantKey() ([]byte, error) {
-	o.keyOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		o.key, o.keyErr = o.backend.TenantKey(ctx)
-	})
+	o.keyMu.Lock()
+	defer o.keyMu.Unlock()
+	return o.readKeyLocked()
+}
+
+// tryTenantKey is tenantKey for the request path: it never waits for
+// another request's read in flight.
+func (o *openVault) tryTenantKey() ([]byte, bool) {
+	if !o.keyMu.TryLock() {
+		return nil, false
+	}
+	defer o.keyMu.Unlock()
+	key, err := o.readKeyLocked()
+	return key, err == nil
+}
+
+func (o *openVault) readKeyLocked() ([]byte, error) {
+	if o.key != nil {
+		return o.key, nil
+	}
+	if o.keyErr != nil && time.Since(o.keyTried) < tenantKeyRetry {
+		return nil, o.keyErr
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	o.key, o.keyErr = o.backend.TenantKey(ctx)
+	o.keyTried = time.Now()
 	return o.key, o.keyErr
 }
 

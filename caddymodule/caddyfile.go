@@ -50,6 +50,13 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    compile_timeout         <duration>
 //	    max_buffered_bytes      <size>
 //	    body_read_timeout       <duration>
+//	    cost_model              on|off
+//	    cost_horizon            <n>
+//	    cost_bytes_per_token    <x>
+//	    cost_prices anthropic|openai|other {   # once per family
+//	        cache_read <x>; cache_write <x>; cache_write_1h <x>
+//	        min_prefix <tokens>; granularity <tokens>; ttl <duration>
+//	    }
 //	    bypass_header           <name>
 //	    ledger_retention        <duration>
 //	    ledger_max_records      <n>
@@ -57,7 +64,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    tenant_label            <credential-sha256-prefix> <name>   # repeatable
 //	}
 //
-// Every subdirective but vault and tenant_label takes exactly one
+// Every subdirective but vault, cost_prices and tenant_label takes exactly one
 // argument, and each may appear once. The resulting configuration (with defaults for what is
 // unset) is checked here too, so `caddy adapt` already refuses bad values.
 // Caddy prefixes these errors with the directive, so they don't repeat it.
@@ -75,6 +82,12 @@ func (t *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			seen[name] = true
 			if err := t.unmarshalVault(d); err != nil {
+				return err
+			}
+			continue
+		}
+		if name == "cost_prices" { // one block per family, see cost_config.go
+			if err := t.unmarshalCostPrices(d); err != nil {
 				return err
 			}
 			continue

@@ -172,6 +172,13 @@ type Handler struct {
 	// without its "Bearer " scheme. The credential is never stored.
 	TenantLabels map[string]string `json:"tenant_labels,omitempty"`
 
+	// Recovery of vaulted content: the artifact API and the model's
+	// recovery tool (recovery_config.go).
+	RecoveryConfig
+	// The cost model's settings (cost_model, cost_horizon,
+	// cost_bytes_per_token, cost_prices); see cost_config.go.
+	CostSettings
+
 	handlerState // provisioned state, see handler.go
 }
 
@@ -239,6 +246,7 @@ func (h *Handler) applyDefaults() {
 	if h.BypassHeader == "" {
 		h.BypassHeader = DefaultBypassHeader
 	}
+	h.applyRecoveryDefaults()
 }
 
 // Validate checks the configuration. Unset fields are checked as their
@@ -318,6 +326,12 @@ func (h *Handler) check() error {
 	if *h.MaxBufferedBytes < 1 {
 		return errf("max_buffered_bytes must be positive, got %d", *h.MaxBufferedBytes)
 	}
+	if err := h.checkRecovery(); err != nil {
+		return err
+	}
+	if _, err := h.costConfig(); err != nil {
+		return err
+	}
 	return h.checkObserve()
 }
 
@@ -330,9 +344,12 @@ func knownTokenizer(v string) bool {
 }
 
 // compilerOptions maps the configuration onto compiler.Options, every
-// field set explicitly (zero compaction turn counts are meaningful).
+// field set explicitly (zero compaction turn counts are meaningful). The
+// cost configuration was validated by check.
 func (h *Handler) compilerOptions() compiler.Options {
+	costCfg, _ := h.costConfig()
 	return compiler.Options{
+		Cost:             costCfg,
 		MinArtifactChars: *h.MinArtifactChars,
 		MaxArtifactChars: *h.MaxArtifactChars,
 		InlineLeases:     *h.InlineLeases,
@@ -343,5 +360,6 @@ func (h *Handler) compilerOptions() compiler.Options {
 			CollapseAfterTurns: *h.CollapseAfterTurns,
 			InlineRecentTurns:  *h.InlineRecentTurns,
 		},
+		Recovery: h.compilerRecovery(),
 	}
 }

@@ -48,7 +48,12 @@ type handlerState struct {
 	// vaultErr is set when the vault failed to open: candidates then pass
 	// through with passthrough=vault_error and this detail.
 	vaultErr string
-	releases []func()
+	// tenantKeyPending reports that the vault's own tenant key could not
+	// be read yet (nil: it was read); see backendTenants.
+	tenantKeyPending func() bool
+	releases         []func()
+	// recovery is nil when recovery is off (recovery.go).
+	recovery *recoveryRuntime
 }
 
 // compileFunc and tenantFunc are the handler's only dependencies on the
@@ -97,7 +102,7 @@ func (h *Handler) provision(ctx caddy.Context, app *App) error {
 		return err
 	}
 	ov, release, err := app.vault(backend, *h.MaxBodySize)
-	if cfgErr := (errVaultConfig{}); errors.As(err, &cfgErr) {
+	if cfgErr := (errVaultConfig{}); errors.As(err, &cfgErr) || errors.As(err, new(errVaultRefused)) {
 		return err // the operator fixes this in the config
 	}
 	if err != nil {
@@ -109,11 +114,15 @@ func (h *Handler) provision(ctx caddy.Context, app *App) error {
 	h.releases = append(h.releases, release)
 	h.ledger = ov.startLedger(h.ledgerLimits(), h.metrics, h.logger.Named("ledger"))
 
-	key, err := h.resolveTenantKey(ov)
-	if err != nil {
-		return err
+	if h.TenantKey == "" {
+		h.tenants, h.tenantKeyPending = h.backendTenants(ov, backend.VaultKey())
+	} else {
+		key, err := h.resolveTenantKey(ov)
+		if err != nil {
+			return err
+		}
+		h.tenants = tenantHasher(key)
 	}
-	h.tenants = tenantHasher(key)
 
 	tcfg := tokensConfig(h)
 	counter, release, err := app.counter(tcfg)
@@ -122,6 +131,7 @@ func (h *Handler) provision(ctx caddy.Context, app *App) error {
 	}
 	h.releases = append(h.releases, release)
 
+	h.provisionRecovery(ov.backend)
 	comp, release, err := app.compiler(backend.VaultKey(), counterKey(tcfg), h.compilerOptions(), ov.backend, counter)
 	if err != nil {
 		return err
@@ -173,6 +183,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if h.Mode == string(compiler.ModeOff) || (h.comp == nil && h.vaultErr == "") {
 		return next.ServeHTTP(w, r)
 	}
+	if h.serveRecoveryAPI(w, r) {
+		return nil
+	}
 	format, ok := h.formatFor(r.Method, r.URL.Path)
 	if !ok {
 		if r.Method == http.MethodGet && isWebSocket(r.Header) {
@@ -197,7 +210,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 type exchange struct {
 	start  time.Time
 	rep    report
-	commit func() // lineage record, run once the provider accepted the body
+	commit func()            // lineage record, run once the provider accepted the body
+	rec    *recoveryExchange // set when the forwarded body carries the recovery tool
 	// observe hands the provider's usage for this request to the compiler
 	// (cost calibration); nil when the request was not compiled.
 	observe  func(response.Usage)
@@ -229,7 +243,12 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 	tenant := h.tenant(r, rep.format)
 	if tenant == "" {
 		// No credential and no configured identity: no cross-request state.
-		rep.passthrough(compiler.ReasonNoTenant)
+		if h.tenantKeyPending != nil && h.tenantKeyPending() {
+			rep.passthrough(compiler.ReasonVaultError)
+			rep.detail = "the vault's tenant key is not readable yet"
+		} else {
+			rep.passthrough(compiler.ReasonNoTenant)
+		}
 		rep.rawBytes, rep.sentBytes = int64(len(buf)), int64(len(buf))
 		setBody(r, buf)
 		return release
@@ -265,6 +284,7 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 	work()
 	setBody(r, out)
 	ex.commit = res.Commit
+	h.noteRecovery(r, ex, res, buf, out, tenant)
 	if h.observe != nil {
 		ex.observe = func(u response.Usage) { h.observe(res, u) }
 	}

@@ -42,6 +42,8 @@ type report struct {
 	usage         response.Usage
 	committed     bool // the lineage was recorded (provider answered 2xx)
 	commit        time.Duration
+
+	recovery recoveryReport // recovery.go
 }
 
 func (rep *report) passthrough(reason compiler.Reason) {
@@ -136,6 +138,7 @@ func (rep *report) header() string {
 		b.WriteString("; cost_sent=")
 		b.WriteString(strconv.FormatFloat(rep.costSent, 'f', 0, 64))
 	}
+	rep.recovery.header(&b)
 	return b.String()
 }
 
@@ -201,6 +204,7 @@ func (rep *report) fields() []zap.Field {
 	if rep.costRaw > 0 {
 		f = append(f, zap.Float64("cost_raw", rep.costRaw), zap.Float64("cost_sent", rep.costSent))
 	}
+	f = append(f, rep.recovery.fields()...)
 	if rep.committed {
 		f = append(f, zap.Float64("commit_ms", ms(rep.commit)))
 	}

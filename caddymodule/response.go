@@ -57,7 +57,12 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 			panic(v)
 		}
 	}()
-	err := next.ServeHTTP(tap, r)
+	var err error
+	if ex.rec != nil {
+		err = h.serveRecovering(tap, r, next, ex)
+	} else {
+		err = next.ServeHTTP(tap, r)
+	}
 	h.finish(r, ex, tap, upstart, err)
 	return err
 }

@@ -179,6 +179,9 @@ type Options struct {
 	// original's (not_cheaper). The zero value is the published prices;
 	// Cost.Off judges by bytes and tokens only.
 	Cost cost.Config
+	// Recovery is the receipts' recovery hint and the recovery tool
+	// (recovery_tool.go); the zero value offers neither.
+	Recovery Recovery
 }
 
 // Request is one candidate provider request.
@@ -244,6 +247,16 @@ type Result struct {
 	// only after the provider accepted the forwarded body; it does not use
 	// the compile's context and is bounded by its own timeout.
 	Commit func()
+
+	// RecoveryTool: the forwarded body carries the recovery tool
+	// (Options.Recovery), so the provider's answer may call it.
+	// ToolConflict: the client's tools already name it; none was offered.
+	RecoveryTool, ToolConflict bool
+	// Recovered notes artifacts the model recovered while answering this
+	// request; call it before Commit. The lineage then treats them as
+	// never delivered, so the next InlineLeases requests of the
+	// conversation carry them inline again. Nil when Commit is.
+	Recovered func(digests ...Digest)
 }
 
 // ReceiptKinds counts a request's tool-result receipts by their cause.

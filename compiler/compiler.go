@@ -210,6 +210,10 @@ type plan struct {
 	gone     []bool     // per slot: folded away with its turn
 	receipts int
 	kinds    ReceiptKinds // receipts by why they were made
+
+	recovery  Recovery        // Options.Recovery: the receipts' hint
+	tool      toolPlan        // the recovery tool (recovery_tool.go)
+	recovered map[Digest]bool // artifacts the model recovered (Result.Recovered)
 }
 
 func (p *plan) folds() []fold {
@@ -262,6 +266,7 @@ func (p *plan) build() {
 		if k := p.sameAs[i]; k >= 0 {
 			r = receiptSameAs(r, p.d.callID(slots[k]))
 		}
+		r = p.recovery.receiptHint(r)
 		repl := jsonv.AppendString(nil, r)
 		if s.inner {
 			repl = repl[1 : len(repl)-1] // spliced inside the string, between its wrapper parts
@@ -287,7 +292,7 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Resu
 		return nil
 	}
 	res.Model = d.model
-	p := &plan{d: d.doc}
+	p := &plan{d: d.doc, recovery: c.opts.Recovery}
 	for _, s := range d.slots {
 		ok := s.text.chars >= c.opts.MinArtifactChars && s.text.chars <= c.opts.MaxArtifactChars
 		p.eligible = append(p.eligible, ok)
@@ -352,6 +357,16 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Resu
 	}
 	if len(p.chain) > 0 {
 		res.usageKey = usageKey(req.Scope, p.chain[len(p.chain)-1])
+	}
+	res.RecoveryTool = forwarded && p.tool.def != nil
+	res.ToolConflict = p.tool.conflict
+	res.Recovered = func(ds ...Digest) {
+		if p.recovered == nil {
+			p.recovered = map[Digest]bool{}
+		}
+		for _, d := range ds {
+			p.recovered[d] = true
+		}
 	}
 	return func() time.Duration { return c.record(ctx, req.Scope, p, forwarded) }
 }
@@ -443,6 +458,14 @@ func (c *Compiler) rewrite(ctx context.Context, f format, p *plan, req Request, 
 	if err := verify(f, p, out, c.texts); err != nil {
 		c.invalid.Add(1)
 		return nil, ReasonInvalidOutput
+	}
+	// The recovery tool is an edit like the receipts: its bytes and tokens
+	// count in the gate.
+	if p.tool = c.planTool(f, p); p.tool.def != nil {
+		if out, err = addTool(f, p, out, p.tool.def, c.texts); err != nil {
+			c.invalid.Add(1)
+			return nil, ReasonInvalidOutput
+		}
 	}
 	if reason := c.gate(ctx, p, req.Body, out, res); reason != "" {
 		return nil, reason
@@ -564,6 +587,9 @@ func (c *Compiler) record(ctx context.Context, scope Scope, p *plan, forwarded b
 			inline[dg] = true
 			exp[dg]++
 		}
+	}
+	for dg := range p.recovered {
+		delete(exp, dg) // needed again: inline for the next InlineLeases requests
 	}
 	var refs []Digest
 	if forwarded {

@@ -24,6 +24,10 @@ type cacheState struct {
 	// receipted holds the first 8 bytes of every artifact digest a
 	// forwarded receipt named (not folded turns), sorted.
 	receipted []uint64
+	// tool: the conversation has been sent the recovery tool, so every
+	// later rewrite carries it too (sticky). Encoded as an optional
+	// trailing byte, so states recorded before it read as false.
+	tool bool
 }
 
 // seg is one rendered segment: a fingerprint of the rendered prompt up to
@@ -55,6 +59,9 @@ func (s *cacheState) encode() []byte {
 	b = binary.AppendUvarint(b, uint64(len(s.receipted)))
 	for _, r := range s.receipted {
 		b = binary.LittleEndian.AppendUint64(b, r)
+	}
+	if s.tool {
+		b = append(b, 1)
 	}
 	return b
 }
@@ -121,6 +128,9 @@ func parseCacheState(b []byte) (*cacheState, error) {
 	s.receipted = make([]uint64, m)
 	for i := range s.receipted {
 		s.receipted[i] = u64()
+	}
+	if len(b) == 1 && b[0] == 1 {
+		s.tool, b = true, b[1:]
 	}
 	if bad || len(b) != 0 {
 		return nil, errCacheState

@@ -148,7 +148,7 @@ func (c *Compiler) planned(base *plan, v variant, prev *cacheState) *plan {
 		base.foldMemo = map[int]fold{}
 	}
 	p := &plan{d: base.d, chain: base.chain, lineage: base.lineage, eligible: base.eligible, hist: base.hist,
-		head: base.head, headSize: base.headSize, foldMemo: base.foldMemo, variant: v, prev: prev}
+		head: base.head, headSize: base.headSize, foldMemo: base.foldMemo, variant: v, prev: prev, recovery: base.recovery}
 	c.decide(p)
 	if p.hist != nil && c.opts.Compaction.Enabled {
 		p.compaction = c.compact(p, p.hist, v.aligned)
@@ -197,10 +197,11 @@ func (ch *choice) state(p *plan, forwarded bool) []byte {
 	if ch.prev != nil {
 		st.steps = ch.prev.steps + 1
 	}
+	st.tool = stickyTool(p, ch.prev, forwarded)
 	if forwarded {
 		st.aligned, st.segs = p.variant.aligned, ch.sentSegs
 		for i, s := range p.d.slots {
-			if p.receipt[i] {
+			if p.receipt[i] && !p.recovered[s.text.digest] { // a recovered artifact is needed inline again
 				st.receipted = append(st.receipted, short(s.text.digest))
 			}
 		}

@@ -136,3 +136,38 @@ func TestHorizon(t *testing.T) {
 		t.Errorf("default bound: %v", got)
 	}
 }
+
+// String renders by value: equal configurations built from different
+// pointers print the same, and any changed figure prints differently.
+func TestConfigStringByValue(t *testing.T) {
+	a := Config{MaxHorizon: 3, Anthropic: Overrides{CacheRead: ptr(0.2), TTL: ptr(time.Hour)}, Other: Overrides{MinPrefix: ptr(512)}}
+	b := Config{MaxHorizon: 3, Anthropic: Overrides{CacheRead: ptr(0.2), TTL: ptr(time.Hour)}, Other: Overrides{MinPrefix: ptr(512)}}
+	if a.String() != b.String() {
+		t.Fatalf("equal configs print differently:\n%s\n%s", a, b)
+	}
+	if strings.Contains(a.String(), "0x") {
+		t.Fatalf("config prints an address: %s", a)
+	}
+	variants := []Config{
+		{MaxHorizon: 3, Anthropic: Overrides{CacheRead: ptr(0.25), TTL: ptr(time.Hour)}, Other: Overrides{MinPrefix: ptr(512)}},
+		{MaxHorizon: 3, Anthropic: Overrides{CacheRead: ptr(0.2), TTL: ptr(time.Hour)}, OpenAI: Overrides{MinPrefix: ptr(512)}},
+		{MaxHorizon: 3, Anthropic: Overrides{CacheRead: ptr(0.2)}, Other: Overrides{MinPrefix: ptr(512)}},
+		{MaxHorizon: 2, Anthropic: Overrides{CacheRead: ptr(0.2), TTL: ptr(time.Hour)}, Other: Overrides{MinPrefix: ptr(512)}},
+		{Off: true, MaxHorizon: 3, Anthropic: Overrides{CacheRead: ptr(0.2), TTL: ptr(time.Hour)}, Other: Overrides{MinPrefix: ptr(512)}},
+		{BytesPerToken: 3.5, MaxHorizon: 3, Anthropic: Overrides{CacheRead: ptr(0.2), TTL: ptr(time.Hour)}, Other: Overrides{MinPrefix: ptr(512)}},
+	}
+	for i, v := range variants {
+		if v.String() == a.String() {
+			t.Errorf("variant %d prints like the original: %s", i, v)
+		}
+	}
+	var c Config
+	for _, f := range Families {
+		if !c.SetOverrides(f, Overrides{Granularity: ptr(64)}) || c.overrides(f).Granularity == nil {
+			t.Errorf("SetOverrides(%s) did not set", f)
+		}
+	}
+	if c.SetOverrides("gemini", Overrides{}) {
+		t.Error("SetOverrides accepted an unknown family")
+	}
+}

@@ -276,3 +276,107 @@ out.messages_stream = fin.content[0].text;
 
 process.stdout.write(JSON.stringify(out));
 `
+
+// TestOfficialSDKsRecoveryRound drives the same SDK calls through a
+// recovery round: the fake provider answers a request carrying a receipt
+// with a token_terminator call, and the recovered text after the gateway
+// answered it. Every SDK call, plain and streaming, must complete with the
+// exact vaulted content in its text and no trace of the tool.
+func TestOfficialSDKsRecoveryRound(t *testing.T) {
+	if testing.Short() {
+		t.Skip("SDK test skipped in -short mode")
+	}
+	for _, tool := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not found", tool)
+		}
+	}
+	modules := installSDKs(t)
+	prov := newRecoveryProvider(t)
+	g := startGateway(t, corpusSnippet, prov.up)
+
+	out := compilertest.ToolOutput(910, 12000)
+	dup := []compilertest.ChatTurn{
+		{Tool: "bash", Args: `{"command":"cat big.py"}`, Output: out},
+		{Tool: "bash", Args: `{"command":"cat big.py"}`, Output: out},
+	}
+	reqs := map[string]json.RawMessage{
+		"chat":      compilertest.ChatBody("gpt-4o", dup, "go on"),
+		"responses": compilertest.ResponsesBody("gpt-5", dup, "go on", compilertest.ResponsesOptions{}),
+		"messages":  compilertest.AnthropicBody("claude-sonnet-4-5", dup, "go on", compilertest.AnthropicOptions{}),
+	}
+	work := t.TempDir()
+	if err := os.Symlink(modules, filepath.Join(work, "node_modules")); err != nil {
+		t.Fatal(err)
+	}
+	bodies, _ := json.Marshal(reqs)
+	if err := os.WriteFile(filepath.Join(work, "bodies.json"), bodies, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(work, "drive.mjs"), []byte(sdkRecoveryScript), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "drive.mjs", g.URL, filepath.Join(work, "bodies.json"))
+	cmd.Dir = work
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("node: %v\nstdout: %.2000s\nstderr: %.2000s", err, stdout.String(), stderr.String())
+	}
+	var got map[string]string
+	if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
+		t.Fatalf("node output: %v\n%.2000s", err, stdout.String())
+	}
+	for _, call := range []string{"chat", "chat_stream", "responses", "responses_stream", "messages", "messages_stream"} {
+		if !strings.HasSuffix(got[call], "recovered: "+out) || strings.Contains(got[call], "token_terminator") {
+			t.Errorf("%s: SDK got %.200q…, want the recovered content", call, got[call])
+		}
+	}
+	if n := prov.up.count(); n != 12 {
+		t.Errorf("provider got %d requests, want 12 (six calls, one follow-up each)", n)
+	}
+}
+
+// sdkRecoveryScript is sdkScript collecting every text of an answer
+// (a stitched stream may carry one text block per round) and failing on
+// any tool call reaching the SDK.
+const sdkRecoveryScript = `
+import fs from 'node:fs';
+import OpenAI from 'openai';
+import Anthropic from '@anthropic-ai/sdk';
+
+const [gw, file] = process.argv.slice(2);
+const bodies = JSON.parse(fs.readFileSync(file, 'utf8'));
+const openai = new OpenAI({ apiKey: 'sk-test-openai', baseURL: gw + '/v1', maxRetries: 0 });
+const anthropic = new Anthropic({ apiKey: 'sk-test-ant', baseURL: gw, maxRetries: 0 });
+const out = {};
+const noTools = (what, v) => { if (v) throw new Error(what + ': a tool call reached the SDK'); };
+
+let r = await openai.chat.completions.create(bodies.chat);
+noTools('chat', r.choices[0].message.tool_calls?.length);
+out.chat = r.choices[0].message.content;
+let s = '';
+for await (const c of await openai.chat.completions.create({ ...bodies.chat, stream: true })) {
+  noTools('chat_stream', c.choices[0]?.delta?.tool_calls?.length);
+  s += c.choices[0]?.delta?.content ?? '';
+}
+out.chat_stream = s;
+
+r = await openai.responses.create(bodies.responses);
+noTools('responses', r.output.some((o) => o.type === 'function_call'));
+out.responses = r.output_text;
+s = '';
+for await (const e of await openai.responses.create({ ...bodies.responses, stream: true })) {
+  noTools('responses_stream', e.type === 'response.output_item.added' && e.item.type === 'function_call');
+  if (e.type === 'response.output_text.delta') s += e.delta;
+}
+out.responses_stream = s;
+
+const texts = (m) => { noTools('messages', m.content.some((b) => b.type === 'tool_use')); return m.content.filter((b) => b.type === 'text').map((b) => b.text).join(''); };
+out.messages = texts(await anthropic.messages.create(bodies.messages));
+out.messages_stream = texts(await anthropic.messages.stream(bodies.messages).finalMessage());
+
+process.stdout.write(JSON.stringify(out));
+`

@@ -15,7 +15,9 @@ import (
 const ToolName = "token_terminator"
 
 // toolDescription tells the model what receipts are and when to recover.
-const toolDescription = "Lines like [Token Terminator artifact a_… | …] and [Token Terminator folded turn a_… | …] " +
+// It quotes neither compiler.ReceiptPrefix nor compiler.FoldPrefix whole,
+// so the definition is never mistaken for a receipt or a folded turn.
+const toolDescription = "Lines marked Token Terminator artifact or Token Terminator folded turn, with an a_… id, " +
 	"stand for earlier tool output or conversation turns the gateway stored to save space; their content is unchanged and recoverable. " +
 	"Call artifact_get with the a_… id when you need the exact content (page with offset and next_offset), or artifact_search to find stored content by text."
 

@@ -148,7 +148,7 @@ func (s *Store) Search(ctx context.Context, tenant, query string, limit int) ([]
 				text := r.field()
 				r.field() // raw
 				tool = string(r.field())
-				match = q == "" || strings.Contains(strings.ToLower(tool), q) || containsFold(text, q)
+				match = SearchMatches(text, tool, q)
 				return nil
 			})
 			if match {

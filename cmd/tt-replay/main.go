@@ -45,6 +45,7 @@ func main() {
 	gap := flag.Duration("gap", 20*time.Second, "time between steps")
 	idle := flag.Duration("idle", 0, "an idle gap inserted every -idle_every steps (e.g. past the cache TTL)")
 	idleEvery := flag.Int("idle_every", 0, "steps between idle gaps (0: none)")
+	recoverEvery := flag.Int("recover_every", 0, "report recovery (recovery.go): the simulated model recovers every receipt of every n-th step (-1: report without recovering; 0: no report)")
 	flag.Parse()
 
 	var sessions []fixtures.CorpusFile
@@ -109,6 +110,20 @@ func main() {
 		rows = append(rows, r)
 	}
 	Print(os.Stdout, rows)
+	if *recoverEvery != 0 {
+		withOpts := opts
+		withOpts.Recovery = ToolRecovery()
+		with, err := compiler.New(withOpts, store, counter)
+		if err != nil {
+			fail(err)
+		}
+		var rrows []RecoveryRow
+		for _, s := range pick {
+			rrows = append(rrows, ReplayRecovery(with, on, store, s, clock, max(*recoverEvery, 0)))
+		}
+		fmt.Println()
+		PrintRecovery(os.Stdout, rrows)
+	}
 }
 
 func fail(err error) {

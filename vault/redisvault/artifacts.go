@@ -125,15 +125,29 @@ func (s *Store) Get(ctx context.Context, tenant string, d compiler.Digest) (comp
 	return a, true, nil
 }
 
-// parseMeta reads "<size> <chars>".
+// parseMeta reads "<size> <chars>[ <created>]".
 func parseMeta(m string) (size int64, chars int, err error) {
-	a, b, ok := strings.Cut(m, " ")
+	size, chars, _, err = parseMetaCreated(m)
+	return size, chars, err
+}
+
+// parseMetaCreated reads "<size> <chars>[ <created unix ms>]"; created is
+// -1 for a record written before creation times were kept (Search then
+// orders it by its last-seen time).
+func parseMetaCreated(m string) (size int64, chars int, created int64, err error) {
+	a, rest, ok := strings.Cut(m, " ")
+	b, c, hasCreated := strings.Cut(rest, " ")
 	size, err1 := strconv.ParseInt(a, 10, 64)
-	c, err2 := strconv.Atoi(b)
-	if !ok || err1 != nil || err2 != nil || size < 0 || c < 0 {
-		return 0, 0, errors.New("corrupt metadata")
+	n, err2 := strconv.Atoi(b)
+	created = -1
+	var err3 error
+	if hasCreated {
+		created, err3 = strconv.ParseInt(c, 10, 64)
 	}
-	return size, c, nil
+	if !ok || err1 != nil || err2 != nil || err3 != nil || size < 0 || n < 0 {
+		return 0, 0, 0, errors.New("corrupt metadata")
+	}
+	return size, n, created, nil
 }
 
 // stringBytes views s as bytes without copying, for hashing (the hot path:

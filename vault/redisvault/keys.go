@@ -15,7 +15,7 @@ import (
 //	<prefix>{global}:bytes            Text+Raw bytes stored, all tenants
 //	<prefix>{global}:tenants          set of tenant tags with artifacts
 //	<prefix>{<tag>}:a:<hex digest>    artifact content (vault record codec: s2 + CRC-32C)
-//	<prefix>{<tag>}:meta              hash: hex digest -> "<Text+Raw bytes> <chars>"
+//	<prefix>{<tag>}:meta              hash: hex digest -> "<Text+Raw bytes> <chars> <created unix ms>"
 //	<prefix>{<tag>}:seen              sorted set: hex digest, score = last seen (unix ms)
 //	<prefix>{<tag>}:bytes             this tenant's Text+Raw bytes
 //	<prefix>{<tag>}:l:<scope>:<hex>   lineage node (vault codec), PX = Retention

@@ -93,7 +93,7 @@ for i = 1, n do
   if fresh[i] == 1 then
     local b = 5 + 4 * (i - 1)
     redis.call('SET', KEYS[3+i], ARGV[b+4])
-    redis.call('HSET', KEYS[2], ARGV[b+1], ARGV[b+2] .. ' ' .. ARGV[b+3])
+    redis.call('HSET', KEYS[2], ARGV[b+1], ARGV[b+2] .. ' ' .. ARGV[b+3] .. ' ' .. now)
     redis.call('ZADD', KEYS[1], now, ARGV[b+1])
   end
 end

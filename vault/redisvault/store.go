@@ -129,7 +129,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 // per-connection CLIENT SETINFO or maintenance-notification handshakes.
 func newClient(cfg Config) (redis.UniversalClient, error) {
 	// The parsers' messages may quote the URL, which can hold a password.
-	badURL := errors.New("redisvault: url is not a valid redis:// or rediss:// URL")
+	badURL := ErrBadURL
 	if cfg.Cluster {
 		opts, err := redis.ParseClusterURL(cfg.URL)
 		if err != nil {
@@ -252,12 +252,17 @@ func nodePolicy(ctx context.Context, c redis.Cmdable) (string, error) {
 // call guards a Store call: it fails after Close, bounds the call by
 // OpTimeout and checks the server before first use.
 func (s *Store) call(ctx context.Context) (context.Context, func(), error) {
+	return s.callWithin(ctx, s.opTimeout)
+}
+
+// callWithin is call with its own bound (Search reads many records).
+func (s *Store) callWithin(ctx context.Context, timeout time.Duration) (context.Context, func(), error) {
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
 		return nil, nil, vault.ErrClosed
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	done := func() { cancel(); s.mu.RUnlock() }
 	if err := s.checkServer(ctx); err != nil {
 		done()

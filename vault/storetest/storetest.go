@@ -49,6 +49,9 @@ const (
 	// same Config reaches the same storage: artifacts, lineage and the
 	// tenant key survive.
 	Persistent Capability = "persistent"
+	// Recovery: the backend implements Reader (Resolve and Search, what
+	// recovery reads) with the rules of Badger's vault/search.go.
+	Recovery Capability = "recovery"
 )
 
 // Opener opens a fresh, empty store for one test. Called again within the
@@ -81,6 +84,8 @@ func Run(t *testing.T, open Opener, caps ...Capability) {
 		{"TooLarge", Capacity, s.tooLarge},
 		{"TenantQuota", TenantQuota, s.tenantQuota},
 		{"LineageTTL", LineageTTL, s.lineageTTL},
+		{"Resolve", Recovery, s.resolve},
+		{"Search", Recovery, s.search},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -1,0 +1,505 @@
+package caddymodule
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/recovery"
+	"github.com/tokenterminator/caddy-token-terminator/vault"
+)
+
+// Recovery glue (package recovery has the pieces): the artifact API under
+// recovery_path, and the loop that answers the model's calls of the
+// token_terminator tool for a request that carried it, so that the client
+// sees one ordinary answer with no trace of the tool.
+
+// recoveryRuntime is a provisioned handler's recovery; nil when recovery is
+// off (configured, or the vault cannot resolve artifacts).
+type recoveryRuntime struct {
+	mode string // RecoveryTool or RecoveryAPI
+	cfg  recovery.Config
+	arts recovery.Artifacts
+	api  http.Handler
+}
+
+// provisionRecovery sets up recovery over the opened backend. A backend without Resolve/Search cannot
+// serve either the API or the tool: recovery is then off, and the log says
+// so.
+func (h *Handler) provisionRecovery(backend vault.Backend) {
+	if h.Recovery == RecoveryOff {
+		return
+	}
+	arts, ok := backend.(recovery.Artifacts)
+	if !ok {
+		h.logger.Warn("the vault backend cannot resolve or search artifacts; recovery is off",
+			zap.String("recovery", h.Recovery), zap.String("backend_type", fmt.Sprintf("%T", backend)))
+		return
+	}
+	cfg := h.recoveryConfig()
+	h.recovery = &recoveryRuntime{mode: h.Recovery, cfg: cfg, arts: arts,
+		api: recovery.NewAPI(arts, h.apiTenant, cfg)}
+}
+
+// compilerRecovery is what the compiler is told of the effective recovery:
+// the receipts' hint and, with tool, the definitions.
+func (h *Handler) compilerRecovery() compiler.Recovery {
+	if h.recovery == nil {
+		return compiler.Recovery{}
+	}
+	return compilerRecovery(h.recovery.mode, h.recovery.cfg)
+}
+
+// apiTenant is the tenant of an API caller: its credential selects it
+// exactly as for provider requests.
+func (h *Handler) apiTenant(r *http.Request) (string, bool) {
+	t := h.tenant(r, "")
+	return t, t != ""
+}
+
+// serveRecoveryAPI serves requests under recovery_path and reports whether
+// it did; they are never forwarded upstream.
+func (h *Handler) serveRecoveryAPI(w http.ResponseWriter, r *http.Request) bool {
+	rt := h.recovery
+	if rt == nil || !strings.HasPrefix(r.URL.Path, rt.cfg.Path) {
+		return false
+	}
+	sw := &statusWriter{ResponseWriter: w}
+	rt.api.ServeHTTP(sw, r)
+	// The path names only an opaque id; the query (search text) is never
+	// logged.
+	h.logger.Info("recovery api", zap.String("method", r.Method), zap.Int("status", sw.status),
+		zap.Bool("tenant", h.tenant(r, "") != ""))
+	return true
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int) { s.status = code; s.ResponseWriter.WriteHeader(code) }
+
+// recoveryExchange is the recovery state of one request that went upstream
+// with the tool.
+type recoveryExchange struct {
+	tenant, format string
+	body           []byte // the forwarded body (compiled, with the tool)
+	original       []byte // the client's body, sent unchanged if a round fails
+	recovered      func(...compiler.Digest)
+}
+
+// recoveryReport is the recovery part of the report.
+type recoveryReport struct {
+	offered  bool   // the forwarded body carried the tool
+	conflict bool   // the client's tools already name ours: none offered
+	rounds   int    // follow-up requests sent
+	fallback string // why the client's original request was sent instead
+	err      string // the loop's error, for the log (no content)
+	streamed bool   // the answer was streamed (rounds unknown to the header)
+}
+
+func (rr *recoveryReport) header(b *strings.Builder) {
+	if rr.offered && !rr.streamed {
+		b.WriteString("; recovery_rounds=")
+		b.WriteString(strconv.Itoa(rr.rounds))
+	}
+}
+
+func (rr *recoveryReport) fields() []zap.Field {
+	if !rr.offered && !rr.conflict {
+		return nil
+	}
+	f := []zap.Field{zap.Bool("recovery_tool", rr.offered), zap.Int("recovery_rounds", rr.rounds)}
+	if rr.conflict {
+		f = append(f, zap.Bool("recovery_tool_conflict", true))
+	}
+	if rr.fallback != "" {
+		f = append(f, zap.String("recovery_fallback", rr.fallback))
+	}
+	if rr.err != "" {
+		f = append(f, zap.String("recovery_error", rr.err))
+	}
+	return f
+}
+
+// noteRecovery prepares the loop for a request whose forwarded body
+// carries the tool. Upstream is asked for an identity-encoded answer: the
+// loop must read it.
+func (h *Handler) noteRecovery(r *http.Request, ex *exchange, res compiler.Result, original, out []byte, tenant string) {
+	rep := &ex.rep
+	if res.ToolConflict {
+		rep.recovery.conflict = true
+		h.logger.Info("the client defines a tool named token_terminator; no recovery tool offered (receipts name none)",
+			zap.String("format", rep.format))
+	}
+	if h.recovery == nil || h.recovery.mode != RecoveryTool || !res.RecoveryTool || res.Body == nil || !bytes.Equal(res.Body, out) {
+		return
+	}
+	rep.recovery.offered = true
+	ex.rec = &recoveryExchange{tenant: tenant, format: rep.format, body: out, original: original, recovered: res.Recovered}
+	r.Header.Del("Accept-Encoding")
+}
+
+// Fallback reasons of the log.
+const (
+	fallbackRoundFailed = "round_failed"
+	fallbackStreamBroke = "stream_failed"
+)
+
+// serveRecovering forwards a request that carried the tool and runs the
+// loop on its answer: buffered when it is JSON, stitched when it is SSE,
+// passed through untouched when it is anything else (an error status, a
+// compressed or oversized body).
+func (h *Handler) serveRecovering(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, ex *exchange) error {
+	rx, rt := ex.rec, h.recovery
+	arts := &recordingArtifacts{Artifacts: rt.arts}
+	defer markRecovered(ex, arts)
+	c := &firstRound{w: w, header: http.Header{}, max: int(*h.MaxBodySize), cfg: rt.cfg, format: rx.format,
+		onStream: func() {
+			// The rounds of a stream are not known when its header goes
+			// out: the header omits them (the log has them).
+			ex.rep.recovery.streamed = true
+			w.Header().Set(HeaderName, ex.rep.header())
+		}}
+	err := next.ServeHTTP(c, r)
+	switch c.kind {
+	case roundJSON:
+		if err != nil {
+			c.passOn()
+			return err
+		}
+		return h.loopJSON(w, r, next, ex, arts, c)
+	case roundStream:
+		return h.loopStream(w, r, next, ex, arts, c, err)
+	}
+	return err // passed through as it came (or nothing was written)
+}
+
+func (h *Handler) loopJSON(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, ex *exchange, arts *recordingArtifacts, c *firstRound) error {
+	rx, rep := ex.rec, &ex.rep
+	send := func(ctx context.Context, body []byte) (io.ReadCloser, error) {
+		var buf bytes.Buffer
+		if err := h.sendFollowUp(ctx, r, next, body, &boundedWriter{b: &buf, max: c.max}); err != nil {
+			return nil, err
+		}
+		return io.NopCloser(&buf), nil
+	}
+	final, rounds, err := recovery.LoopJSON(r.Context(), h.recovery.cfg, arts, rx.tenant, rx.format, rx.body, c.buf.Bytes(), c.max, send)
+	rep.recovery.rounds = rounds
+	markRecovered(ex, arts)
+	if err != nil {
+		// Nothing reached the client yet: it gets the answer to its own
+		// request, as if the gateway had never touched it.
+		return h.fallback(w, r, next, ex, fallbackRoundFailed, err)
+	}
+	w.Header().Set(HeaderName, rep.header()) // now with recovery_rounds
+	writeAnswer(w, c.header, c.status, final)
+	return nil
+}
+
+func (h *Handler) loopStream(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, ex *exchange, arts *recordingArtifacts, c *firstRound, firstErr error) error {
+	rx, rep, st := ex.rec, &ex.rep, c.st
+	ctx := r.Context()
+	request := rx.body
+	fail := func(reason string, err error) error {
+		if !st.Started() {
+			return h.fallback(w, r, next, ex, reason, err)
+		}
+		// Bytes reached the client: end its stream well formed at what was
+		// delivered.
+		rep.recovery.err = err.Error()
+		if cerr := st.Close(); cerr != nil && !errors.Is(cerr, recovery.ErrIncomplete) {
+			rep.recovery.err += "; " + cerr.Error()
+		}
+		h.logger.Warn("recovery round failed after the stream started; the client stream was ended where it was",
+			zap.String("format", rx.format), zap.Int("recovery_rounds", rep.recovery.rounds), zap.Error(err))
+		return nil
+	}
+	if firstErr != nil {
+		return fail(fallbackStreamBroke, firstErr)
+	}
+	for {
+		round, err := st.EndRound()
+		if err != nil {
+			return fail(fallbackStreamBroke, err)
+		}
+		if !round.Continue {
+			return nil
+		}
+		recovery.Run(ctx, h.recovery.cfg, arts, rx.tenant, round.Calls)
+		body, err := recovery.FollowUp(rx.format, request, round.Answer, round.Calls)
+		if err != nil {
+			return fail(fallbackRoundFailed, err)
+		}
+		rep.recovery.rounds++
+		markRecovered(ex, arts)
+		if err := h.sendFollowUp(ctx, r, next, body, st); err != nil {
+			return fail(fallbackRoundFailed, err)
+		}
+		request = body
+	}
+}
+
+// fallback sends the client's original request upstream unchanged and
+// passes its answer to w (nothing has been written to w yet).
+func (h *Handler) fallback(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, ex *exchange, reason string, err error) error {
+	rep := &ex.rep
+	rep.recovery.fallback, rep.recovery.err = reason, err.Error()
+	h.logger.Warn("recovery round failed; sending the client's original request",
+		zap.String("format", ex.rec.format), zap.String("reason", reason),
+		zap.Int("recovery_rounds", rep.recovery.rounds), zap.Error(err))
+	fr := r.Clone(r.Context())
+	setBody(fr, ex.rec.original)
+	w.Header().Set(HeaderName, rep.header())
+	return next.ServeHTTP(w, fr)
+}
+
+// sendFollowUp sends body upstream as a fresh request of r (same method,
+// path and headers) and writes a successful answer's body to dst. Another
+// status, an error or an aborted answer is an error.
+func (h *Handler) sendFollowUp(ctx context.Context, r *http.Request, next caddyhttp.Handler, body []byte, dst io.Writer) (err error) {
+	fr := r.Clone(ctx)
+	setBody(fr, body)
+	fw := &followUpWriter{header: http.Header{}, dst: dst}
+	defer func() {
+		if v := recover(); v != nil { // reverse_proxy aborts a broken answer with a panic
+			err = fmt.Errorf("recovery: follow-up aborted: %v", errAborted)
+		}
+	}()
+	if err := next.ServeHTTP(fw, fr); err != nil {
+		return fmt.Errorf("recovery: follow-up: %w", err)
+	}
+	if fw.status < 200 || fw.status > 299 {
+		return fmt.Errorf("recovery: follow-up answered status %d", fw.status)
+	}
+	return fw.err
+}
+
+// writeAnswer writes a whole answer with its headers.
+func writeAnswer(w http.ResponseWriter, header http.Header, status int, body []byte) {
+	dst := w.Header()
+	for k, v := range header {
+		dst[k] = v
+	}
+	dst.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// roundKind is how the first answer is handled.
+type roundKind int
+
+const (
+	roundUndecided roundKind = iota
+	roundPass                // written through as it comes
+	roundJSON                // buffered for LoopJSON
+	roundStream              // written into a Stitcher
+)
+
+// firstRound is the ResponseWriter of the first upstream round. It decides
+// at the status line: a successful JSON answer is buffered (within max),
+// an SSE answer goes into a Stitcher writing to the client, anything else
+// passes through.
+type firstRound struct {
+	w        http.ResponseWriter
+	header   http.Header
+	status   int
+	kind     roundKind
+	buf      bytes.Buffer
+	max      int
+	cfg      recovery.Config
+	format   string
+	st       *recovery.Stitcher
+	client   *deferredClient
+	onStream func() // called when the answer turns out to be a stream
+}
+
+func (c *firstRound) Header() http.Header { return c.header }
+
+func (c *firstRound) WriteHeader(code int) {
+	if c.kind != roundUndecided || code < 200 {
+		return // 1xx interim answers are not relayed; a second status is ignored
+	}
+	c.status = code
+	ct, _, _ := mime.ParseMediaType(c.header.Get("Content-Type"))
+	enc := c.header.Get("Content-Encoding")
+	switch {
+	case code < 200 || code > 299 || (enc != "" && enc != "identity"):
+		c.passOn()
+	case ct == "text/event-stream":
+		c.client = &deferredClient{w: c.w, header: c.header, status: code}
+		st, err := recovery.NewStitcher(c.format, c.client, c.cfg)
+		if err != nil {
+			c.passOn()
+			return
+		}
+		c.kind, c.st = roundStream, st
+		c.onStream()
+	default:
+		c.kind = roundJSON
+	}
+}
+
+// passOn switches to pass-through: headers, status and what is buffered go
+// to the client, and so does the rest.
+func (c *firstRound) passOn() {
+	if c.kind == roundPass {
+		return
+	}
+	c.kind = roundPass
+	dst := c.w.Header()
+	for k, v := range c.header {
+		dst[k] = v
+	}
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	c.w.WriteHeader(c.status)
+	if c.buf.Len() > 0 {
+		_, _ = c.w.Write(c.buf.Bytes())
+		c.buf = bytes.Buffer{}
+	}
+}
+
+func (c *firstRound) Write(p []byte) (int, error) {
+	if c.kind == roundUndecided {
+		c.WriteHeader(http.StatusOK)
+	}
+	switch c.kind {
+	case roundJSON:
+		if c.buf.Len()+len(p) > c.max {
+			c.passOn() // too large to hold: it goes out unread
+			return c.w.Write(p)
+		}
+		return c.buf.Write(p)
+	case roundStream:
+		return c.st.Write(p)
+	}
+	return c.w.Write(p)
+}
+
+// Flush reaches the client once something was written to it.
+func (c *firstRound) Flush() {
+	switch {
+	case c.kind == roundPass:
+		_ = http.NewResponseController(c.w).Flush()
+	case c.kind == roundStream:
+		c.client.Flush()
+	}
+}
+
+// deferredClient writes the first answer's status and headers to the
+// client with the first byte of the stitched stream: until then a failed
+// round can still fall back to the original request.
+type deferredClient struct {
+	w       http.ResponseWriter
+	header  http.Header
+	status  int
+	started bool
+}
+
+func (d *deferredClient) Write(p []byte) (int, error) {
+	if !d.started {
+		d.started = true
+		dst := d.w.Header()
+		for k, v := range d.header {
+			dst[k] = v
+		}
+		dst.Del("Content-Length") // the stitched stream is not the provider's
+		d.w.WriteHeader(d.status)
+	}
+	return d.w.Write(p)
+}
+
+func (d *deferredClient) Flush() {
+	if d.started {
+		_ = http.NewResponseController(d.w).Flush()
+	}
+}
+
+// followUpWriter is the ResponseWriter of a follow-up round: a successful
+// answer's body goes to dst, anything else is dropped (and is an error).
+type followUpWriter struct {
+	header http.Header
+	status int
+	dst    io.Writer
+	err    error
+}
+
+func (f *followUpWriter) Header() http.Header { return f.header }
+
+func (f *followUpWriter) WriteHeader(code int) {
+	if f.status == 0 && code >= 200 {
+		f.status = code
+	}
+}
+
+func (f *followUpWriter) Write(p []byte) (int, error) {
+	if f.status == 0 {
+		f.status = http.StatusOK
+	}
+	if f.status > 299 || f.err != nil {
+		return len(p), nil // an error body: dropped, never shown to the model or client
+	}
+	if _, err := f.dst.Write(p); err != nil {
+		f.err = err
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func (f *followUpWriter) Flush() {}
+
+// recordingArtifacts notes every artifact the loop read, so the lineage
+// can carry them inline again (Result.Recovered).
+type recordingArtifacts struct {
+	recovery.Artifacts
+	got   []compiler.Digest
+	noted int // got[:noted] were handed to Result.Recovered
+}
+
+// markRecovered hands the artifacts read so far to the lineage, and stops
+// the cost calibration from seeing a usage summed over several requests.
+// It runs before the answer's last bytes reach the tap, which commits the
+// lineage (and observes usage) the moment the answer is whole.
+func markRecovered(ex *exchange, arts *recordingArtifacts) {
+	if rx := ex.rec; rx != nil && rx.recovered != nil && len(arts.got) > arts.noted {
+		rx.recovered(arts.got[arts.noted:]...)
+		arts.noted = len(arts.got)
+	}
+	if ex.rep.recovery.rounds > 0 {
+		ex.observe = nil
+	}
+}
+
+func (a *recordingArtifacts) Get(ctx context.Context, tenant string, d compiler.Digest) (compiler.Artifact, bool, error) {
+	art, ok, err := a.Artifacts.Get(ctx, tenant, d)
+	if ok && err == nil {
+		a.got = append(a.got, d)
+	}
+	return art, ok, err
+}
+
+// boundedWriter buffers at most max bytes; past it, writes fail.
+type boundedWriter struct {
+	b   *bytes.Buffer
+	max int
+}
+
+func (b *boundedWriter) Write(p []byte) (int, error) {
+	if b.b.Len()+len(p) > b.max {
+		return 0, recovery.ErrAnswerTooLarge
+	}
+	return b.b.Write(p)
+}

@@ -1,0 +1,218 @@
+package compiler_test
+
+import (
+	"bytes"
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/compiler/jsonv"
+	"github.com/tokenterminator/caddy-token-terminator/recovery"
+	"github.com/tokenterminator/caddy-token-terminator/response"
+)
+
+const toolHint = "token_terminator artifact_get"
+
+func recoveryOptions() compiler.Options {
+	return compiler.Options{InlineLeases: 1, Recovery: compiler.Recovery{
+		Hint: toolHint, ToolName: recovery.ToolName,
+		Tools: compiler.ToolDefinitions{
+			Chat:      string(recovery.Definition(response.FormatChat)),
+			Responses: string(recovery.Definition(response.FormatResponses)),
+			Anthropic: string(recovery.Definition(response.FormatAnthropic)),
+		},
+	}}
+}
+
+// recoveryFormats renders steps of one conversation per format; tools is
+// the client's own tools array ("" for none).
+var recoveryFormats = []struct {
+	name, format, path string
+	body               func(turns []compilertest.ChatTurn, tools string) []byte
+}{
+	{"chat", response.FormatChat, chatPath, func(ts []compilertest.ChatTurn, tools string) []byte {
+		return withTools(compilertest.ChatBody("gpt-4o", ts, ""), tools)
+	}},
+	{"responses", response.FormatResponses, responsesPath, func(ts []compilertest.ChatTurn, tools string) []byte {
+		return withTools(compilertest.ResponsesBody("gpt-4o", ts, "", compilertest.ResponsesOptions{}), tools)
+	}},
+	{"anthropic", response.FormatAnthropic, messagesPath, func(ts []compilertest.ChatTurn, tools string) []byte {
+		return withTools(compilertest.AnthropicBody("claude-sonnet-4-5", ts, "", compilertest.AnthropicOptions{}), tools)
+	}},
+}
+
+// withTools sets the body's tools member (replacing one the generator
+// wrote, else added at the start of the object).
+func withTools(body []byte, tools string) []byte {
+	if tools == "" {
+		return body
+	}
+	root, err := jsonv.Parse(body, jsonv.MaxDepth)
+	if err != nil {
+		panic(err)
+	}
+	if n := root.Get("tools"); n != nil {
+		return append(append(append([]byte{}, body[:n.Start]...), tools...), body[n.End:]...)
+	}
+	return append([]byte(`{"tools":`+tools+`,`), body[1:]...)
+}
+
+// allReceipts returns every receipt string in a body, whatever its tail.
+func allReceipts(body []byte) []string {
+	var out []string
+	for _, m := range regexp.MustCompile(`"(\[Token Terminator artifact [^"]*\])"`).FindAllSubmatch(body, -1) {
+		out = append(out, string(m[1]))
+	}
+	return out
+}
+
+func toolsRaw(t *testing.T, body []byte) []byte {
+	t.Helper()
+	root, err := jsonv.Parse(body, jsonv.MaxDepth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := root.Get("tools"); n != nil {
+		return n.Raw(body)
+	}
+	return nil
+}
+
+func clientTool(format, name string) string {
+	switch format {
+	case response.FormatChat:
+		return `[{"type":"function","function":{"name":"` + name + `","parameters":{"type":"object"}}}]`
+	case response.FormatResponses:
+		return `[{"type":"function","name":"` + name + `","parameters":{"type":"object"}}]`
+	}
+	return `[{"name":"` + name + `","input_schema":{"type":"object"}}]`
+}
+
+// A rewrite that carries receipts carries the tool, after the client's
+// tools, and receipts name it; later steps carry the identical tools bytes
+// (sticky); a client tool of the same name gets no tool; without the option
+// nothing changes.
+func TestRecoveryToolEdit(t *testing.T) {
+	turns := compilertest.Turns(70, 4, 9000)
+	for _, f := range recoveryFormats {
+		for _, own := range []string{"", "bash", recovery.ToolName} {
+			t.Run(f.name+"/client_tool="+own, func(t *testing.T) {
+				tools := ""
+				if own != "" {
+					tools = clientTool(f.format, own)
+				}
+				c := newCompiler(t, recoveryOptions(), compilertest.NewMemStore(), nil)
+				var first []byte
+				for step := 1; step <= 4; step++ {
+					body := f.body(turns[:step], tools)
+					res := c.Compile(context.Background(), compiler.Request{Path: f.path, Body: body,
+						Scope: compiler.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce, DeferCommit: true})
+					if res.Commit == nil {
+						t.Fatalf("step %d: no commit (%s)", step, res.Reason)
+					}
+					res.Commit()
+					if step == 1 {
+						if res.RecoveryTool || bytes.Contains(res.Body, []byte(`"token_terminator"`)) && own != recovery.ToolName {
+							t.Fatalf("step 1 (nothing receipted) carries the tool")
+						}
+						continue
+					}
+					if res.Decision != compiler.Accepted || res.Receipts == 0 {
+						t.Fatalf("step %d: %s %s, %d receipts", step, res.Decision, res.Reason, res.Receipts)
+					}
+					assertValidRewrite(t, f.path, body, withoutTool(t, f.format, res))
+					if err := compiler.CheckRewrite(f.path, body, res.Body); err != nil {
+						t.Fatalf("step %d: the oracle refuses the rewrite with the tool: %v", step, err)
+					}
+					got := toolsRaw(t, res.Body)
+					if own == recovery.ToolName {
+						if res.RecoveryTool || !res.ToolConflict || !bytes.Equal(got, toolsRaw(t, body)) {
+							t.Fatalf("step %d: conflict not honoured: tool=%v conflict=%v tools=%s", step, res.RecoveryTool, res.ToolConflict, got)
+						}
+						continue
+					}
+					def := recovery.Definition(f.format)
+					if !res.RecoveryTool || !bytes.HasSuffix(got, append(append([]byte{}, def...), ']')) {
+						t.Fatalf("step %d: tools %q do not end in the definition (tool=%v)", step, got, res.RecoveryTool)
+					}
+					if own != "" && !bytes.HasPrefix(got, []byte(tools[:len(tools)-1])) {
+						t.Fatalf("step %d: the client's tools are not first: %s", step, got)
+					}
+					rs := allReceipts(res.Body)
+					if len(rs) == 0 {
+						t.Fatal("no receipt found")
+					}
+					for _, r := range rs {
+						if !strings.HasSuffix(r, " | recover: "+toolHint+"]") {
+							t.Fatalf("receipt without the hint: %s", r)
+						}
+					}
+					if first == nil {
+						first = got
+					} else if !bytes.Equal(first, got) {
+						t.Fatalf("step %d: tools array changed:\n%s\n%s", step, first, got)
+					}
+				}
+			})
+		}
+	}
+}
+
+// withoutTool returns res with the tool's definition and the receipts'
+// hints removed from its body, so the ordinary rewrite oracle applies to
+// the rest.
+func withoutTool(t *testing.T, format string, res compiler.Result) compiler.Result {
+	t.Helper()
+	b := bytes.ReplaceAll(res.Body, []byte(" | recover: "+toolHint+"]"), []byte("]"))
+	res.Body, res.SentBytes = b, len(b)
+	if !res.RecoveryTool {
+		return res
+	}
+	def := recovery.Definition(format)
+	switch {
+	case bytes.Contains(b, append([]byte(`,"tools":[`), append(def, ']')...)):
+		b = bytes.Replace(b, append([]byte(`,"tools":[`), append(def, ']')...), nil, 1)
+	case bytes.Contains(b, append([]byte{','}, def...)):
+		b = bytes.Replace(b, append([]byte{','}, def...), nil, 1)
+	default:
+		t.Fatalf("definition not found in the body")
+	}
+	res.Body = b
+	res.SentBytes = len(b)
+	return res
+}
+
+// An artifact the model recovered goes inline again in the next request
+// of the conversation instead of as a receipt.
+func TestRecoveredArtifactReinlined(t *testing.T) {
+	turns := compilertest.Turns(80, 3, 9000)
+	for _, recovered := range []bool{false, true} {
+		c := newCompiler(t, recoveryOptions(), compilertest.NewMemStore(), nil)
+		run := func(step int) compiler.Result {
+			res := c.Compile(context.Background(), compiler.Request{Path: chatPath, Body: compilertest.ChatBody("gpt-4o", turns[:step], ""),
+				Scope: compiler.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce, DeferCommit: true})
+			return res
+		}
+		run(1).Commit()
+		r2 := run(2)
+		if r2.Receipts != 1 {
+			t.Fatalf("step 2: %d receipts (%s)", r2.Receipts, r2.Reason)
+		}
+		if recovered {
+			r2.Recovered(digestOf(turns[0].Output))
+		}
+		r2.Commit()
+		r3 := run(3)
+		first := digestOf(turns[0].Output)
+		inline := !bytes.Contains(r3.Body, []byte(compiler.ArtifactID(first)))
+		if inline != recovered {
+			t.Fatalf("recovered=%v: step 3 carries the first result inline: %v (%d receipts, %s)", recovered, inline, r3.Receipts, r3.Reason)
+		}
+	}
+}
+
+// digestOf is the artifact identity of a tool result sent as a JSON string.
+func digestOf(s string) compiler.Digest { return strDigest(s) }

@@ -1,0 +1,102 @@
+//go:build unix
+
+// Package redistest starts a redis-server for a test outside package
+// redisvault (the gateway's module and fleet tests): loopback, a free port,
+// its own directory, stopped by PID in Cleanup. A test skips when
+// redis-server is not installed.
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Server is one test's redis-server.
+type Server struct {
+	t    testing.TB
+	bin  string
+	Port int
+	Dir  string
+	args []string
+	cmd  *exec.Cmd
+}
+
+// Start starts redis-server with no persistence unless extra says
+// otherwise (later options win), or skips the test when the binary is
+// missing.
+func Start(t testing.TB, extra ...string) *Server {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skip("redis-server not found in PATH: install it (apt-get install redis-server) to run the Redis tests")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	s := &Server{t: t, bin: bin, Port: port, Dir: t.TempDir()}
+	s.args = append([]string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--dir", s.Dir,
+		"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", filepath.Join(s.Dir, "redis.log")}, extra...)
+	t.Cleanup(s.Kill) // first: a server that never answers is stopped too
+	s.Restart()
+	return s
+}
+
+// URL is the server's redis:// URL, database 0.
+func (s *Server) URL() string { return fmt.Sprintf("redis://127.0.0.1:%d/0", s.Port) }
+
+// Restart starts the server (again, with the same options and directory)
+// and waits until it answers PING, 5s at most.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.cmd = exec.Command(s.bin, s.args...)
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", s.Port), DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	defer c.Close()
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.Kill()
+			log, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
+			s.t.Fatalf("redis-server did not start: %v\n%s", err, log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Kill stops the server at once (SIGKILL), as a crash would.
+func (s *Server) Kill() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	s.cmd.Process.Signal(syscall.SIGCONT) // let a paused server be reaped promptly
+	s.cmd.Process.Kill()
+	s.cmd.Wait()
+	s.cmd = nil
+}
+
+// Client is a plain client for inspecting or configuring the server,
+// closed in Cleanup.
+func (s *Server) Client() *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", s.Port), MaxRetries: -1})
+	s.t.Cleanup(func() { c.Close() })
+	return c
+}
