@@ -185,7 +185,13 @@ func (s *Store) touch(ctx context.Context, tk tenantKeys, arts []*compiler.Artif
 		ks = append(ks, tk.artifact(h))
 		args = append(args, h)
 	}
-	res, err := touchScript.Run(ctx, s.rdb, ks, args...).Int64Slice()
+	var res []int64
+	var err error
+	if s.minRepl == 0 {
+		res, err = touchScript.Run(ctx, s.rdb, ks, args...).Int64Slice()
+	} else {
+		res, err = s.touchReplicated(ctx, tk, ks, args)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("redisvault: verify: %w", err)
 	}
@@ -197,6 +203,43 @@ func (s *Store) touch(ctx context.Context, tk tenantKeys, arts []*compiler.Artif
 		present[i] = v == 1
 	}
 	return present, nil
+}
+
+// touchReplicated confirms with MinReplicas set: an artifact found present
+// may be one whose own write was never acknowledged by enough replicas (its
+// WAIT timed out and the request passed through), so a confirmation must be
+// acknowledged too. The touch always writes the last-seen times (touchAfter
+// 0), and WAIT on the same connection then covers that write and, since a
+// master replicates one ordered stream, every earlier one: the artifact's
+// own write included.
+func (s *Store) touchReplicated(ctx context.Context, tk tenantKeys, ks []string, args []any) ([]int64, error) {
+	args[1] = int64(0)
+	node, err := s.node(ctx, tk.seen)
+	if err != nil {
+		return nil, err
+	}
+	var tc, wait *redis.Cmd
+	if _, err := node.Pipelined(ctx, func(p redis.Pipeliner) error {
+		tc = touchScript.Eval(ctx, p, ks, args...)
+		wait = s.queueWait(ctx, p)
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	res, err := tc.Int64Slice()
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range res {
+		if v == 1 {
+			// Something is confirmed: it counts only once replicated.
+			if err := s.checkWait(wait); err != nil {
+				return nil, err
+			}
+			break
+		}
+	}
+	return res, nil
 }
 
 // write stores arts (absent at verify time) within the fleet's cap and the

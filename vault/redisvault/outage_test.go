@@ -200,6 +200,15 @@ func TestMinReplicas(t *testing.T) {
 	if d := time.Since(t0); d > timeout+bound-opTimeout {
 		t.Fatalf("persist waited %s for a replica, op timeout %s", d, timeout)
 	}
+	// The write landed on the primary but no replica acknowledged it: a
+	// retry must not confirm it as stored (its receipt would go out before
+	// any replica has it), nor may Missing.
+	if err := st.Persist(ctx, compiler.Scope{Tenant: "t"}, []compiler.Artifact{testArt(1, 9000)}); !errors.Is(err, ErrNotReplicated) {
+		t.Fatalf("retried persist with no replica: %v, want ErrNotReplicated", err)
+	}
+	if _, err := st.Missing(ctx, compiler.Scope{Tenant: "t"}, []compiler.Digest{testArt(1, 9000).Digest}); !errors.Is(err, ErrNotReplicated) {
+		t.Fatalf("confirmation with no replica: %v, want ErrNotReplicated", err)
+	}
 	replica := startServer(t, "--replicaof", "127.0.0.1", fmt.Sprint(primary.port))
 	rc := replica.client()
 	// Online as the primary sees it (after the replica's first ack), which
