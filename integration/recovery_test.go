@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/tokenterminator/caddy-token-terminator/recovery/recoverytest"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -54,19 +56,19 @@ func (p *recoveryProvider) respond(n int, w http.ResponseWriter) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	stream := bytes.Contains(rec.Body, []byte(`"stream":true`))
-	turn := fakeTurn{text: "plain answer", usage: provider.Usage{Input: 500, Output: 5, Known: true}}
+	turn := recoverytest.Text("plain answer", provider.Usage{Input: 500, Output: 5, Known: true})
 	if m := receiptIDRE.FindSubmatch(rec.Body); m != nil {
-		if p.failFU && len(ownResults(format, rec.Body)) > 0 {
+		if p.failFU && len(recoverytest.OwnResults(format, rec.Body)) > 0 {
 			p.statuses[n] = http.StatusInternalServerError
 			w.WriteHeader(http.StatusInternalServerError)
 			fmt.Fprint(w, `{"error":{"message":"overloaded"}}`)
 			return true
 		}
-		t, err := fakeModel{format: format, id: string(m[1]), rounds: p.rounds, mixed: p.mixed, pageChars: 20000}.answer(rec.Body)
+		t, err := recoverytest.Model{Format: format, ID: string(m[1]), Rounds: p.rounds, Mixed: p.mixed, PageChars: 20000}.Answer(rec.Body)
 		if err != nil {
 			p.statuses[n] = http.StatusBadRequest
 			w.WriteHeader(http.StatusBadRequest)
-			fmt.Fprint(w, jsq(err.Error()))
+			fmt.Fprint(w, strconv.Quote(err.Error())) // the body is the reason; the test fails on the status
 			return true
 		}
 		turn = t
@@ -74,9 +76,9 @@ func (p *recoveryProvider) respond(n int, w http.ResponseWriter) bool {
 	var out []byte
 	if stream {
 		w.Header().Set("Content-Type", "text/event-stream")
-		out = turn.stream(format, n)
+		out = turn.Stream(format, n)
 	} else {
-		out = turn.body(format, n)
+		out = turn.Body(format, n)
 	}
 	p.answers[n], p.statuses[n] = out, http.StatusOK
 	// Flushed, so the answer is chunked like a real provider's: with a
@@ -204,7 +206,7 @@ func TestRecoveryRound(t *testing.T) {
 			if !bytes.Contains(fwd, []byte(" | recover: token_terminator artifact_get]")) {
 				t.Fatal("the receipt names no way to recover")
 			}
-			res := ownResults(c.format, fu)
+			res := recoverytest.OwnResults(c.format, fu)
 			var page recovery.Page
 			if len(res) != 1 || json.Unmarshal([]byte(res[0]), &page) != nil || page.Content != turns[0].Output {
 				t.Fatalf("the follow-up does not carry the exact vaulted content (%d results)", len(res))

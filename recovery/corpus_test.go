@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"github.com/tokenterminator/caddy-token-terminator/recovery/recoverytest"
 	"regexp"
 	"testing"
 
@@ -81,7 +82,7 @@ func TestCorpusRecovery(t *testing.T) {
 			if !insertedOnly(body, follow) {
 				t.Fatal("FollowUp changed bytes of the request")
 			}
-			if err := checkRequest(f.Format, follow); err != nil {
+			if err := recoverytest.CheckRequest(f.Format, follow); err != nil {
 				t.Fatalf("follow-up breaks a provider rule: %v", err)
 			}
 			t.Logf("%d receipts and folded turns recovered exactly", len(ids))

@@ -3,6 +3,7 @@ package recovery
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/tokenterminator/caddy-token-terminator/recovery/recoverytest"
 	"testing"
 
 	"github.com/tokenterminator/caddy-token-terminator/response"
@@ -65,8 +66,8 @@ func FuzzStripOwnCalls(f *testing.F) {
 func FuzzStitcher(f *testing.F) {
 	for i, format := range allFormats {
 		for _, rounds := range []int{0, 1} {
-			turn, _ := fakeModel{format: format, id: "a_x", rounds: rounds, mixed: true}.answer([]byte(requests[format][:len(requests[format])-1] + `,"tools":[` + string(Definition(format)) + `]}`))
-			f.Add(uint8(i), turn.stream(format, 0), uint16(100))
+			turn, _ := recoverytest.Model{Format: format, ID: "a_x", Rounds: rounds, Mixed: true}.Answer([]byte(requests[format][:len(requests[format])-1] + `,"tools":[` + string(Definition(format)) + `]}`))
+			f.Add(uint8(i), turn.Stream(format, 0), uint16(100))
 		}
 	}
 	f.Fuzz(func(t *testing.T, sel uint8, stream []byte, cut uint16) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/tokenterminator/caddy-token-terminator/recovery/recoverytest"
 	"reflect"
 	"strings"
 	"testing"
@@ -46,7 +47,7 @@ func (c loopCase) String() string {
 
 // expect returns what the client must end up with: the texts of every
 // round, the summed usage, and the client calls of the final answer.
-func (c loopCase) expect(cfg Config, m fakeModel) (texts []string, usage response.Usage, clientCalls []string) {
+func (c loopCase) expect(cfg Config, m recoverytest.Model) (texts []string, usage response.Usage, clientCalls []string) {
 	last := min(c.rounds, cfg.WithDefaults().MaxRounds)
 	for k := 0; k <= last; k++ {
 		u := response.Usage{Input: 1000 + 100*k, CacheRead: 500, Output: 20 + k, Known: true}
@@ -68,14 +69,14 @@ func (c loopCase) expect(cfg Config, m fakeModel) (texts []string, usage respons
 	return texts, usage, clientCalls
 }
 
-func setupLoop(t *testing.T, c loopCase) (*memArtifacts, fakeModel, []byte) {
+func setupLoop(t *testing.T, c loopCase) (*memArtifacts, recoverytest.Model, []byte) {
 	mem := newMem()
 	a := mem.put(t, loopTenant, "bash", loopText)
 	body, err := AppendTool(c.format, []byte(requests[c.format]))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return mem, fakeModel{format: c.format, id: compiler.ArtifactID(a.Digest), rounds: c.rounds, mixed: c.mixed}, body
+	return mem, recoverytest.Model{Format: c.format, ID: compiler.ArtifactID(a.Digest), Rounds: c.rounds, Mixed: c.mixed}, body
 }
 
 // TestLoopJSON: non-streaming answers, every format.
@@ -88,11 +89,11 @@ func TestLoopJSON(t *testing.T) {
 			var usage response.Usage
 			var final []byte
 			for round := 0; ; round++ {
-				turn, err := model.answer(body)
+				turn, err := model.Answer(body)
 				if err != nil {
 					t.Fatalf("round %d: provider refused the request: %v\n%s", round, err, body)
 				}
-				ans := turn.body(c.format, round)
+				ans := turn.Body(c.format, round)
 				r := response.NewReader(c.format, response.Options{Keep: []string{ToolName}})
 				r.Write(ans)
 				usage = usage.Add(r.Usage())
@@ -146,11 +147,11 @@ func TestLoopStream(t *testing.T) {
 			}
 			var first []byte
 			for round := 0; ; round++ {
-				turn, err := model.answer(body)
+				turn, err := model.Answer(body)
 				if err != nil {
 					t.Fatalf("round %d: provider refused the request: %v\n%s", round, err, body)
 				}
-				stream := turn.stream(c.format, round)
+				stream := turn.Stream(c.format, round)
 				if round == 0 {
 					first = stream
 				}
@@ -413,5 +414,12 @@ func checkClientStream(t *testing.T, c loopCase, stream []byte, texts []string) 
 	}
 	if got := text.String(); got != strings.Join(texts, "") {
 		t.Fatalf("client text %q, want %q", got, strings.Join(texts, ""))
+	}
+}
+
+// The scripted model names the gateway's tool as the gateway does.
+func TestScriptedModelToolName(t *testing.T) {
+	if recoverytest.ToolName != ToolName {
+		t.Fatalf("recoverytest.ToolName %q, recovery.ToolName %q", recoverytest.ToolName, ToolName)
 	}
 }

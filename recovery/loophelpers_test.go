@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/tokenterminator/caddy-token-terminator/recovery/recoverytest"
 	"io"
 	"reflect"
 	"testing"
@@ -13,21 +14,21 @@ import (
 
 // fakeSender answers follow-ups with the scripted model; failAt makes the
 // n-th follow-up (1-based) fail.
-func fakeSender(t *testing.T, m fakeModel, stream bool, failAt int) (Sender, *int) {
+func fakeSender(t *testing.T, m recoverytest.Model, stream bool, failAt int) (Sender, *int) {
 	sent := 0
 	return func(_ context.Context, body []byte) (io.ReadCloser, error) {
 		sent++
 		if sent == failAt {
 			return nil, errors.New("upstream: 529 overloaded")
 		}
-		turn, err := m.answer(body)
+		turn, err := m.Answer(body)
 		if err != nil {
 			t.Fatalf("follow-up %d refused: %v\n%s", sent, err, body)
 		}
 		if stream {
-			return io.NopCloser(bytes.NewReader(turn.stream(m.format, sent))), nil
+			return io.NopCloser(bytes.NewReader(turn.Stream(m.Format, sent))), nil
 		}
-		return io.NopCloser(bytes.NewReader(turn.body(m.format, sent))), nil
+		return io.NopCloser(bytes.NewReader(turn.Body(m.Format, sent))), nil
 	}, &sent
 }
 
@@ -40,24 +41,24 @@ func TestLoopHelpers(t *testing.T) {
 		t.Run(c.String(), func(t *testing.T) {
 			mem, model, body := setupLoop(t, c)
 			texts, wantUsage, wantCalls := c.expect(Config{}, model)
-			first, _ := model.answer(body)
+			first, _ := model.Answer(body)
 
 			send, sent := fakeSender(t, model, false, 0)
-			final, rounds, err := LoopJSON(ctx, Config{}, mem, loopTenant, c.format, body, first.body(c.format, 0), 1<<20, send)
+			final, rounds, err := LoopJSON(ctx, Config{}, mem, loopTenant, c.format, body, first.Body(c.format, 0), 1<<20, send)
 			if err != nil || rounds != *sent || rounds != min(c.rounds, DefaultMaxRounds) {
 				t.Fatalf("LoopJSON: %v, %d rounds, %d sent", err, rounds, *sent)
 			}
 			if got := answerText(c.format, final); got != texts[len(texts)-1] {
 				t.Fatalf("LoopJSON text %q", got)
 			}
-			if c.rounds == 0 && !bytes.Equal(final, first.body(c.format, 0)) {
+			if c.rounds == 0 && !bytes.Equal(final, first.Body(c.format, 0)) {
 				t.Fatal("LoopJSON changed an answer that called nothing of ours")
 			}
 			checkAnswer(t, c, final, false, &wantUsage, wantCalls)
 
 			send, _ = fakeSender(t, model, true, 0)
 			var client bytes.Buffer
-			rounds, err = LoopStream(ctx, Config{}, mem, loopTenant, c.format, body, bytes.NewReader(first.stream(c.format, 0)), &client, send)
+			rounds, err = LoopStream(ctx, Config{}, mem, loopTenant, c.format, body, bytes.NewReader(first.Stream(c.format, 0)), &client, send)
 			if err != nil || rounds != min(c.rounds, DefaultMaxRounds) {
 				t.Fatalf("LoopStream: %v, %d rounds", err, rounds)
 			}
@@ -69,14 +70,14 @@ func TestLoopHelpers(t *testing.T) {
 			}
 			// The second follow-up fails.
 			send, _ = fakeSender(t, model, false, 2)
-			final, rounds, err = LoopJSON(ctx, Config{}, mem, loopTenant, c.format, body, first.body(c.format, 0), 1<<20, send)
+			final, rounds, err = LoopJSON(ctx, Config{}, mem, loopTenant, c.format, body, first.Body(c.format, 0), 1<<20, send)
 			if err == nil || rounds != 1 || final == nil {
 				t.Fatalf("LoopJSON with a failing follow-up: %v, %d rounds", err, rounds)
 			}
 			checkAnswer(t, c, final, false, nil, nil)
 			send, _ = fakeSender(t, model, true, 2)
 			client.Reset()
-			if _, err := LoopStream(ctx, Config{}, mem, loopTenant, c.format, body, bytes.NewReader(first.stream(c.format, 0)), &client, send); err == nil {
+			if _, err := LoopStream(ctx, Config{}, mem, loopTenant, c.format, body, bytes.NewReader(first.Stream(c.format, 0)), &client, send); err == nil {
 				t.Fatal("LoopStream hides the failure")
 			}
 			checkWellFormed(t, c.format, client.Bytes())
@@ -121,16 +122,16 @@ func TestStitcherContinue(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			first, _ := model.answer(body)
-			st.Write(first.stream(c.format, 0))
+			first, _ := model.Answer(body)
+			st.Write(first.Stream(c.format, 0))
 			sent := 0
 			rounds, err := st.Continue(ctx, mem, loopTenant, body, func(_ context.Context, next []byte, w io.Writer) error {
 				sent++
-				turn, err := model.answer(next)
+				turn, err := model.Answer(next)
 				if err != nil {
 					t.Fatalf("follow-up refused: %v", err)
 				}
-				_, err = w.Write(turn.stream(c.format, sent))
+				_, err = w.Write(turn.Stream(c.format, sent))
 				return err
 			})
 			if err != nil || rounds != sent || rounds != min(c.rounds, DefaultMaxRounds) {

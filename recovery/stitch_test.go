@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/tokenterminator/caddy-token-terminator/recovery/recoverytest"
 	"strings"
 	"testing"
 
@@ -13,11 +14,11 @@ import (
 // roundStream returns the provider stream of round k of a case.
 func roundStream(t *testing.T, c loopCase, body []byte, k int) []byte {
 	t.Helper()
-	turn, err := fakeModel{format: c.format, id: "a_x", rounds: c.rounds, mixed: c.mixed}.answer(body)
+	turn, err := recoverytest.Model{Format: c.format, ID: "a_x", Rounds: c.rounds, Mixed: c.mixed}.Answer(body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return turn.stream(c.format, k)
+	return turn.Stream(c.format, k)
 }
 
 type flushRecorder struct {
@@ -72,8 +73,8 @@ func TestStitcherFailures(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					turn, _ := model.answer(next)
-					s2 := turn.stream(format, 1)
+					turn, _ := model.Answer(next)
+					s2 := turn.Stream(format, 1)
 					st.Write(s2[:len(s2)*2/3])
 					if _, err := st.EndRound(); !errors.Is(err, ErrIncomplete) {
 						t.Fatalf("EndRound: %v", err)

@@ -1,66 +1,80 @@
-package integration
+// Package recoverytest is the scripted model that the recovery tests (the
+// package's own and the integration tests through Caddy) put behind a fake
+// provider. It imports nothing of package recovery, so recovery's
+// in-package tests can use it too.
+package recoverytest
 
 import (
 	"encoding/json"
 	"fmt"
 	"strings"
 
-	"github.com/tokenterminator/caddy-token-terminator/recovery"
-	provider "github.com/tokenterminator/caddy-token-terminator/response"
+	"github.com/tokenterminator/caddy-token-terminator/response"
 )
 
-// The scripted model of recovery/fakeprovider_test.go, adapted: it finds
-// the artifact id in the request's receipt (the gateway chose it) and asks
-// for the whole artifact in pages of pageChars.
+// ToolName is the gateway's recovery tool, as recovery.ToolName (recovery's
+// tests check the two agree).
+const ToolName = "token_terminator"
 
-// fakeModel is a scripted model behind a fake provider. Until the request
-// carries `rounds` results of the gateway's tool it asks for the next page
-// of artifact `id` (10 characters a page), after a short text; then it
+// Model is a scripted model behind a fake provider. Until the request
+// carries Rounds results of the gateway's tool it asks for the next page of
+// artifact ID (PageChars characters a page), after a short text; then it
 // answers with the recovered text, read back out of the request. With
-// mixed, each answer also calls the client's bash tool (the client must see
+// Mixed, each answer also calls the client's bash tool (the client must see
 // it only in the final answer).
-type fakeModel struct {
-	format    string
-	id        string
-	rounds    int
-	mixed     bool
-	pageChars int
+type Model struct {
+	Format    string
+	ID        string
+	Rounds    int
+	Mixed     bool
+	PageChars int // characters asked for per page; 0 means 10
 }
 
-type fakeCall struct{ id, name, args string }
-
-type fakeTurn struct {
-	text  string
-	calls []fakeCall
-	usage provider.Usage
-}
-
-// answer decides the model's next turn from the request.
-func (m fakeModel) answer(request []byte) (fakeTurn, error) {
-	if err := checkRequest(m.format, request); err != nil {
-		return fakeTurn{}, err
+func (m Model) page() int {
+	if m.PageChars > 0 {
+		return m.PageChars
 	}
-	results := ownResults(m.format, request)
+	return 10
+}
+
+type call struct{ id, name, args string }
+
+// Text is a turn that only answers with text.
+func Text(text string, usage response.Usage) Turn { return Turn{text: text, usage: usage} }
+
+// Turn is one answer of the model: render it with Body (JSON) or Stream (SSE).
+type Turn struct {
+	text  string
+	calls []call
+	usage response.Usage
+}
+
+// Answer decides the model's next turn from the request.
+func (m Model) Answer(request []byte) (Turn, error) {
+	if err := CheckRequest(m.Format, request); err != nil {
+		return Turn{}, err
+	}
+	results := OwnResults(m.Format, request)
 	k := len(results)
-	t := fakeTurn{usage: provider.Usage{Input: 1000 + 100*k, CacheRead: 500, Output: 20 + k, Known: true}}
-	if m.format == provider.FormatAnthropic {
+	t := Turn{usage: response.Usage{Input: 1000 + 100*k, CacheRead: 500, Output: 20 + k, Known: true}}
+	if m.Format == response.FormatAnthropic {
 		t.usage.CacheWrite = 10
 		t.usage.Input += 10
 	}
-	if m.mixed {
-		t.calls = append(t.calls, fakeCall{fmt.Sprintf("client_%d", k), "bash", `{"cmd":"ls"}`})
+	if m.Mixed {
+		t.calls = append(t.calls, call{fmt.Sprintf("client_%d", k), "bash", `{"cmd":"ls"}`})
 	}
-	if k < m.rounds {
+	if k < m.Rounds {
 		t.text = fmt.Sprintf("Looking (%d).", k)
-		args := fmt.Sprintf(`{"action":"artifact_get","artifact_id":%q,"offset":%d,"limit":%d}`, m.id, m.pageChars*k, m.pageChars)
-		t.calls = append([]fakeCall{{fmt.Sprintf("tt_%d", k), recovery.ToolName, args}}, t.calls...)
+		args := fmt.Sprintf(`{"action":"artifact_get","artifact_id":%q,"offset":%d,"limit":%d}`, m.ID, m.page()*k, m.page())
+		t.calls = append([]call{{fmt.Sprintf("tt_%d", k), ToolName, args}}, t.calls...)
 		return t, nil
 	}
 	var got strings.Builder
 	for _, r := range results {
-		var p recovery.Page
+		var p struct{ Content string }
 		if err := json.Unmarshal([]byte(r), &p); err != nil {
-			return fakeTurn{}, fmt.Errorf("tool result %q: %v", r, err)
+			return Turn{}, fmt.Errorf("tool result %q: %v", r, err)
 		}
 		got.WriteString(p.Content)
 	}
@@ -68,8 +82,9 @@ func (m fakeModel) answer(request []byte) (fakeTurn, error) {
 	return t, nil
 }
 
-// ownResults returns the gateway tool's results in a request, in order.
-func ownResults(format string, body []byte) []string {
+// OwnResults returns the contents of the results of the gateway's tool in
+// a request, in order.
+func OwnResults(format string, body []byte) []string {
 	var v struct {
 		Messages []map[string]any `json:"messages"`
 		Input    json.RawMessage  `json:"input"`
@@ -77,13 +92,13 @@ func ownResults(format string, body []byte) []string {
 	json.Unmarshal(body, &v)
 	var out []string
 	switch format {
-	case provider.FormatChat:
+	case response.FormatChat:
 		for _, m := range v.Messages {
 			if m["role"] == "tool" && strings.HasPrefix(fmt.Sprint(m["tool_call_id"]), "tt_") {
 				out = append(out, m["content"].(string))
 			}
 		}
-	case provider.FormatResponses:
+	case response.FormatResponses:
 		var items []map[string]any
 		json.Unmarshal(v.Input, &items)
 		for _, it := range items {
@@ -91,7 +106,7 @@ func ownResults(format string, body []byte) []string {
 				out = append(out, it["output"].(string))
 			}
 		}
-	case provider.FormatAnthropic:
+	case response.FormatAnthropic:
 		for _, m := range v.Messages {
 			blocks, _ := m["content"].([]any)
 			for _, b := range blocks {
@@ -108,7 +123,7 @@ func ownResults(format string, body []byte) []string {
 // checkRequest enforces what the providers enforce (with a 400): every tool
 // call answered by a result (Anthropic: in the next message), no result
 // without its call, the gateway's tool defined exactly once.
-func checkRequest(format string, body []byte) error {
+func CheckRequest(format string, body []byte) error {
 	var v struct {
 		Messages []map[string]any `json:"messages"`
 		Input    json.RawMessage  `json:"input"`
@@ -120,16 +135,16 @@ func checkRequest(format string, body []byte) error {
 	defs := 0
 	for _, t := range v.Tools {
 		fn, _ := t["function"].(map[string]any)
-		if t["name"] == recovery.ToolName || fn["name"] == recovery.ToolName {
+		if t["name"] == ToolName || fn["name"] == ToolName {
 			defs++
 		}
 	}
 	if defs != 1 {
-		return fmt.Errorf("400: %d definitions of %s", defs, recovery.ToolName)
+		return fmt.Errorf("400: %d definitions of %s", defs, ToolName)
 	}
 	calls, results := map[string]int{}, map[string]int{}
 	switch format {
-	case provider.FormatChat:
+	case response.FormatChat:
 		for _, m := range v.Messages {
 			tcs, _ := m["tool_calls"].([]any)
 			for _, tc := range tcs {
@@ -143,7 +158,7 @@ func checkRequest(format string, body []byte) error {
 				results[id]++
 			}
 		}
-	case provider.FormatResponses:
+	case response.FormatResponses:
 		var items []map[string]any
 		if err := json.Unmarshal(v.Input, &items); err != nil {
 			return fmt.Errorf("400: input: %v", err)
@@ -160,7 +175,7 @@ func checkRequest(format string, body []byte) error {
 				results[id]++
 			}
 		}
-	case provider.FormatAnthropic:
+	case response.FormatAnthropic:
 		for i, m := range v.Messages {
 			blocks, _ := m["content"].([]any)
 			for _, b := range blocks {
@@ -206,10 +221,10 @@ func hasResult(m map[string]any, id string) bool {
 func jsq(s string) string { b, _ := json.Marshal(s); return string(b) }
 
 // body renders a turn as the provider's JSON answer.
-func (t fakeTurn) body(format string, round int) []byte {
+func (t Turn) Body(format string, round int) []byte {
 	var b strings.Builder
 	switch format {
-	case provider.FormatChat:
+	case response.FormatChat:
 		fmt.Fprintf(&b, `{"id":"chatcmpl-%d","object":"chat.completion","model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":%s`, round, jsq(t.text))
 		if len(t.calls) > 0 {
 			b.WriteString(`,"tool_calls":[`)
@@ -225,13 +240,13 @@ func (t fakeTurn) body(format string, round int) []byte {
 		}
 		fmt.Fprintf(&b, `,"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d}}}`,
 			t.usage.Input, t.usage.Output, t.usage.Input+t.usage.Output, t.usage.CacheRead)
-	case provider.FormatResponses:
+	case response.FormatResponses:
 		fmt.Fprintf(&b, `{"id":"resp_%d","object":"response","status":"completed","output":[%s,%s`, round, t.responsesMessage(round), responsesReasoning(round))
 		for i, c := range t.calls {
 			fmt.Fprintf(&b, `,%s`, c.responsesItem(round, i))
 		}
 		fmt.Fprintf(&b, `],"usage":%s}`, t.responsesUsage())
-	case provider.FormatAnthropic:
+	case response.FormatAnthropic:
 		fmt.Fprintf(&b, `{"id":"msg_%d","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":%s}`, round, jsq(t.text))
 		for _, c := range t.calls {
 			fmt.Fprintf(&b, `,{"type":"tool_use","id":%q,"name":%q,"input":%s}`, c.id, c.name, c.args)
@@ -241,14 +256,14 @@ func (t fakeTurn) body(format string, round int) []byte {
 	return []byte(b.String())
 }
 
-func (t fakeTurn) stopReason() string {
+func (t Turn) stopReason() string {
 	if len(t.calls) > 0 {
 		return "tool_use"
 	}
 	return "end_turn"
 }
 
-func (t fakeTurn) anthropicUsage(withOutput bool) string {
+func (t Turn) anthropicUsage(withOutput bool) string {
 	out := 1
 	if withOutput {
 		out = t.usage.Output
@@ -257,12 +272,12 @@ func (t fakeTurn) anthropicUsage(withOutput bool) string {
 		t.usage.Input-t.usage.CacheRead-t.usage.CacheWrite, t.usage.CacheWrite, t.usage.CacheRead, out)
 }
 
-func (t fakeTurn) responsesUsage() string {
+func (t Turn) responsesUsage() string {
 	return fmt.Sprintf(`{"input_tokens":%d,"input_tokens_details":{"cached_tokens":%d},"output_tokens":%d,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":%d}`,
 		t.usage.Input, t.usage.CacheRead, t.usage.Output, t.usage.Input+t.usage.Output)
 }
 
-func (t fakeTurn) responsesMessage(round int) string {
+func (t Turn) responsesMessage(round int) string {
 	return fmt.Sprintf(`{"id":"msg_%d","type":"message","status":"completed","role":"assistant","content":[{"type":"output_text","annotations":[],"text":%s}]}`, round, jsq(t.text))
 }
 
@@ -272,7 +287,7 @@ func responsesReasoning(round int) string {
 	return fmt.Sprintf(`{"id":"rs_%d","type":"reasoning","summary":[],"encrypted_content":"enc%d"}`, round, round)
 }
 
-func (c fakeCall) responsesItem(round, i int) string {
+func (c call) responsesItem(round, i int) string {
 	return fmt.Sprintf(`{"id":"fc_%d_%d","type":"function_call","status":"completed","arguments":%s,"call_id":%q,"name":%q}`, round, i, jsq(c.args), c.id, c.name)
 }
 
@@ -280,7 +295,7 @@ func (c fakeCall) responsesItem(round, i int) string {
 func halvesOf(s string) [2]string { n := len(s) / 2; return [2]string{s[:n], s[n:]} }
 
 // stream renders a turn as the provider's SSE stream.
-func (t fakeTurn) stream(format string, round int) []byte {
+func (t Turn) Stream(format string, round int) []byte {
 	var b strings.Builder
 	ev := func(name, data string) {
 		if name != "" {
@@ -289,7 +304,7 @@ func (t fakeTurn) stream(format string, round int) []byte {
 		fmt.Fprintf(&b, "data: %s\n\n", data)
 	}
 	switch format {
-	case provider.FormatAnthropic:
+	case response.FormatAnthropic:
 		ev("message_start", fmt.Sprintf(`{"type":"message_start","message":{"id":"msg_%d","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[],"stop_reason":null,"stop_sequence":null,"usage":%s}}`, round, t.anthropicUsage(false)))
 		ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`)
 		ev("ping", `{"type": "ping"}`)
@@ -307,7 +322,7 @@ func (t fakeTurn) stream(format string, round int) []byte {
 		}
 		ev("message_delta", fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":%q,"stop_sequence":null},"usage":{"output_tokens":%d}}`, t.stopReason(), t.usage.Output))
 		ev("message_stop", `{"type":"message_stop"}`)
-	case provider.FormatChat:
+	case response.FormatChat:
 		chunk := func(delta, finish, usage string) {
 			ev("", fmt.Sprintf(`{"id":"chatcmpl-%d","object":"chat.completion.chunk","created":1733000000,"model":"gpt-4o","choices":[{"index":0,"delta":%s,"logprobs":null,"finish_reason":%s}],"usage":%s}`, round, delta, finish, usage))
 		}
@@ -329,7 +344,7 @@ func (t fakeTurn) stream(format string, round int) []byte {
 		ev("", fmt.Sprintf(`{"id":"chatcmpl-%d","object":"chat.completion.chunk","created":1733000000,"model":"gpt-4o","choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d}}}`,
 			round, t.usage.Input, t.usage.Output, t.usage.Input+t.usage.Output, t.usage.CacheRead))
 		ev("", "[DONE]")
-	case provider.FormatResponses:
+	case response.FormatResponses:
 		seq := 0
 		rev := func(name, data string) {
 			ev(name, fmt.Sprintf(`{"type":%q,"sequence_number":%d,%s}`, name, seq, data))
