@@ -45,7 +45,7 @@ func TestCapacityCounterRecount(t *testing.T) {
 		t.Fatal(err)
 	}
 	global := st.k.global("bytes")
-	admin := srv.client()
+	admin := srv.Client()
 	if err := admin.IncrBy(ctx, global, cap).Err(); err != nil { // the lost give-back
 		t.Fatal(err)
 	}

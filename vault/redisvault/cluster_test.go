@@ -30,20 +30,20 @@ func startCluster(t *testing.T) string {
 	}
 	slots := [][2]int{{0, 5460}, {5461, 10922}, {10923, 16383}}
 	for i, n := range nodes {
-		if err := n.srv.client().Do(ctx, "CLUSTER", "ADDSLOTSRANGE", slots[i][0], slots[i][1]).Err(); err != nil {
+		if err := n.srv.Client().Do(ctx, "CLUSTER", "ADDSLOTSRANGE", slots[i][0], slots[i][1]).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	first := nodes[0].srv.client()
+	first := nodes[0].srv.Client()
 	for _, n := range nodes[1:] {
-		if err := first.Do(ctx, "CLUSTER", "MEET", "127.0.0.1", n.srv.port, n.bus).Err(); err != nil {
+		if err := first.Do(ctx, "CLUSTER", "MEET", "127.0.0.1", n.srv.Port, n.bus).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for deadline := time.Now().Add(15 * time.Second); ; {
 		ok := true
 		for _, n := range nodes {
-			info := n.srv.client().ClusterInfo(ctx).Val()
+			info := n.srv.Client().ClusterInfo(ctx).Val()
 			ok = ok && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:3")
 		}
 		if ok {
@@ -54,7 +54,7 @@ func startCluster(t *testing.T) string {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return fmt.Sprintf("redis://127.0.0.1:%d?addr=127.0.0.1:%d&addr=127.0.0.1:%d", nodes[0].srv.port, nodes[1].srv.port, nodes[2].srv.port)
+	return fmt.Sprintf("redis://127.0.0.1:%d?addr=127.0.0.1:%d&addr=127.0.0.1:%d", nodes[0].srv.Port, nodes[1].srv.Port, nodes[2].srv.Port)
 }
 
 func openCluster(t testing.TB, cfg Config) *Store {

@@ -42,14 +42,14 @@ func TestOpenRefusesBadConfig(t *testing.T) {
 // noeviction server is accepted.
 func TestOpenRefusesEvictingPolicy(t *testing.T) {
 	srv := startServer(t)
-	admin := srv.client()
+	admin := srv.Client()
 	ctx := context.Background()
 	for _, policy := range []string{"allkeys-lru", "volatile-ttl", "allkeys-random", "noeviction"} {
 		t.Run(policy, func(t *testing.T) {
 			if err := admin.ConfigSet(ctx, "maxmemory-policy", policy).Err(); err != nil {
 				t.Fatal(err)
 			}
-			st, err := Open(ctx, Config{URL: srv.url()})
+			st, err := Open(ctx, Config{URL: srv.URL()})
 			if policy == "noeviction" {
 				if err != nil {
 					t.Fatalf("noeviction refused: %v", err)
@@ -68,16 +68,16 @@ func TestOpenRefusesEvictingPolicy(t *testing.T) {
 // answered: this is configuration, not an outage); the right ones work.
 func TestOpenRefusesWrongPassword(t *testing.T) {
 	srv := startServer(t)
-	if err := srv.client().ConfigSet(context.Background(), "requirepass", "right-one").Err(); err != nil {
+	if err := srv.Client().ConfigSet(context.Background(), "requirepass", "right-one").Err(); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
 		url string
 		ok  bool
 	}{
-		{fmt.Sprintf("redis://:wrong-one@127.0.0.1:%d/0", srv.port), false},
-		{fmt.Sprintf("redis://127.0.0.1:%d/0", srv.port), false},
-		{fmt.Sprintf("redis://:right-one@127.0.0.1:%d/0", srv.port), true},
+		{fmt.Sprintf("redis://:wrong-one@127.0.0.1:%d/0", srv.Port), false},
+		{fmt.Sprintf("redis://127.0.0.1:%d/0", srv.Port), false},
+		{fmt.Sprintf("redis://:right-one@127.0.0.1:%d/0", srv.Port), true},
 	} {
 		st, err := Open(context.Background(), Config{URL: c.url})
 		if c.ok != (err == nil) {

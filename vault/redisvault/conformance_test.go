@@ -38,7 +38,7 @@ func TestConformance(t *testing.T) {
 // stays within one tenant's hash tag or {global}.
 func TestConformanceOnClusterNode(t *testing.T) {
 	srv := startServer(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
-	admin := srv.client()
+	admin := srv.Client()
 	ctx := context.Background()
 	if err := admin.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
 		t.Fatal(err)

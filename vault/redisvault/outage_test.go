@@ -87,9 +87,9 @@ func TestOutageFailsFastAndRecovers(t *testing.T) {
 	st := srv.open(t, Config{OpTimeout: opTimeout})
 	allWork(t, "up", calls(t, st, 1))
 
-	srv.pause()
+	srv.Pause()
 	allFail(t, "stalled", calls(t, st, 2))
-	srv.resume()
+	srv.Resume()
 	allWork(t, "resumed", calls(t, st, 3))
 
 	// Killed while a stream of cold writes is under way: every call ends,
@@ -119,7 +119,7 @@ func TestOutageFailsFastAndRecovers(t *testing.T) {
 		}()
 	}
 	time.Sleep(100 * time.Millisecond)
-	srv.kill()
+	srv.Kill()
 	time.Sleep(2 * opTimeout)
 	close(stop)
 	wg.Wait()
@@ -128,7 +128,7 @@ func TestOutageFailsFastAndRecovers(t *testing.T) {
 	}
 	allFail(t, "killed", calls(t, st, 4))
 
-	srv.start() // same port; data gone (no persistence), store not reopened
+	srv.Restart() // same port; data gone (no persistence), store not reopened
 	allWork(t, "restarted", calls(t, st, 5))
 }
 
@@ -137,17 +137,17 @@ func TestOutageFailsFastAndRecovers(t *testing.T) {
 // first.
 func TestOpenWhileServerDown(t *testing.T) {
 	srv := startServer(t)
-	srv.kill()
+	srv.Kill()
 	st := srv.open(t, Config{OpTimeout: opTimeout})
 	allFail(t, "down", calls(t, st, 1))
-	srv.start()
+	srv.Restart()
 	allWork(t, "up", calls(t, st, 2))
 
 	// A server that turns out to evict keys is refused on first contact.
-	srv.kill()
+	srv.Kill()
 	st2 := srv.open(t, Config{OpTimeout: opTimeout})
-	srv.args = append(srv.args, "--maxmemory-policy", "allkeys-lru")
-	srv.start()
+	srv.With("--maxmemory-policy", "allkeys-lru")
+	srv.Restart()
 	err := st2.Persist(context.Background(), compiler.Scope{Tenant: "t"}, []compiler.Artifact{testArt(3, 9000)})
 	if !errors.Is(err, ErrEvictingPolicy) || !strings.Contains(err.Error(), "allkeys-lru") {
 		t.Fatalf("persist on an evicting server: %v", err)
@@ -168,8 +168,8 @@ func TestAppendOnlySurvivesRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.kill()
-	srv.start()
+	srv.Kill()
+	srv.Restart()
 	for _, a := range arts {
 		got, ok, err := st.Get(ctx, "t", a.Digest)
 		if err != nil || !ok || got.Text != a.Text || string(got.Raw) != string(a.Raw) || got.Chars != a.Chars || got.Tool != a.Tool {
@@ -209,11 +209,11 @@ func TestMinReplicas(t *testing.T) {
 	if _, err := st.Missing(ctx, compiler.Scope{Tenant: "t"}, []compiler.Digest{testArt(1, 9000).Digest}); !errors.Is(err, ErrNotReplicated) {
 		t.Fatalf("confirmation with no replica: %v, want ErrNotReplicated", err)
 	}
-	replica := startServer(t, "--replicaof", "127.0.0.1", fmt.Sprint(primary.port))
-	rc := replica.client()
+	replica := startServer(t, "--replicaof", "127.0.0.1", fmt.Sprint(primary.Port))
+	rc := replica.Client()
 	// Online as the primary sees it (after the replica's first ack), which
 	// is what WAIT counts.
-	pc := primary.client()
+	pc := primary.Client()
 	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(pc.Info(ctx, "replication").Val(), "state=online"); {
 		if time.Now().After(deadline) {
 			t.Fatal("replica did not sync within 10s")

@@ -21,7 +21,7 @@ import (
 // vaults, corruption and outages.
 func TestNoContentInLogsOrErrors(t *testing.T) {
 	srv := startServer(t)
-	if err := srv.client().ConfigSet(context.Background(), "requirepass", "hunter2").Err(); err != nil {
+	if err := srv.Client().ConfigSet(context.Background(), "requirepass", "hunter2").Err(); err != nil {
 		t.Fatal(err)
 	}
 	core, logs := observer.New(zap.DebugLevel)
@@ -36,7 +36,7 @@ func TestNoContentInLogsOrErrors(t *testing.T) {
 	one := secret(0)
 	size := int64(len(one.Text) + len(one.Raw))
 	clk := &struct{ t time.Time }{time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	st := srv.open(t, Config{URL: fmt.Sprintf("redis://:hunter2@127.0.0.1:%d/0", srv.port), Logger: zap.New(core),
+	st := srv.open(t, Config{URL: fmt.Sprintf("redis://:hunter2@127.0.0.1:%d/0", srv.Port), Logger: zap.New(core),
 		MaxBytes: 4 * size, TenantMaxBytes: 2*size + size/2, Retention: time.Hour, OpTimeout: opTimeout,
 		Now: func() time.Time { return clk.t }})
 	ctx := context.Background()
@@ -52,17 +52,17 @@ func TestNoContentInLogsOrErrors(t *testing.T) {
 	bad.Digest = sha("other")
 	errs = append(errs, st.Persist(ctx, sc, []compiler.Artifact{bad}))
 	// Corrupt a stored record: Get must fail without quoting it.
-	admin := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", srv.port), Password: "hunter2"})
+	admin := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", srv.Port), Password: "hunter2"})
 	defer admin.Close()
 	if err := admin.Set(ctx, st.k.tenant("t").artifact(hexOf(secret(3).Digest)), "SECRET-TEXT-corrupt", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	_, _, err := st.Get(ctx, "t", secret(3).Digest)
 	errs = append(errs, err)
-	srv.kill()
+	srv.Kill()
 	errs = append(errs, st.Persist(ctx, sc, []compiler.Artifact{secret(5)}))
 	st.rdb.Close()
-	st2, err := Open(ctx, Config{URL: fmt.Sprintf("redis://:hunter2@127.0.0.1:%d/0", srv.port), Logger: zap.New(core), OpTimeout: opTimeout})
+	st2, err := Open(ctx, Config{URL: fmt.Sprintf("redis://:hunter2@127.0.0.1:%d/0", srv.Port), Logger: zap.New(core), OpTimeout: opTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}

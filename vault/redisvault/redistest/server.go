@@ -1,7 +1,7 @@
 //go:build unix
 
-// Package redistest starts a redis-server for a test outside package
-// redisvault (the gateway's module and fleet tests): loopback, a free port,
+// Package redistest starts a redis-server for a test (the Redis vault's
+// own tests, the gateway's module and fleet tests): loopback, a free port,
 // its own directory, stopped by PID in Cleanup. A test skips when
 // redis-server is not installed.
 package redistest
@@ -39,12 +39,7 @@ func Start(t testing.TB, extra ...string) *Server {
 	if err != nil {
 		t.Skip("redis-server not found in PATH: install it (apt-get install redis-server) to run the Redis tests")
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	port := FreePort(t)
 	s := &Server{t: t, bin: bin, Port: port, Dir: t.TempDir()}
 	s.args = append([]string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--dir", s.Dir,
 		"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", filepath.Join(s.Dir, "redis.log")}, extra...)
@@ -52,6 +47,25 @@ func Start(t testing.TB, extra ...string) *Server {
 	s.Restart()
 	return s
 }
+
+// FreePort returns a loopback port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// With adds options for the next Restart (later options win).
+func (s *Server) With(extra ...string) { s.args = append(s.args, extra...) }
+
+// Pause and Resume freeze the server (SIGSTOP/SIGCONT): connections stay
+// open and nothing answers, like a stalled server.
+func (s *Server) Pause()  { s.cmd.Process.Signal(syscall.SIGSTOP) }
+func (s *Server) Resume() { s.cmd.Process.Signal(syscall.SIGCONT) }
 
 // URL is the server's redis:// URL, database 0.
 func (s *Server) URL() string { return fmt.Sprintf("redis://127.0.0.1:%d/0", s.Port) }
