@@ -286,9 +286,10 @@ func TestReliabilityReloadsDoNotGrowMemory(t *testing.T) {
 
 // listenerReset reports a connection reset or closed before any response:
 // what a client sees when its connection was queued on a listener socket
-// that a reload closed (see runLoad).
+// that a reload closed (see runLoad). A client still writing its body when
+// the reset arrives sees it as a broken pipe (EPIPE).
 func listenerReset(err error) bool {
-	return err != nil && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed))
+	return err != nil && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed))
 }
 
 // postRetryingResets posts body, sending it again (at most twice) when a
