@@ -76,7 +76,13 @@ func TestDescribeManyParts(t *testing.T) {
 		msgs = append(msgs, map[string]any{"role": "user", "content": "more"}, map[string]any{"role": "assistant", "content": "ok"})
 	}
 	body, _ := json.Marshal(map[string]any{"model": "gpt-4o", "messages": msgs})
-	c := newCompiler(t, compactOpts(5, 6), compilertest.NewMemStore(), nil)
+	// The fold is under test, not the speed: under -race on a loaded
+	// machine the linear describe can pass the default compile timeout,
+	// which would report timeout instead. The quadratic one it replaced
+	// (40,000 parts concatenated one by one) takes far past a minute.
+	opts := compactOpts(5, 6)
+	opts.Timeout = time.Minute
+	c := newCompiler(t, opts, compilertest.NewMemStore(), nil)
 	res := compile(c, "t", body)
 	if res.Folded != 1 { // only the big turn is larger than its summary
 		t.Fatalf("folded %d (%s)", res.Folded, res.Reason)

@@ -240,7 +240,17 @@ func TestCompiler_SessionScopesLeases(t *testing.T) {
 
 func TestCompiler_ConcurrentRequests(t *testing.T) {
 	up := newUpstream(t)
-	g := startGateway(t, defaultSnippet, up)
+	// Concurrency is under test, not speed: 32 compiles at once under -race
+	// on a loaded 2-core machine can pass the default compile timeout and
+	// token budget, which would report timeout or budget instead.
+	g := startGateway(t, `
+	token_terminator {
+		vault_dir $VAULT
+		compile_timeout 1m
+		token_budget 1m
+	}
+	reverse_proxy $UPSTREAM
+`, up)
 	checkLeaks := goroutineBaseline(t, up)
 	const n = 32
 	var wg sync.WaitGroup
