@@ -14,6 +14,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 	"strconv"
 	"unicode/utf16"
@@ -74,6 +75,43 @@ type parser struct {
 	depth    int
 	maxDepth int
 	nodes    int
+	slab     []Node            // nodes are handed out from here, a chunk at a time
+	keys     map[string]string // object keys seen so far, so each spelling is allocated once
+}
+
+// nodeChunk is how many nodes one allocation holds: a request's tree is
+// thousands of small nodes that live and die together, so allocating them
+// in chunks saves most of the allocations and the collector's work.
+const nodeChunk = 128
+
+// node returns a new node from the slab.
+func (p *parser) node(n Node) *Node {
+	if len(p.slab) == 0 {
+		p.slab = make([]Node, min(nodeChunk, max(p.nodes, 8)))
+	}
+	nd := &p.slab[0]
+	p.slab = p.slab[1:]
+	*nd = n
+	return nd
+}
+
+// key returns the decoded object key at src[ks:end]. Unescaped keys are
+// interned: a request repeats the same few keys ("role", "content", ...)
+// hundreds of times.
+func (p *parser) key(ks int, escaped bool) string {
+	if escaped {
+		return decodeString(p.src[ks:p.pos], true)
+	}
+	raw := p.src[ks+1 : p.pos-1]
+	if k, ok := p.keys[string(raw)]; ok {
+		return k
+	}
+	if p.keys == nil {
+		p.keys = make(map[string]string, 16)
+	}
+	k := string(raw)
+	p.keys[k] = k
+	return k
 }
 
 // MaxNodes bounds the values of one document. A node costs ~100 bytes, so a
@@ -134,7 +172,7 @@ func (p *parser) value() (*Node, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &Node{Kind: String, Start: start, End: p.pos, Escaped: esc, ASCII: ascii}, nil
+		return p.node(Node{Kind: String, Start: start, End: p.pos, Escaped: esc, ASCII: ascii}), nil
 	case c == 't':
 		return p.literal("true", Bool)
 	case c == 'f':
@@ -152,7 +190,7 @@ func (p *parser) literal(word string, k Kind) (*Node, error) {
 	if len(p.src)-p.pos < len(word) || string(p.src[p.pos:p.pos+len(word)]) != word {
 		return nil, p.errf("invalid literal")
 	}
-	n := &Node{Kind: k, Start: p.pos, End: p.pos + len(word)}
+	n := p.node(Node{Kind: k, Start: p.pos, End: p.pos + len(word)})
 	p.pos += len(word)
 	return n, nil
 }
@@ -188,7 +226,7 @@ func (p *parser) number() (*Node, error) {
 			return nil, p.errf("invalid number")
 		}
 	}
-	return &Node{Kind: Number, Start: start, End: p.pos}, nil
+	return p.node(Node{Kind: Number, Start: start, End: p.pos}), nil
 }
 
 func (p *parser) digits() bool {
@@ -200,61 +238,72 @@ func (p *parser) digits() bool {
 }
 
 // str scans a string starting at the opening quote and leaves pos after the
-// closing quote. It validates escapes, control characters and UTF-8. Tool
-// output is most of a request, so plain runs are skipped eight bytes at a
-// time.
+// closing quote. It validates escapes, control characters and UTF-8 in one
+// pass. Tool output is most of a request, so plain ASCII runs are skipped
+// eight bytes at a time, and each stop lands exactly on the first byte that
+// needs a look (a quote, a backslash, a control character or a non-ASCII
+// byte) instead of walking up to it byte by byte.
 func (p *parser) str() (escaped, ascii bool, err error) {
 	s := p.src
-	p.pos++ // opening quote
-	start := p.pos
-	var high uint64
+	i := p.pos + 1 // after the opening quote
+	ascii = true
 	for {
-		for p.pos+8 <= len(s) {
-			x := binary.LittleEndian.Uint64(s[p.pos:])
-			if special(x) {
+		for i+8 <= len(s) {
+			m := stopMask(binary.LittleEndian.Uint64(s[i:]))
+			if m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
 				break
 			}
-			high |= x
-			p.pos += 8
+			i += 8
 		}
-		if p.pos >= len(s) {
+		if i >= len(s) {
+			p.pos = i
 			return false, false, p.errf("unterminated string")
 		}
-		c := s[p.pos]
-		switch {
+		switch c := s[i]; {
 		case c == '"':
-			ascii = high&0x8080808080808080 == 0
-			if !ascii && !utf8.Valid(s[start:p.pos]) {
-				return false, false, p.errf("invalid UTF-8 in string")
-			}
-			p.pos++
+			p.pos = i + 1
 			return escaped, ascii, nil
 		case c == '\\':
 			escaped = true
-			if p.pos+1 >= len(s) {
+			if i+1 >= len(s) {
+				p.pos = i
 				return false, false, p.errf("unexpected end in escape")
 			}
-			switch s[p.pos+1] {
+			switch s[i+1] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				p.pos += 2
+				i += 2
 			case 'u':
-				if p.pos+6 > len(s) {
+				if i+6 > len(s) {
+					p.pos = i
 					return false, false, p.errf("short unicode escape")
 				}
-				for _, h := range s[p.pos+2 : p.pos+6] {
+				for _, h := range s[i+2 : i+6] {
 					if unhex(h) < 0 {
+						p.pos = i
 						return false, false, p.errf("invalid unicode escape")
 					}
 				}
-				p.pos += 6
+				i += 6
 			default:
+				p.pos = i
 				return false, false, p.errf("invalid escape")
 			}
 		case c < 0x20:
+			p.pos = i
 			return false, false, p.errf("control character in string")
+		case c >= utf8.RuneSelf:
+			// The bytes of a multi-byte sequence are all >= 0x80, so a
+			// quote or backslash can never hide inside one.
+			ascii = false
+			r, size := utf8.DecodeRune(s[i:])
+			if r == utf8.RuneError && size == 1 {
+				p.pos = i
+				return false, false, p.errf("invalid UTF-8 in string")
+			}
+			i += size
 		default:
-			high |= uint64(c) << 56
-			p.pos++
+			i++ // plain byte of the last, short block
 		}
 	}
 }
@@ -264,11 +313,13 @@ const (
 	highs = 0x8080808080808080
 )
 
-// special reports whether any of the eight bytes in x is a quote, a
-// backslash or a control character (the classic SWAR byte tests).
-func special(x uint64) bool {
+// stopMask has the high bit set in each of the eight bytes of x that is a
+// quote, a backslash, a control character or non-ASCII (the classic SWAR
+// byte tests). A test's borrow can only mark bytes above a byte it truly
+// matched, so the lowest set bit is always exact.
+func stopMask(x uint64) uint64 {
 	hasZero := func(v uint64) uint64 { return (v - ones) & ^v & highs }
-	return (hasZero(x^(ones*'"')) | hasZero(x^(ones*'\\')) | ((x - ones*0x20) &^ x & highs)) != 0
+	return hasZero(x^(ones*'"')) | hasZero(x^(ones*'\\')) | ((x - ones*0x20) &^ x & highs) | (x & highs)
 }
 
 func unhex(c byte) int {
@@ -295,7 +346,7 @@ func (p *parser) object() (*Node, error) {
 	if err := p.enter(); err != nil {
 		return nil, err
 	}
-	n := &Node{Kind: Object, Start: p.pos}
+	n := p.node(Node{Kind: Object, Start: p.pos})
 	var seen map[string]struct{}
 	p.pos++
 	p.skipSpace()
@@ -314,7 +365,7 @@ func (p *parser) object() (*Node, error) {
 		if err != nil {
 			return nil, err
 		}
-		key := decodeString(p.src[ks:p.pos], esc)
+		key := p.key(ks, esc)
 		// Small objects are scanned; large ones get a set, so a body of one
 		// object with many keys stays linear.
 		if len(n.Members) < 16 {
@@ -369,7 +420,7 @@ func (p *parser) array() (*Node, error) {
 	if err := p.enter(); err != nil {
 		return nil, err
 	}
-	n := &Node{Kind: Array, Start: p.pos}
+	n := p.node(Node{Kind: Array, Start: p.pos})
 	p.pos++
 	p.skipSpace()
 	if p.pos < len(p.src) && p.src[p.pos] == ']' {
