@@ -296,8 +296,8 @@ func (p *parser) str() (escaped, ascii bool, err error) {
 			// The bytes of a multi-byte sequence are all >= 0x80, so a
 			// quote or backslash can never hide inside one.
 			ascii = false
-			r, size := utf8.DecodeRune(s[i:])
-			if r == utf8.RuneError && size == 1 {
+			size := runeLen(s[i:])
+			if size == 0 {
 				p.pos = i
 				return false, false, p.errf("invalid UTF-8 in string")
 			}
@@ -306,6 +306,35 @@ func (p *parser) str() (escaped, ascii bool, err error) {
 			i++ // plain byte of the last, short block
 		}
 	}
+}
+
+// runeLen returns the length of the valid UTF-8 sequence b starts with
+// (b[0] >= 0x80), or 0 if it is invalid, exactly as utf8.DecodeRune judges
+// (no overlongs, no surrogates, nothing past U+10FFFF). Two- and three-byte
+// sequences, most non-ASCII text, are checked inline.
+func runeLen(b []byte) int {
+	c := b[0]
+	cont := func(k int) bool { return k < len(b) && b[k]&0xC0 == 0x80 }
+	switch {
+	case c >= 0xC2 && c <= 0xDF:
+		if cont(1) {
+			return 2
+		}
+		return 0
+	case c >= 0xE0 && c <= 0xEF:
+		if !cont(1) || !cont(2) {
+			return 0
+		}
+		switch c1 := b[1]; {
+		case c == 0xE0 && c1 < 0xA0, c == 0xED && c1 > 0x9F: // overlong; surrogate
+			return 0
+		}
+		return 3
+	}
+	if r, size := utf8.DecodeRune(b); r != utf8.RuneError || size != 1 {
+		return size
+	}
+	return 0
 }
 
 const (

@@ -227,3 +227,29 @@ func TestStringStops(t *testing.T) {
 		}
 	}
 }
+
+// TestRuneLen checks the scanner's inline UTF-8 check against
+// unicode/utf8 on every one-, two- and three-byte prefix and on four-byte
+// sequences around the edges.
+func TestRuneLen(t *testing.T) {
+	check := func(b []byte) {
+		want := 0
+		if r, size := utf8.DecodeRune(b); r != utf8.RuneError || size != 1 {
+			want = size
+		}
+		if got := runeLen(b); got != want {
+			t.Fatalf("runeLen(% x) = %d, want %d", b, got, want)
+		}
+	}
+	for c0 := 0x80; c0 < 0x100; c0++ {
+		check([]byte{byte(c0)})
+		for c1 := 0; c1 < 0x100; c1++ {
+			check([]byte{byte(c0), byte(c1)})
+			for _, c2 := range []byte{0x00, 0x7f, 0x80, 0xbf, 0xc0, 0xff} {
+				check([]byte{byte(c0), byte(c1), c2})
+				check([]byte{byte(c0), byte(c1), c2, 0x80})
+				check([]byte{byte(c0), byte(c1), c2, 0xbf, 'x'})
+			}
+		}
+	}
+}
