@@ -77,6 +77,50 @@ type parser struct {
 	nodes    int
 	slab     []Node            // nodes are handed out from here, a chunk at a time
 	keys     map[string]string // object keys seen so far, so each spelling is allocated once
+	// Members and elements of the containers being parsed are collected on
+	// these stacks (a nested container pushes above its parent's and pops
+	// back when it ends); a finished container gets an exact-size copy from
+	// a slab, so growing them costs no allocation per container.
+	members []Member
+	elems   []*Node
+	mslab   []Member
+	eslab   []*Node
+}
+
+// containerChunk is how many members (or elements) one slab allocation
+// holds; a container larger than that gets its own.
+const containerChunk = 256
+
+// takeMembers moves the members pushed since mark into slab memory and
+// pops them. The slice is capped at its length, so an append by a caller
+// copies instead of writing over a neighbour.
+func (p *parser) takeMembers(mark int) []Member {
+	src := p.members[mark:]
+	k := len(src)
+	if len(p.mslab) < k {
+		p.mslab = make([]Member, max(containerChunk, k))
+	}
+	out := p.mslab[:k:k]
+	p.mslab = p.mslab[k:]
+	copy(out, src)
+	clear(src) // the stack holds no pointers into finished trees
+	p.members = p.members[:mark]
+	return out
+}
+
+// takeElems is takeMembers for array elements.
+func (p *parser) takeElems(mark int) []*Node {
+	src := p.elems[mark:]
+	k := len(src)
+	if len(p.eslab) < k {
+		p.eslab = make([]*Node, max(containerChunk, k))
+	}
+	out := p.eslab[:k:k]
+	p.eslab = p.eslab[k:]
+	copy(out, src)
+	clear(src)
+	p.elems = p.elems[:mark]
+	return out
 }
 
 // nodeChunk is how many nodes one allocation holds: a request's tree is
@@ -385,6 +429,7 @@ func (p *parser) object() (*Node, error) {
 		p.depth--
 		return n, nil
 	}
+	mark := len(p.members)
 	for {
 		if p.pos >= len(p.src) || p.src[p.pos] != '"' {
 			return nil, p.errf("expected object key")
@@ -397,8 +442,8 @@ func (p *parser) object() (*Node, error) {
 		key := p.key(ks, esc)
 		// Small objects are scanned; large ones get a set, so a body of one
 		// object with many keys stays linear.
-		if len(n.Members) < 16 {
-			for _, m := range n.Members {
+		if mine := p.members[mark:]; len(mine) < 16 {
+			for _, m := range mine {
 				if m.Key == key {
 					return nil, p.errf("duplicate key")
 				}
@@ -406,7 +451,7 @@ func (p *parser) object() (*Node, error) {
 		} else {
 			if seen == nil {
 				seen = make(map[string]struct{}, 32)
-				for _, m := range n.Members {
+				for _, m := range mine {
 					seen[m.Key] = struct{}{}
 				}
 			}
@@ -425,7 +470,7 @@ func (p *parser) object() (*Node, error) {
 		if err != nil {
 			return nil, err
 		}
-		n.Members = append(n.Members, Member{Key: key, Value: v})
+		p.members = append(p.members, Member{Key: key, Value: v})
 		p.skipSpace()
 		if p.pos >= len(p.src) {
 			return nil, p.errf("unexpected end in object")
@@ -437,6 +482,7 @@ func (p *parser) object() (*Node, error) {
 		case '}':
 			p.pos++
 			n.End = p.pos
+			n.Members = p.takeMembers(mark)
 			p.depth--
 			return n, nil
 		default:
@@ -458,12 +504,13 @@ func (p *parser) array() (*Node, error) {
 		p.depth--
 		return n, nil
 	}
+	mark := len(p.elems)
 	for {
 		v, err := p.value()
 		if err != nil {
 			return nil, err
 		}
-		n.Elems = append(n.Elems, v)
+		p.elems = append(p.elems, v)
 		p.skipSpace()
 		if p.pos >= len(p.src) {
 			return nil, p.errf("unexpected end in array")
@@ -475,6 +522,7 @@ func (p *parser) array() (*Node, error) {
 		case ']':
 			p.pos++
 			n.End = p.pos
+			n.Elems = p.takeElems(mark)
 			p.depth--
 			return n, nil
 		default:
