@@ -153,7 +153,7 @@ func addTool(f format, p *plan, out []byte, def []byte, cache *textCache) ([]byt
 	if !t.Is(jsonv.Array) || len(t.Elems) == 0 || string(t.Elems[len(t.Elems)-1].Raw(res)) != string(def) {
 		return nil, errToolCheck
 	}
-	nd := &doc{src: res, root: root}
+	nd := &doc{src: res, root: root, bare: true} // structure and rules only
 	if reason := f.parse(nd, newHasher(res, cache)); reason != "" {
 		return nil, fmt.Errorf("%w: %s", errToolCheck, reason)
 	}
