@@ -4,7 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"hash"
-	"sort"
+	"slices"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -64,6 +65,11 @@ type hasher struct {
 	buf   [8]byte
 	long  map[*jsonv.Node]*text
 	cache *textCache // may be nil
+	// Scratch reused across nodes, so walking a message allocates nothing:
+	// the member order of the objects being walked (a stack, as objects
+	// nest) and decoded short strings.
+	idx []int
+	dec []byte
 }
 
 var decodeBuf = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
@@ -173,53 +179,70 @@ func (c *hasher) num(v int) {
 	c.h.Write(c.buf[:])
 }
 
+// tag writes one byte (through c.buf: a literal would be allocated on
+// every call, since Write takes an interface's slice).
+func (c *hasher) tag(b ...byte) {
+	n := copy(c.buf[:], b)
+	c.h.Write(c.buf[:n])
+}
+
+// str writes s without copying it (Write only reads).
+func (c *hasher) str(s string) {
+	c.h.Write(unsafe.Slice(unsafe.StringData(s), len(s)))
+}
+
 func (c *hasher) node(n *jsonv.Node) {
 	switch n.Kind {
 	case jsonv.Null:
-		c.h.Write([]byte{'n'})
+		c.tag('n')
 	case jsonv.Bool:
-		c.h.Write([]byte{'b', c.src[n.Start]})
+		c.tag('b', c.src[n.Start])
 	case jsonv.Number:
-		c.h.Write([]byte{'d'})
+		c.tag('d')
 		c.num(n.End - n.Start)
 		c.h.Write(c.src[n.Start:n.End])
 	case jsonv.String:
 		if n.End-n.Start >= longString {
 			t := c.textOf(n)
-			c.h.Write([]byte{'S'})
+			c.tag('S')
 			c.h.Write(t.canon[:])
 			return
 		}
-		c.h.Write([]byte{'s'})
+		c.tag('s')
 		if !n.Escaped {
 			c.num(n.End - n.Start - 2)
 			c.h.Write(c.src[n.Start+1 : n.End-1])
 			return
 		}
-		s, _ := n.Text(c.src)
-		c.num(len(s))
-		c.h.Write([]byte(s))
+		c.dec = n.AppendText(c.dec[:0], c.src)
+		c.num(len(c.dec))
+		c.h.Write(c.dec)
 	case jsonv.Array:
-		c.h.Write([]byte{'['})
+		c.tag('[')
 		c.num(len(n.Elems))
 		for _, e := range n.Elems {
 			c.node(e)
 		}
 	case jsonv.Object:
-		idx := make([]int, 0, len(n.Members))
+		// Members in key order (keys are unique: the parser refuses
+		// duplicates), without cache_control.
+		mark := len(c.idx)
 		for i, m := range n.Members {
 			if m.Key != "cache_control" {
-				idx = append(idx, i)
+				c.idx = append(c.idx, i)
 			}
 		}
-		sort.Slice(idx, func(a, b int) bool { return n.Members[idx[a]].Key < n.Members[idx[b]].Key })
-		c.h.Write([]byte{'{'})
+		idx := c.idx[mark:]
+		slices.SortFunc(idx, func(a, b int) int { return strings.Compare(n.Members[a].Key, n.Members[b].Key) })
+		c.tag('{')
 		c.num(len(idx))
-		for _, i := range idx {
-			c.num(len(n.Members[i].Key))
-			c.h.Write([]byte(n.Members[i].Key))
-			c.node(n.Members[i].Value)
+		for k := range idx {
+			m := n.Members[c.idx[mark+k]] // c.idx may move as nested objects push
+			c.num(len(m.Key))
+			c.str(m.Key)
+			c.node(m.Value)
 		}
+		c.idx = c.idx[:mark]
 	}
 }
 

@@ -15,11 +15,23 @@ import (
 // in the oracle): every long string of the rewrite is a string of the
 // original, just hashed, so re-reading it costs one keyed hash.
 func verify(f format, p *plan, out []byte, cache *textCache) error {
-	orig := p.d
+	_, err := verified(f, p, out, cache)
+	return err
+}
+
+// verified is verify returning the rewrite's parsed tree, which the
+// recovery tool's insertion is placed by (addTool), so the rewrite is
+// parsed once.
+func verified(f format, p *plan, out []byte, cache *textCache) (*jsonv.Node, error) {
 	root, err := jsonv.Parse(out, maxDepthForRequests)
 	if err != nil {
-		return fmt.Errorf("rewrite does not parse: %w", err)
+		return nil, fmt.Errorf("rewrite does not parse: %w", err)
 	}
+	return root, verifyTree(f, p, out, root, cache)
+}
+
+func verifyTree(f format, p *plan, out []byte, root *jsonv.Node, cache *textCache) error {
+	orig := p.d
 	replaced := make(map[int]bool, len(p.edits))
 	for _, e := range p.edits {
 		replaced[e.at] = true
@@ -58,11 +70,17 @@ func verify(f format, p *plan, out []byte, cache *textCache) error {
 	if err != nil {
 		return err
 	}
-	pd, reason := parseDoc(f, projected, cache)
-	if reason != "" {
+	// The format's check reads structure only, so the projection is parsed
+	// bare: its results are not hashed again.
+	proot, err := jsonv.Parse(projected, maxDepthForRequests)
+	if err != nil {
+		return fmt.Errorf("folded original does not parse: %w", err)
+	}
+	pd := &doc{src: projected, root: proot, bare: true}
+	if reason := f.parse(pd, newHasher(projected, cache)); reason != "" {
 		return fmt.Errorf("folded original is %s", reason)
 	}
-	return f.check(pd.doc, nd)
+	return f.check(pd, nd)
 }
 
 // ruleFormat is implemented by formats that can check their provider's

@@ -455,14 +455,15 @@ func (c *Compiler) rewrite(ctx context.Context, f format, p *plan, req Request, 
 	if err != nil {
 		return nil, ReasonInternal
 	}
-	if err := verify(f, p, out, c.texts); err != nil {
+	root, err := verified(f, p, out, c.texts)
+	if err != nil {
 		c.invalid.Add(1)
 		return nil, ReasonInvalidOutput
 	}
 	// The recovery tool is an edit like the receipts: its bytes and tokens
 	// count in the gate.
 	if p.tool = c.planTool(f, p); p.tool.def != nil {
-		if out, err = addTool(f, p, out, p.tool.def, c.texts); err != nil {
+		if out, err = addTool(out, root, p.tool.def); err != nil {
 			c.invalid.Add(1)
 			return nil, ReasonInvalidOutput
 		}

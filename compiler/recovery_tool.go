@@ -109,9 +109,9 @@ func toolSent(cache []byte) bool {
 	return s != nil && s.tool
 }
 
-// toolInsert returns the insertion that appends def to the original's tools
-// array (or adds a tools array holding only def at the end of the object).
-// It never overlaps another edit: no pass edits inside tools.
+// toolInsert returns the insertion that appends def to d's tools array (or
+// adds a tools array holding only def at the end of the object). It never
+// overlaps another edit: no pass edits inside tools.
 func toolInsert(d *doc, def []byte) edit {
 	if t := d.root.Get("tools"); t != nil {
 		ins := def
@@ -131,38 +131,28 @@ func toolInsert(d *doc, def []byte) edit {
 var errToolCheck = errors.New("compiler: the recovery tool edit is not where it belongs")
 
 // addTool splices the tool's insertion into out, the verified rewrite of
-// p's edits, and checks the result: it parses as the format, passes the
-// provider rules, and its tools array ends in def exactly.
-func addTool(f format, p *plan, out []byte, def []byte, cache *textCache) ([]byte, error) {
-	ins := toolInsert(p.d, def)
-	at := ins.start
-	for _, e := range p.edits {
-		if e.start < ins.start {
-			at += len(e.repl) - (e.end - e.start)
-		}
-	}
-	res, err := splice(out, []edit{{start: at, end: at, repl: ins.repl}})
-	if err != nil {
-		return nil, err
-	}
-	root, err := jsonv.Parse(res, maxDepthForRequests)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errToolCheck, err)
-	}
-	t := root.Get("tools")
-	if !t.Is(jsonv.Array) || len(t.Elems) == 0 || string(t.Elems[len(t.Elems)-1].Raw(res)) != string(def) {
+// p's edits (root is its parsed tree, tools as in the original: no pass
+// edits them). The result is valid by construction, so it is not parsed
+// again: def is one JSON value (checked here), it goes in just before the
+// closing bracket of out's tools array (after a comma when the array has
+// elements) or as a new last member "tools" of a root object that has
+// none, and nothing else changes, so the messages the format's parse and
+// provider rules read are the verified ones.
+func addTool(out []byte, root *jsonv.Node, def []byte) ([]byte, error) {
+	if !root.Is(jsonv.Object) {
 		return nil, errToolCheck
 	}
-	nd := &doc{src: res, root: root}
-	if reason := f.parse(nd, newHasher(res, cache)); reason != "" {
-		return nil, fmt.Errorf("%w: %s", errToolCheck, reason)
+	if _, err := jsonv.Parse(def, maxDepthForRequests); err != nil {
+		return nil, fmt.Errorf("%w: %v", errToolCheck, err)
 	}
-	if rf, ok := f.(ruleFormat); ok && rf.rules(p.d) == nil {
-		if err := rf.rules(nd); err != nil {
-			return nil, err
-		}
+	if t := root.Get("tools"); t != nil && !t.Is(jsonv.Array) {
+		return nil, errToolCheck
 	}
-	return res, nil
+	ins := toolInsert(&doc{src: out, root: root}, def)
+	if c := out[ins.start]; c != ']' && c != '}' {
+		return nil, errToolCheck
+	}
+	return splice(out, []edit{ins})
 }
 
 // stickyTool is the tool flag a conversation's next state records: set

@@ -46,7 +46,7 @@ func TestPlanToolSticky(t *testing.T) {
 			continue
 		}
 		p.edits = nil
-		out, err := addTool(f, p, src, tp.def, nil)
+		out, err := addTool(src, d.root, tp.def)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,6 +14,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 	"strconv"
 	"unicode/utf16"
@@ -74,6 +75,87 @@ type parser struct {
 	depth    int
 	maxDepth int
 	nodes    int
+	slab     []Node            // nodes are handed out from here, a chunk at a time
+	keys     map[string]string // object keys seen so far, so each spelling is allocated once
+	// Members and elements of the containers being parsed are collected on
+	// these stacks (a nested container pushes above its parent's and pops
+	// back when it ends); a finished container gets an exact-size copy from
+	// a slab, so growing them costs no allocation per container.
+	members []Member
+	elems   []*Node
+	mslab   []Member
+	eslab   []*Node
+}
+
+// containerChunk is how many members (or elements) one slab allocation
+// holds; a container larger than that gets its own.
+const containerChunk = 256
+
+// takeMembers moves the members pushed since mark into slab memory and
+// pops them. The slice is capped at its length, so an append by a caller
+// copies instead of writing over a neighbour.
+func (p *parser) takeMembers(mark int) []Member {
+	src := p.members[mark:]
+	k := len(src)
+	if len(p.mslab) < k {
+		p.mslab = make([]Member, max(containerChunk, k))
+	}
+	out := p.mslab[:k:k]
+	p.mslab = p.mslab[k:]
+	copy(out, src)
+	clear(src) // the stack holds no pointers into finished trees
+	p.members = p.members[:mark]
+	return out
+}
+
+// takeElems is takeMembers for array elements.
+func (p *parser) takeElems(mark int) []*Node {
+	src := p.elems[mark:]
+	k := len(src)
+	if len(p.eslab) < k {
+		p.eslab = make([]*Node, max(containerChunk, k))
+	}
+	out := p.eslab[:k:k]
+	p.eslab = p.eslab[k:]
+	copy(out, src)
+	clear(src)
+	p.elems = p.elems[:mark]
+	return out
+}
+
+// nodeChunk is how many nodes one allocation holds: a request's tree is
+// thousands of small nodes that live and die together, so allocating them
+// in chunks saves most of the allocations and the collector's work.
+const nodeChunk = 128
+
+// node returns a new node from the slab.
+func (p *parser) node(n Node) *Node {
+	if len(p.slab) == 0 {
+		p.slab = make([]Node, min(nodeChunk, max(p.nodes, 8)))
+	}
+	nd := &p.slab[0]
+	p.slab = p.slab[1:]
+	*nd = n
+	return nd
+}
+
+// key returns the decoded object key at src[ks:end]. Unescaped keys are
+// interned: a request repeats the same few keys ("role", "content", ...)
+// hundreds of times.
+func (p *parser) key(ks int, escaped bool) string {
+	if escaped {
+		return decodeString(p.src[ks:p.pos], true)
+	}
+	raw := p.src[ks+1 : p.pos-1]
+	if k, ok := p.keys[string(raw)]; ok {
+		return k
+	}
+	if p.keys == nil {
+		p.keys = make(map[string]string, 16)
+	}
+	k := string(raw)
+	p.keys[k] = k
+	return k
 }
 
 // MaxNodes bounds the values of one document. A node costs ~100 bytes, so a
@@ -134,7 +216,7 @@ func (p *parser) value() (*Node, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &Node{Kind: String, Start: start, End: p.pos, Escaped: esc, ASCII: ascii}, nil
+		return p.node(Node{Kind: String, Start: start, End: p.pos, Escaped: esc, ASCII: ascii}), nil
 	case c == 't':
 		return p.literal("true", Bool)
 	case c == 'f':
@@ -152,7 +234,7 @@ func (p *parser) literal(word string, k Kind) (*Node, error) {
 	if len(p.src)-p.pos < len(word) || string(p.src[p.pos:p.pos+len(word)]) != word {
 		return nil, p.errf("invalid literal")
 	}
-	n := &Node{Kind: k, Start: p.pos, End: p.pos + len(word)}
+	n := p.node(Node{Kind: k, Start: p.pos, End: p.pos + len(word)})
 	p.pos += len(word)
 	return n, nil
 }
@@ -188,7 +270,7 @@ func (p *parser) number() (*Node, error) {
 			return nil, p.errf("invalid number")
 		}
 	}
-	return &Node{Kind: Number, Start: start, End: p.pos}, nil
+	return p.node(Node{Kind: Number, Start: start, End: p.pos}), nil
 }
 
 func (p *parser) digits() bool {
@@ -200,63 +282,103 @@ func (p *parser) digits() bool {
 }
 
 // str scans a string starting at the opening quote and leaves pos after the
-// closing quote. It validates escapes, control characters and UTF-8. Tool
-// output is most of a request, so plain runs are skipped eight bytes at a
-// time.
+// closing quote. It validates escapes, control characters and UTF-8 in one
+// pass. Tool output is most of a request, so plain ASCII runs are skipped
+// eight bytes at a time, and each stop lands exactly on the first byte that
+// needs a look (a quote, a backslash, a control character or a non-ASCII
+// byte) instead of walking up to it byte by byte.
 func (p *parser) str() (escaped, ascii bool, err error) {
 	s := p.src
-	p.pos++ // opening quote
-	start := p.pos
-	var high uint64
+	i := p.pos + 1 // after the opening quote
+	ascii = true
 	for {
-		for p.pos+8 <= len(s) {
-			x := binary.LittleEndian.Uint64(s[p.pos:])
-			if special(x) {
+		for i+8 <= len(s) {
+			m := stopMask(binary.LittleEndian.Uint64(s[i:]))
+			if m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
 				break
 			}
-			high |= x
-			p.pos += 8
+			i += 8
 		}
-		if p.pos >= len(s) {
+		if i >= len(s) {
+			p.pos = i
 			return false, false, p.errf("unterminated string")
 		}
-		c := s[p.pos]
-		switch {
+		switch c := s[i]; {
 		case c == '"':
-			ascii = high&0x8080808080808080 == 0
-			if !ascii && !utf8.Valid(s[start:p.pos]) {
-				return false, false, p.errf("invalid UTF-8 in string")
-			}
-			p.pos++
+			p.pos = i + 1
 			return escaped, ascii, nil
 		case c == '\\':
 			escaped = true
-			if p.pos+1 >= len(s) {
+			if i+1 >= len(s) {
+				p.pos = i
 				return false, false, p.errf("unexpected end in escape")
 			}
-			switch s[p.pos+1] {
+			switch s[i+1] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				p.pos += 2
+				i += 2
 			case 'u':
-				if p.pos+6 > len(s) {
+				if i+6 > len(s) {
+					p.pos = i
 					return false, false, p.errf("short unicode escape")
 				}
-				for _, h := range s[p.pos+2 : p.pos+6] {
+				for _, h := range s[i+2 : i+6] {
 					if unhex(h) < 0 {
+						p.pos = i
 						return false, false, p.errf("invalid unicode escape")
 					}
 				}
-				p.pos += 6
+				i += 6
 			default:
+				p.pos = i
 				return false, false, p.errf("invalid escape")
 			}
 		case c < 0x20:
+			p.pos = i
 			return false, false, p.errf("control character in string")
+		case c >= utf8.RuneSelf:
+			// The bytes of a multi-byte sequence are all >= 0x80, so a
+			// quote or backslash can never hide inside one.
+			ascii = false
+			size := runeLen(s[i:])
+			if size == 0 {
+				p.pos = i
+				return false, false, p.errf("invalid UTF-8 in string")
+			}
+			i += size
 		default:
-			high |= uint64(c) << 56
-			p.pos++
+			i++ // plain byte of the last, short block
 		}
 	}
+}
+
+// runeLen returns the length of the valid UTF-8 sequence b starts with
+// (b[0] >= 0x80), or 0 if it is invalid, exactly as utf8.DecodeRune judges
+// (no overlongs, no surrogates, nothing past U+10FFFF). Two- and three-byte
+// sequences, most non-ASCII text, are checked inline.
+func runeLen(b []byte) int {
+	c := b[0]
+	cont := func(k int) bool { return k < len(b) && b[k]&0xC0 == 0x80 }
+	switch {
+	case c >= 0xC2 && c <= 0xDF:
+		if cont(1) {
+			return 2
+		}
+		return 0
+	case c >= 0xE0 && c <= 0xEF:
+		if !cont(1) || !cont(2) {
+			return 0
+		}
+		switch c1 := b[1]; {
+		case c == 0xE0 && c1 < 0xA0, c == 0xED && c1 > 0x9F: // overlong; surrogate
+			return 0
+		}
+		return 3
+	}
+	if r, size := utf8.DecodeRune(b); r != utf8.RuneError || size != 1 {
+		return size
+	}
+	return 0
 }
 
 const (
@@ -264,11 +386,13 @@ const (
 	highs = 0x8080808080808080
 )
 
-// special reports whether any of the eight bytes in x is a quote, a
-// backslash or a control character (the classic SWAR byte tests).
-func special(x uint64) bool {
+// stopMask has the high bit set in each of the eight bytes of x that is a
+// quote, a backslash, a control character or non-ASCII (the classic SWAR
+// byte tests). A test's borrow can only mark bytes above a byte it truly
+// matched, so the lowest set bit is always exact.
+func stopMask(x uint64) uint64 {
 	hasZero := func(v uint64) uint64 { return (v - ones) & ^v & highs }
-	return (hasZero(x^(ones*'"')) | hasZero(x^(ones*'\\')) | ((x - ones*0x20) &^ x & highs)) != 0
+	return hasZero(x^(ones*'"')) | hasZero(x^(ones*'\\')) | ((x - ones*0x20) &^ x & highs) | (x & highs)
 }
 
 func unhex(c byte) int {
@@ -295,7 +419,7 @@ func (p *parser) object() (*Node, error) {
 	if err := p.enter(); err != nil {
 		return nil, err
 	}
-	n := &Node{Kind: Object, Start: p.pos}
+	n := p.node(Node{Kind: Object, Start: p.pos})
 	var seen map[string]struct{}
 	p.pos++
 	p.skipSpace()
@@ -305,6 +429,7 @@ func (p *parser) object() (*Node, error) {
 		p.depth--
 		return n, nil
 	}
+	mark := len(p.members)
 	for {
 		if p.pos >= len(p.src) || p.src[p.pos] != '"' {
 			return nil, p.errf("expected object key")
@@ -314,11 +439,11 @@ func (p *parser) object() (*Node, error) {
 		if err != nil {
 			return nil, err
 		}
-		key := decodeString(p.src[ks:p.pos], esc)
+		key := p.key(ks, esc)
 		// Small objects are scanned; large ones get a set, so a body of one
 		// object with many keys stays linear.
-		if len(n.Members) < 16 {
-			for _, m := range n.Members {
+		if mine := p.members[mark:]; len(mine) < 16 {
+			for _, m := range mine {
 				if m.Key == key {
 					return nil, p.errf("duplicate key")
 				}
@@ -326,7 +451,7 @@ func (p *parser) object() (*Node, error) {
 		} else {
 			if seen == nil {
 				seen = make(map[string]struct{}, 32)
-				for _, m := range n.Members {
+				for _, m := range mine {
 					seen[m.Key] = struct{}{}
 				}
 			}
@@ -345,7 +470,7 @@ func (p *parser) object() (*Node, error) {
 		if err != nil {
 			return nil, err
 		}
-		n.Members = append(n.Members, Member{Key: key, Value: v})
+		p.members = append(p.members, Member{Key: key, Value: v})
 		p.skipSpace()
 		if p.pos >= len(p.src) {
 			return nil, p.errf("unexpected end in object")
@@ -357,6 +482,7 @@ func (p *parser) object() (*Node, error) {
 		case '}':
 			p.pos++
 			n.End = p.pos
+			n.Members = p.takeMembers(mark)
 			p.depth--
 			return n, nil
 		default:
@@ -369,7 +495,7 @@ func (p *parser) array() (*Node, error) {
 	if err := p.enter(); err != nil {
 		return nil, err
 	}
-	n := &Node{Kind: Array, Start: p.pos}
+	n := p.node(Node{Kind: Array, Start: p.pos})
 	p.pos++
 	p.skipSpace()
 	if p.pos < len(p.src) && p.src[p.pos] == ']' {
@@ -378,12 +504,13 @@ func (p *parser) array() (*Node, error) {
 		p.depth--
 		return n, nil
 	}
+	mark := len(p.elems)
 	for {
 		v, err := p.value()
 		if err != nil {
 			return nil, err
 		}
-		n.Elems = append(n.Elems, v)
+		p.elems = append(p.elems, v)
 		p.skipSpace()
 		if p.pos >= len(p.src) {
 			return nil, p.errf("unexpected end in array")
@@ -395,6 +522,7 @@ func (p *parser) array() (*Node, error) {
 		case ']':
 			p.pos++
 			n.End = p.pos
+			n.Elems = p.takeElems(mark)
 			p.depth--
 			return n, nil
 		default:

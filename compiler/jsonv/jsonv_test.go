@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
 func TestParse(t *testing.T) {
@@ -171,5 +173,83 @@ func TestRawOffset(t *testing.T) {
 	// Inside an escape there is no raw offset.
 	if _, ok := RawOffset([]byte(`"\u00e9"`), 1); ok {
 		t.Fatal("offset inside an escaped rune")
+	}
+}
+
+// BenchmarkParse1MB parses the ~1 MB chat request of the compiler's and the
+// gateway's 1 MB benchmarks: 51 tool results of ~20 KB of code-like text
+// with escapes and some non-ASCII.
+func BenchmarkParse1MB(b *testing.B) {
+	src := fixtures.ChatBody("gpt-4o", fixtures.Turns(1000, 51, 20000), "")
+	b.SetBytes(int64(len(src)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Parse(src, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestStringStops puts each byte the string scanner must stop at (quote,
+// escape, control character, valid and invalid UTF-8) at every offset of
+// the eight-byte blocks it skips, and checks acceptance and the decoded
+// text against encoding/json.
+func TestStringStops(t *testing.T) {
+	pieces := []string{`\"`, `\\`, `\n`, `\u00e9`, `\ud83d\ude00`, "é", "日本", "✓", "\U0001F600", "\x01", "\x1f", "\xff", "\xc3", "\xed\xa0\x80", "\xe6\x97", "\"", "\\"}
+	for _, piece := range pieces {
+		for pad := 0; pad < 18; pad++ {
+			for tail := 0; tail < 10; tail += 3 {
+				raw := `"` + strings.Repeat("a", pad) + piece + strings.Repeat("b", tail) + `"`
+				src := []byte(`{"k":` + raw + `}`)
+				n, err := Parse(src, 0)
+				var want map[string]string
+				valid := json.Valid(src) && utf8.Valid(src) && json.Unmarshal(src, &want) == nil
+				if (err == nil) != valid {
+					t.Fatalf("Parse(%q): err=%v, want valid=%v", src, err, valid)
+				}
+				if err != nil {
+					continue
+				}
+				v := n.Get("k")
+				if got, _ := v.Text(src); got != want["k"] {
+					t.Fatalf("Parse(%q): text %q, want %q", src, got, want["k"])
+				}
+				if v.End != len(src)-1 || v.Start != 5 {
+					t.Fatalf("Parse(%q): span [%d,%d)", src, v.Start, v.End)
+				}
+				if v.ASCII != (strings.IndexFunc(raw, func(r rune) bool { return r >= utf8.RuneSelf }) < 0) {
+					t.Fatalf("Parse(%q): ASCII=%v", src, v.ASCII)
+				}
+				if v.Escaped != strings.Contains(raw, `\`) {
+					t.Fatalf("Parse(%q): Escaped=%v", src, v.Escaped)
+				}
+			}
+		}
+	}
+}
+
+// TestRuneLen checks the scanner's inline UTF-8 check against
+// unicode/utf8 on every one-, two- and three-byte prefix and on four-byte
+// sequences around the edges.
+func TestRuneLen(t *testing.T) {
+	check := func(b []byte) {
+		want := 0
+		if r, size := utf8.DecodeRune(b); r != utf8.RuneError || size != 1 {
+			want = size
+		}
+		if got := runeLen(b); got != want {
+			t.Fatalf("runeLen(% x) = %d, want %d", b, got, want)
+		}
+	}
+	for c0 := 0x80; c0 < 0x100; c0++ {
+		check([]byte{byte(c0)})
+		for c1 := 0; c1 < 0x100; c1++ {
+			check([]byte{byte(c0), byte(c1)})
+			for _, c2 := range []byte{0x00, 0x7f, 0x80, 0xbf, 0xc0, 0xff} {
+				check([]byte{byte(c0), byte(c1), c2})
+				check([]byte{byte(c0), byte(c1), c2, 0x80})
+				check([]byte{byte(c0), byte(c1), c2, 0xbf, 'x'})
+			}
+		}
 	}
 }
