@@ -45,7 +45,12 @@ type choice struct {
 	orig, sent costPlan
 	segs       []seg // rendered segments of the original, and of the chosen plan
 	sentSegs   []seg
-	rawCached  int // bytes a provider would hold had every request gone out raw
+	// With breakpoints (Anthropic): per head and unit, whether it carries
+	// a cache_control marker, and per segment of the original and of the
+	// chosen plan whether one ends there. nil for automatic caching.
+	marked         []bool
+	segsBP, sentBP []bool
+	rawCached      int // bytes a provider would hold had every request gone out raw
 }
 
 // costPlan is a plan's rendered size and cached prefix, in bytes.
@@ -85,6 +90,9 @@ func (c *Compiler) choose(base *plan, format string, req Request) (*plan, *choic
 			ch.model = ch.model.Uncached() // no breakpoint: the provider caches nothing
 		case bytes.Contains(d.src, oneHourTTL[0]) || bytes.Contains(d.src, oneHourTTL[1]):
 			ch.model.TTL, ch.model.CacheWrite = ch.model.TTL1h, ch.model.CacheWrite1h
+			ch.marked = breakpointMarks(d)
+		default:
+			ch.marked = breakpointMarks(d)
 		}
 	}
 	base.head, base.headSize = headFingerprint(d)
@@ -105,7 +113,7 @@ func (c *Compiler) choose(base *plan, format string, req Request) (*plan, *choic
 		}
 		variants = append(variants, variant{aligned: min(ch.prev.aligned, cur), replay: true})
 	}
-	ch.segs = base.rendered(false)
+	ch.segs, ch.segsBP = base.rendered(false, ch.marked)
 	ch.orig = ch.costOf(ch.segs)
 	if ch.warm && ch.prev.head == base.head && base.lineage.Length < len(ch.segs) {
 		ch.rawCached = ch.segs[base.lineage.Length].end
@@ -116,12 +124,12 @@ func (c *Compiler) choose(base *plan, format string, req Request) (*plan, *choic
 	for _, v := range variants {
 		p := c.planned(base, v, ch.prev)
 		p.choice = ch
-		segs := p.rendered(true)
+		segs, bps := p.rendered(true, ch.marked)
 		cp := ch.costOf(segs)
 		rewrites = rewrites || len(p.edits) > 0
 		// Strictly cheaper wins: ties keep the earlier (fuller) plan.
 		if e := ch.expected(cp, ch.tpb); best == nil || e < bestCost {
-			best, bestCost, ch.sent, ch.sentSegs = p, e, cp, segs
+			best, bestCost, ch.sent, ch.sentSegs, ch.sentBP = p, e, cp, segs, bps
 		}
 	}
 	ch.declined = rewrites && len(best.edits) == 0
@@ -135,7 +143,7 @@ func (ch *choice) costOf(segs []seg) costPlan {
 	}
 	cp := costPlan{total: segs[len(segs)-1].end}
 	if ch.warm {
-		cp.cached = cachedPrefix(ch.prev.segs, segs)
+		cp.cached = cachedPrefix(ch.prev.segs, ch.prev.bps, segs)
 	}
 	return cp
 }
@@ -193,13 +201,13 @@ func (ch *choice) cheaper(res *Result, rawLen, outLen int) bool {
 
 // state is the cache state to record for what went upstream.
 func (ch *choice) state(p *plan, forwarded bool) []byte {
-	st := cacheState{steps: 1, at: ch.now.UnixNano(), aligned: -1, head: p.head, segs: ch.segs}
+	st := cacheState{steps: 1, at: ch.now.UnixNano(), aligned: -1, head: p.head, segs: ch.segs, bps: ch.segsBP}
 	if ch.prev != nil {
 		st.steps = ch.prev.steps + 1
 	}
 	st.tool = stickyTool(p, ch.prev, forwarded)
 	if forwarded {
-		st.aligned, st.segs = p.variant.aligned, ch.sentSegs
+		st.aligned, st.segs, st.bps = p.variant.aligned, ch.sentSegs, ch.sentBP
 		for i, s := range p.d.slots {
 			if p.receipt[i] && !p.recovered[s.text.digest] { // a recovered artifact is needed inline again
 				st.receipted = append(st.receipted, short(s.text.digest))

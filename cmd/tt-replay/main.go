@@ -45,6 +45,7 @@ func main() {
 	gap := flag.Duration("gap", 20*time.Second, "time between steps")
 	idle := flag.Duration("idle", 0, "an idle gap inserted every -idle_every steps (e.g. past the cache TTL)")
 	idleEvery := flag.Int("idle_every", 0, "steps between idle gaps (0: none)")
+	trace := flag.Bool("trace", false, "print every step of the replayed sessions (compaction on) to stderr")
 	recoverEvery := flag.Int("recover_every", 0, "report recovery (recovery.go): the simulated model recovers every receipt of every n-th step (-1: report without recovering; 0: no report)")
 	flag.Parse()
 
@@ -105,7 +106,12 @@ func main() {
 	clock := Clock{Gap: *gap, Idle: *idle, IdleEvery: *idleEvery}
 	var rows []Row
 	for _, s := range pick {
-		r := Replay(on, s, clock, "on/")
+		var tw io.Writer
+		if *trace {
+			tw = os.Stderr
+			fmt.Fprintf(tw, "# %s\n", s.Name)
+		}
+		r := ReplayTrace(on, s, clock, "on/", tw)
 		r.SentOff = Replay(noCompaction, s, clock, "off/").Billed.Sent
 		rows = append(rows, r)
 	}
@@ -205,6 +211,13 @@ type Billed struct{ Raw, Sent float64 }
 // Replay compiles every step of a session in order, as one tenant, and
 // bills the raw and the forwarded bodies with one provider cache each.
 func Replay(c *compiler.Compiler, s fixtures.CorpusFile, clock Clock, tenant string) Row {
+	return ReplayTrace(c, s, clock, tenant, nil)
+}
+
+// ReplayTrace is Replay writing one line per step to trace (when not nil):
+// the decision, bytes, receipts, folds, the compiler's expected figures and
+// the simulated bills (tokens read and written) raw and sent.
+func ReplayTrace(c *compiler.Compiler, s fixtures.CorpusFile, clock Clock, tenant string, trace io.Writer) Row {
 	r := Row{Name: s.Name, Format: s.Format, Steps: len(s.Requests), Reasons: map[compiler.Reason]int{}}
 	var durs []time.Duration
 	var cfg cost.Config
@@ -234,8 +247,15 @@ func Replay(c *compiler.Compiler, s fixtures.CorpusFile, clock Clock, tenant str
 		} else {
 			r.Reasons[res.Reason]++
 		}
-		r.Billed.Raw += rawSim.Step(cost.Render(s.Format, req.Body), at).Cost
-		r.Billed.Sent += sentSim.Step(cost.Render(s.Format, res.Body), at).Cost
+		br := rawSim.Step(cost.Render(s.Format, req.Body), at)
+		bs := sentSim.Step(cost.Render(s.Format, res.Body), at)
+		r.Billed.Raw += br.Cost
+		r.Billed.Sent += bs.Cost
+		if trace != nil {
+			fmt.Fprintf(trace, "step %2d %-8s %-12s bytes %8d -> %8d receipts %3d folded %2d | expect raw %7.0f sent %7.0f | billed raw %7.0f (read %7.0f write %7.0f) sent %7.0f (read %7.0f write %7.0f)\n",
+				i, res.Decision, res.Reason, len(req.Body), len(res.Body), res.Receipts, res.Folded, res.CostRaw, res.CostSent,
+				br.Cost, br.Read, br.Written, bs.Cost, bs.Read, bs.Written)
+		}
 	}
 	r.P50, r.P99 = fixtures.Quantile(durs, 0.5), fixtures.Quantile(durs, 0.99)
 	r.SentOff = r.Billed.Sent
