@@ -39,6 +39,8 @@ func TestCostCaddyfile(t *testing.T) {
 		{name: "empty block", input: "token_terminator {\ncost_prices openai {\n}\n}", want: `{"cost_prices":{"openai":{}}}`},
 		{name: "bad switch", input: "token_terminator {\ncost_model maybe\n}", err: "cost_model: want on or off, got 'maybe'"},
 		{name: "zero horizon", input: "token_terminator {\ncost_horizon 0\n}", err: "cost_horizon: must be at least 1, got 0"},
+		{name: "lease min", input: "token_terminator {\ncost_lease_min_chars 1500\n}", want: `{"cost_lease_min_chars":1500}`},
+		{name: "zero lease min", input: "token_terminator {\ncost_lease_min_chars 0\n}", err: "cost_lease_min_chars: must be at least 1, got 0"},
 		{name: "negative bytes per token", input: "token_terminator {\ncost_bytes_per_token -1\n}", err: "cost_bytes_per_token: must be positive, got '-1'"},
 		{name: "bytes per token not a number", input: "token_terminator {\ncost_bytes_per_token four\n}", err: "cost_bytes_per_token: not a number: 'four'"},
 		{name: "unknown family", input: "token_terminator {\ncost_prices gemini {\ncache_read 0.1\n}\n}", err: "unknown family 'gemini' (want anthropic, openai, other)"},
@@ -98,6 +100,9 @@ func TestCostSettingsMapping(t *testing.T) {
 		{name: "zero ttl", json: `{"cost_prices":{"anthropic":{"ttl":0}}}`, err: "cost: anthropic ttl 0s is not positive"},
 		{name: "zero granularity", json: `{"cost_prices":{"openai":{"granularity":0}}}`, err: "cost: openai granularity 0 is below 1"},
 		{name: "zero horizon", json: `{"cost_horizon":0}`, err: "cost_horizon must be at least 1, got 0"},
+		{name: "lease min", json: `{"cost_lease_min_chars":3000}`, check: func(c cost.Config) bool { return c.LeaseMin() == 3000 }},
+		{name: "lease min default", json: `{}`, check: func(c cost.Config) bool { return c.LeaseMin() == cost.DefaultLeaseMinChars }},
+		{name: "zero lease min", json: `{"cost_lease_min_chars":0}`, err: "cost_lease_min_chars must be at least 1, got 0"},
 		{name: "zero bytes per token", json: `{"cost_bytes_per_token":0}`, err: "cost_bytes_per_token must be positive, got 0"},
 	}
 	for _, tt := range tests {

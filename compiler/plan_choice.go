@@ -169,33 +169,43 @@ func (c *Compiler) planned(base *plan, v variant, prev *cacheState) *plan {
 // a multiple of compactBlock, so it moves once every compactBlock turns.
 func alignedTurns(turns int) int { return turns / compactBlock * compactBlock }
 
-// costs fills the result's cost figures: the original's expected billed
-// cost as if every request had gone out raw, and that of what was sent. A
-// measured token count replaces the byte estimate.
+// costs fills the result's cost figures. This request: the original's
+// billed cost as if every request had gone out raw (CostRaw), and that of
+// what was sent (CostSent), which may exceed it when a plan pays back over
+// the horizon. Over the horizon: the third veto's figures
+// (CostHorizonRaw/CostHorizonSent), which never show a rewrite dearer
+// than the original. Measured token counts replace the byte estimate.
 func (ch *choice) costs(res *Result, accepted bool) {
-	tpbRaw, tpbSent := ch.tpb, ch.tpb
-	if res.Tokens.Status.Measured() && res.RawBytes > 0 && res.SentBytes > 0 {
-		tpbRaw = float64(res.Tokens.Raw) / float64(res.RawBytes)
-		tpbSent = float64(res.Tokens.Sent) / float64(res.SentBytes)
-	}
+	tpbRaw, tpbSent := ch.tpbs(res, res.RawBytes, res.SentBytes)
 	res.CostRaw = ch.price(costPlan{total: ch.orig.total, cached: ch.rawCached}, tpbRaw)
+	res.CostHorizon = ch.horizon
+	res.CostHorizonRaw = ch.expected(ch.orig, tpbRaw)
 	sent, tpb := ch.orig, tpbRaw
 	if accepted {
 		sent, tpb = ch.sent, tpbSent
 	}
 	res.CostSent = ch.price(sent, tpb)
+	res.CostHorizonSent = ch.expected(sent, tpb)
 	res.expectRead = ch.model.Cacheable(float64(sent.cached) * tpb)
 }
 
-// cheaper is the gate's third veto: the chosen plan's expected billed cost
-// must not exceed the original's. Measured token counts replace the byte
-// estimate on each side.
-func (ch *choice) cheaper(res *Result, rawLen, outLen int) bool {
-	tpbRaw, tpbSent := ch.tpb, ch.tpb
+// tpbs is the tokens per byte of the original (rawLen bytes) and of the
+// rewrite (outLen bytes): measured by the gate's token counts when it has
+// them, else the configured estimate.
+func (ch *choice) tpbs(res *Result, rawLen, outLen int) (raw, sent float64) {
 	if res.Tokens.Status.Measured() && res.Tokens.Raw > 0 && res.Tokens.Sent > 0 && rawLen > 0 && outLen > 0 {
-		tpbRaw = float64(res.Tokens.Raw) / float64(rawLen)
-		tpbSent = float64(res.Tokens.Sent) / float64(outLen)
+		return float64(res.Tokens.Raw) / float64(rawLen), float64(res.Tokens.Sent) / float64(outLen)
 	}
+	return ch.tpb, ch.tpb
+}
+
+// cheaper is the gate's third veto: the chosen plan's expected billed cost
+// must not exceed the original's, both over the same horizon (this request
+// plus ch.horizon following requests reading the prompt back), both from
+// the provider's cache as the conversation left it. Measured token counts
+// replace the byte estimate on each side.
+func (ch *choice) cheaper(res *Result, rawLen, outLen int) bool {
+	tpbRaw, tpbSent := ch.tpbs(res, rawLen, outLen)
 	return ch.expected(ch.sent, tpbSent) <= ch.expected(ch.orig, tpbRaw)
 }
 

@@ -145,6 +145,11 @@ type Config struct {
 	// MaxHorizon bounds how many following requests a rewrite of the
 	// cached prefix may pay back over; 0 means DefaultMaxHorizon.
 	MaxHorizon int
+	// LeaseMinChars is the smallest answered tool result (characters) a
+	// lease may receipt when the decision finds that it pays back, below
+	// the compiler's MinArtifactChars (from which results lease whatever
+	// the cost); 0 means DefaultLeaseMinChars. Only with the model on.
+	LeaseMinChars int
 	// Overrides of each family's figures. Fields, not a map, so a
 	// Config (and the compiler's Options holding it) stays comparable.
 	Anthropic, OpenAI, Other Overrides
@@ -174,12 +179,21 @@ const (
 	// only a rewrite that removes most of the prompt pays back that fast;
 	// the rest waits for a cold cache, where it costs nothing extra.
 	DefaultMaxHorizon = 4
+	// DefaultLeaseMinChars: a receipt with its recovery hint is 200-300
+	// bytes; from about 2000 characters a result's receipt saves most of
+	// it on every following request, and an agent's short outputs (a
+	// command's status, a small diff) stay inline, where the model reads
+	// them without a recovery round.
+	DefaultLeaseMinChars = 2000
 )
 
 // Validate reports a configuration value that makes no sense, naming it.
 func (c Config) Validate() error {
 	if c.BytesPerToken < 0 {
 		return fmt.Errorf("cost: bytes_per_token %v is negative", c.BytesPerToken)
+	}
+	if c.LeaseMinChars < 0 {
+		return fmt.Errorf("cost: lease_min_chars %d is negative", c.LeaseMinChars)
 	}
 	if c.MaxHorizon < 0 {
 		return fmt.Errorf("cost: max_horizon %d is negative", c.MaxHorizon)
@@ -202,6 +216,15 @@ func (c Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// LeaseMin is the smallest tool result (characters) a lease priced by the
+// decision may receipt.
+func (c Config) LeaseMin() int {
+	if c.LeaseMinChars <= 0 {
+		return DefaultLeaseMinChars
+	}
+	return c.LeaseMinChars
 }
 
 // Tokens estimates the tokens of n bytes.

@@ -45,6 +45,8 @@ func main() {
 	gap := flag.Duration("gap", 20*time.Second, "time between steps")
 	idle := flag.Duration("idle", 0, "an idle gap inserted every -idle_every steps (e.g. past the cache TTL)")
 	idleEvery := flag.Int("idle_every", 0, "steps between idle gaps (0: none)")
+	leaseMin := flag.Int("lease_min_chars", 0, "smallest result a lease priced by the cost decision may receipt (0: the default)")
+	horizon := flag.Int("horizon", 0, "cost horizon bound (0: the default)")
 	trace := flag.Bool("trace", false, "print every step of the replayed sessions (compaction on) to stderr")
 	recoverEvery := flag.Int("recover_every", 0, "report recovery (recovery.go): the simulated model recovers every receipt of every n-th step (-1: report without recovering; 0: no report)")
 	flag.Parse()
@@ -93,6 +95,7 @@ func main() {
 	opts.InlineLeases = *leases
 	opts.Compaction.Enabled = *compaction
 	opts.Cost.Off = !*costOn
+	opts.Cost.LeaseMinChars, opts.Cost.MaxHorizon = *leaseMin, *horizon
 	off := opts
 	off.Compaction.Enabled = false
 	on, err := compiler.New(opts, store, counter)

@@ -28,7 +28,7 @@ func TestReplayBillsLikeTheSimulator(t *testing.T) {
 	s := fixtures.CorpusFile{Name: "three", Format: "anthropic_messages", Steps: true,
 		Requests: fixtures.Session(fixtures.SessionOptions{Format: "anthropic_messages", Steps: 3, PersonTurns: 1, OutputChars: 3000, Seed: 9, Client: "claude-code"})}
 	opts := DefaultOptions()
-	opts.MinArtifactChars, opts.Compaction.Enabled = 1000000, false
+	opts.MinArtifactChars, opts.Cost.LeaseMinChars, opts.Compaction.Enabled = 1000000, 1000000, false
 	c, err := compiler.New(opts, compilertest.NewMemStore(), nil)
 	if err != nil {
 		t.Fatal(err)
