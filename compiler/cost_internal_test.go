@@ -2,6 +2,7 @@ package compiler
 
 import (
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/tokenterminator/caddy-token-terminator/cost"
@@ -66,15 +67,65 @@ func TestCacheStateRoundTrip(t *testing.T) {
 	}
 }
 
+// The breakpoints survive the encoding; a version 1 state (no breakpoint
+// list) still reads, as automatic caching; a breakpoint past the segments
+// is refused.
+func TestCacheStateBreakpoints(t *testing.T) {
+	s := cacheState{steps: 2, at: 5, aligned: 4, head: 9, segs: []seg{{fp: 1, end: 10}, {fp: 2, end: 20}, {fp: 3, end: 30}, {fp: 4, end: 40}},
+		bps: []bool{true, false, false, true}, tool: true}
+	got, err := parseCacheState(s.encode())
+	if err != nil || !slices.Equal(got.bps, s.bps) || !got.tool || len(got.segs) != 4 {
+		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+	none := cacheState{steps: 2, segs: s.segs}
+	b := none.encode()
+	if got, err := parseCacheState(b); err != nil || got.bps != nil {
+		t.Fatalf("no breakpoints: %+v, %v", got, err)
+	}
+	// Version 1 is version 2 without the breakpoint count.
+	v1 := append([]byte{cacheStateV1}, b[1:len(b)-1]...)
+	if got, err := parseCacheState(v1); err != nil || got.bps != nil || len(got.segs) != 4 {
+		t.Fatalf("version 1: %+v, %v", got, err)
+	}
+	bad := append(b[:len(b)-1:len(b)-1], 1, 4) // one breakpoint, at segment 4 of 0..3
+	if _, err := parseCacheState(bad); err == nil {
+		t.Fatal("a breakpoint past the segments was accepted")
+	}
+}
+
+// cachedPrefix: automatic caching holds the longest common prefix of
+// segments; with breakpoints only up to the last common segment where the
+// previous prompt had one.
+func TestCachedPrefixBreakpoints(t *testing.T) {
+	prev := []seg{{fp: 1, end: 100}, {fp: 2, end: 300}, {fp: 3, end: 600}, {fp: 4, end: 900}}
+	cur := []seg{{fp: 1, end: 100}, {fp: 2, end: 300}, {fp: 3, end: 600}, {fp: 5, end: 700}, {fp: 6, end: 800}}
+	for _, tt := range []struct {
+		name string
+		bps  []bool
+		want int
+	}{
+		{"automatic", nil, 600},
+		{"system and newest", []bool{true, false, false, true}, 100},
+		{"two moving", []bool{true, false, true, true}, 600},
+		{"none common", []bool{false, false, false, true}, 0},
+	} {
+		if got := cachedPrefix(prev, tt.bps, cur); got != tt.want {
+			t.Errorf("%s: cachedPrefix = %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}
+
 func FuzzCacheState(f *testing.F) {
 	f.Add((&cacheState{steps: 1, segs: []seg{{1, 2}}}).encode())
+	f.Add((&cacheState{steps: 1, segs: []seg{{1, 2}, {3, 4}}, bps: []bool{false, true}}).encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := parseCacheState(b)
 		if err != nil {
 			return
 		}
 		again, err := parseCacheState(s.encode())
-		if err != nil || again.steps != s.steps || len(again.segs) != len(s.segs) || len(again.receipted) != len(s.receipted) {
+		if err != nil || again.steps != s.steps || len(again.segs) != len(s.segs) || len(again.receipted) != len(s.receipted) ||
+			!slices.Equal(again.bps, s.bps) {
 			t.Fatalf("re-encoding changed the state: %v", err)
 		}
 	})
