@@ -34,7 +34,24 @@ type cacheState struct {
 	// entry. nil for automatic prefix caching (every prefix is an entry),
 	// and for states recorded before it (version 1), read the same way.
 	bps []bool
+	// older are the cache entries earlier forwarded prompts wrote at their
+	// breakpoints that may still be live (a provider that caches only at
+	// breakpoints reads any of them, not only the last prompt's): each the
+	// fingerprint of the prompt up to the breakpoint, and when it was last
+	// written or read. At most maxOlderEntries, the most recent.
+	older []entryRef
 }
+
+// entryRef is a cache entry at a breakpoint: the fingerprint of the
+// rendered prompt up to it (a seg's fp) and its last use.
+type entryRef struct {
+	fp uint64
+	at int64
+}
+
+// maxOlderEntries bounds cacheState.older: the entries of the last few
+// requests are the ones a new request may still extend.
+const maxOlderEntries = 8
 
 // seg is one rendered segment: a fingerprint of the rendered prompt up to
 // and including it (so equal fingerprints mean an equal prefix), and the
@@ -86,6 +103,11 @@ func (s *cacheState) encode() []byte {
 			b = binary.AppendUvarint(b, uint64(i-last))
 			last = i
 		}
+	}
+	b = binary.AppendUvarint(b, uint64(len(s.older)))
+	for _, e := range s.older {
+		b = binary.LittleEndian.AppendUint64(b, e.fp)
+		b = binary.AppendVarint(b, e.at)
 	}
 	if s.tool {
 		b = append(b, 1)
@@ -173,6 +195,13 @@ func parseCacheState(b []byte) (*cacheState, error) {
 				at += int(d)
 				s.bps[at] = true
 			}
+		}
+		k = uv()
+		if bad || k > maxOlderEntries {
+			return nil, errCacheState
+		}
+		for j := uint64(0); j < k; j++ {
+			s.older = append(s.older, entryRef{fp: u64(), at: sv()})
 		}
 	}
 	if len(b) == 1 && b[0] == 1 {

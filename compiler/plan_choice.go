@@ -2,6 +2,7 @@ package compiler
 
 import (
 	"bytes"
+	"cmp"
 	"slices"
 	"time"
 
@@ -144,8 +145,71 @@ func (ch *choice) costOf(segs []seg) costPlan {
 	cp := costPlan{total: segs[len(segs)-1].end}
 	if ch.warm {
 		cp.cached = cachedPrefix(ch.prev.segs, ch.prev.bps, segs)
+		if ch.marked != nil {
+			// An earlier prompt's entry, still live, may reach further.
+			for _, s := range segs[:len(segs)-1] {
+				if s.end > cp.cached && ch.liveEntry(s.fp) {
+					cp.cached = s.end
+				}
+			}
+		}
 	}
 	return cp
+}
+
+// liveEntry reports whether fp is the prefix of a cache entry an earlier
+// prompt wrote at a breakpoint that the TTL has not expired yet.
+func (ch *choice) liveEntry(fp uint64) bool {
+	for _, e := range ch.prev.older {
+		if e.fp == fp && ch.now.Sub(time.Unix(0, e.at)) <= ch.model.TTL {
+			return true
+		}
+	}
+	return false
+}
+
+// olderEntries are the breakpoint entries to record with what goes out at
+// ch.now: the previous prompt's and the earlier ones still live, those the
+// prompt being sent (segs) reads refreshed, newest first, at most
+// maxOlderEntries. The prompt's own breakpoints are in its segments.
+func (ch *choice) olderEntries(segs []seg, bps []bool) []entryRef {
+	if ch.prev == nil || ch.marked == nil {
+		return nil
+	}
+	var out []entryRef
+	seen := func(fp uint64) bool {
+		if slices.ContainsFunc(out, func(e entryRef) bool { return e.fp == fp }) {
+			return true
+		}
+		for i, s := range segs {
+			if s.fp == fp && i < len(bps) && bps[i] {
+				return true // the new prompt's own breakpoint
+			}
+		}
+		return false
+	}
+	add := func(e entryRef) {
+		if ch.now.Sub(time.Unix(0, e.at)) > ch.model.TTL || seen(e.fp) {
+			return
+		}
+		if slices.ContainsFunc(segs, func(s seg) bool { return s.fp == e.fp }) {
+			e.at = ch.now.UnixNano() // read by this prompt: refreshed
+		}
+		out = append(out, e)
+	}
+	for i := len(ch.prev.segs) - 1; i >= 0; i-- {
+		if i < len(ch.prev.bps) && ch.prev.bps[i] {
+			add(entryRef{fp: ch.prev.segs[i].fp, at: ch.prev.at})
+		}
+	}
+	for _, e := range ch.prev.older {
+		add(e)
+	}
+	slices.SortStableFunc(out, func(a, b entryRef) int { return cmp.Compare(b.at, a.at) })
+	if len(out) > maxOlderEntries {
+		out = out[:maxOlderEntries]
+	}
+	return out
 }
 
 // planned makes the decisions of one variant on a fresh copy of base.
@@ -226,5 +290,6 @@ func (ch *choice) state(p *plan, forwarded bool) []byte {
 		slices.Sort(st.receipted)
 		st.receipted = slices.Compact(st.receipted)
 	}
+	st.older = ch.olderEntries(st.segs, st.bps)
 	return st.encode()
 }
