@@ -3,8 +3,8 @@ package compiler
 import (
 	"math"
 	"slices"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/cost"
 )
