@@ -57,8 +57,13 @@ type choice struct {
 // costPlan is a plan's rendered size and cached prefix, in bytes.
 type costPlan struct{ total, cached int }
 
+// expected is a plan's expected billed cost over the chosen plan's horizon.
 func (ch *choice) expected(cp costPlan, tpb float64) float64 {
-	return ch.model.Expected(cost.Plan{Tokens: float64(cp.total) * tpb, Cached: float64(cp.cached) * tpb}, ch.horizon)
+	return ch.expectedOver(cp, tpb, ch.horizon)
+}
+
+func (ch *choice) expectedOver(cp costPlan, tpb, horizon float64) float64 {
+	return ch.model.Expected(cost.Plan{Tokens: float64(cp.total) * tpb, Cached: float64(cp.cached) * tpb}, horizon)
 }
 
 func (ch *choice) price(cp costPlan, tpb float64) float64 {
@@ -105,7 +110,11 @@ func (c *Compiler) choose(base *plan, format string, req Request) (*plan, *choic
 		steps = ch.prev.steps
 		ch.warm = ch.now.Sub(ch.prev.time()) <= ch.model.TTL && !c.usage.cold(req.Scope, base.lineage.Ancestor, ch.model)
 	}
-	ch.horizon = c.opts.Cost.Horizon(steps)
+	foldHorizon, receiptHorizon := c.opts.Cost.Horizon(steps), c.opts.Cost.ReceiptHorizon(steps)
+	prevAligned := 0
+	if ch.prev != nil {
+		prevAligned = ch.prev.aligned
+	}
 
 	variants := []variant{{aligned: cur}}
 	if ch.prev != nil {
@@ -119,8 +128,22 @@ func (c *Compiler) choose(base *plan, format string, req Request) (*plan, *choic
 	if ch.warm && ch.prev.head == base.head && base.lineage.Length < len(ch.segs) {
 		ch.rawCached = ch.segs[base.lineage.Length].end
 	}
-	var best *plan
-	var bestCost float64
+	// Receipts stay for the rest of the conversation: every plan is judged
+	// over the receipt horizon by what it saves against the original. A
+	// plan that moves the fold boundary must also beat the best plan that
+	// does not over the fold horizon (cost_horizon): its boundary moves
+	// again a few turns later, rewriting the prompt once more.
+	type judged struct {
+		p                 *plan
+		cp                costPlan
+		segs              []seg
+		bps               []bool
+		overRecv, overFld float64 // saving against the original (negative: cheaper) over each horizon
+	}
+	rel := func(cp costPlan, h float64) float64 {
+		return ch.expectedOver(cp, ch.tpb, h) - ch.expectedOver(ch.orig, ch.tpb, h)
+	}
+	var best, bestFold *judged
 	rewrites := false
 	for _, v := range variants {
 		p := c.planned(base, v, ch.prev)
@@ -128,13 +151,22 @@ func (c *Compiler) choose(base *plan, format string, req Request) (*plan, *choic
 		segs, bps := p.rendered(true, ch.marked)
 		cp := ch.costOf(segs)
 		rewrites = rewrites || len(p.edits) > 0
+		j := &judged{p: p, cp: cp, segs: segs, bps: bps, overRecv: rel(cp, receiptHorizon), overFld: rel(cp, foldHorizon)}
 		// Strictly cheaper wins: ties keep the earlier (fuller) plan.
-		if e := ch.expected(cp, ch.tpb); best == nil || e < bestCost {
-			best, bestCost, ch.sent, ch.sentSegs, ch.sentBP = p, e, cp, segs, bps
+		if len(p.folds()) > 0 && v.aligned > prevAligned {
+			if bestFold == nil || j.overRecv < bestFold.overRecv {
+				bestFold = j
+			}
+		} else if best == nil || j.overRecv < best.overRecv {
+			best = j
 		}
 	}
-	ch.declined = rewrites && len(best.edits) == 0
-	return best, ch
+	if best == nil || (bestFold != nil && bestFold.overRecv < best.overRecv && bestFold.overFld < best.overFld) {
+		best = bestFold
+	}
+	ch.horizon, ch.sent, ch.sentSegs, ch.sentBP = receiptHorizon, best.cp, best.segs, best.bps
+	ch.declined = rewrites && len(best.p.edits) == 0
+	return best.p, ch
 }
 
 // costOf sizes rendered segments and finds the cached prefix among them.
