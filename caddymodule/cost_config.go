@@ -25,8 +25,10 @@ type CostSettings struct {
 	// Decide by expected billed cost (on), or by bytes and tokens only
 	// (off). Default: on.
 	CostModel *bool `json:"cost_model,omitempty"`
-	// Most following requests a rewrite of the cached prefix may pay back
-	// over (at least 1). Default: cost.DefaultMaxHorizon.
+	// Most following requests a move of the fold boundary (a rewrite of
+	// the cached prefix) may pay back over, at least 1; receipts pay back
+	// over at least cost.DefaultReceiptHorizon. Default:
+	// cost.DefaultMaxHorizon.
 	CostHorizon *int `json:"cost_horizon,omitempty"`
 	// Bytes per token where no tokenizer counts them (positive). Default:
 	// cost.DefaultBytesPerToken.

@@ -24,7 +24,12 @@ import (
 //
 // Rewriting a cached prefix pays once (cache writes instead of reads) and
 // saves on every following request; it is chosen when it pays back within
-// the horizon, and always when the cache is cold.
+// the horizon, and always when the cache is cold. Receipts stay for the
+// rest of the conversation (the receipt horizon, at least 8 requests); a
+// fold boundary moves again a few turns later, so a plan that moves it
+// must also pay back within the fold horizon (cost_horizon). A tool
+// introduction cost (the recovery tool appended to tools, which renders
+// first) belongs in the variant loop of choose, on the plan's segments.
 type variant struct {
 	aligned int  // compaction boundary in turns
 	replay  bool // replay the previous request's receipts
@@ -34,7 +39,7 @@ type variant struct {
 // record.
 type choice struct {
 	model   cost.Model
-	horizon float64
+	horizon float64 // the receipt horizon: the third veto's and the reported figures'
 	tpb     float64 // estimated tokens per byte
 	now     time.Time
 	prev    *cacheState // nil when no state was recorded or it is unreadable

@@ -142,8 +142,9 @@ type Config struct {
 	// BytesPerToken estimates tokens from bytes where no tokenizer counts
 	// them; 0 means DefaultBytesPerToken.
 	BytesPerToken float64
-	// MaxHorizon bounds how many following requests a rewrite of the
-	// cached prefix may pay back over; 0 means DefaultMaxHorizon.
+	// MaxHorizon bounds how many following requests a move of the fold
+	// boundary may pay back over (receipts: ReceiptHorizon); 0 means
+	// DefaultMaxHorizon.
 	MaxHorizon int
 	// LeaseMinChars is the smallest answered tool result (characters) a
 	// lease may receipt when the decision finds that it pays back, below
