@@ -25,12 +25,19 @@ type CostSettings struct {
 	// Decide by expected billed cost (on), or by bytes and tokens only
 	// (off). Default: on.
 	CostModel *bool `json:"cost_model,omitempty"`
-	// Most following requests a rewrite of the cached prefix may pay back
-	// over (at least 1). Default: cost.DefaultMaxHorizon.
+	// Most following requests a move of the fold boundary (a rewrite of
+	// the cached prefix) may pay back over, at least 1; receipts pay back
+	// over at least cost.DefaultReceiptHorizon. Default:
+	// cost.DefaultMaxHorizon.
 	CostHorizon *int `json:"cost_horizon,omitempty"`
 	// Bytes per token where no tokenizer counts them (positive). Default:
 	// cost.DefaultBytesPerToken.
 	CostBytesPerToken *float64 `json:"cost_bytes_per_token,omitempty"`
+	// Smallest answered tool result (characters) a lease may receipt when
+	// the cost decision finds it pays back; results of min_artifact_chars
+	// or more lease whatever the cost. At least 1. Default:
+	// cost.DefaultLeaseMinChars.
+	CostLeaseMinChars *int `json:"cost_lease_min_chars,omitempty"`
 	// Price and cache figures per provider family: anthropic, openai or
 	// other. Unset figures keep the published defaults.
 	CostPrices map[string]CostPrices `json:"cost_prices,omitempty"`
@@ -65,6 +72,12 @@ func (c *CostSettings) costConfig() (cost.Config, error) {
 			return cfg, fmt.Errorf("cost_horizon must be at least 1, got %d", *c.CostHorizon)
 		}
 		cfg.MaxHorizon = *c.CostHorizon
+	}
+	if c.CostLeaseMinChars != nil {
+		if *c.CostLeaseMinChars < 1 {
+			return cfg, fmt.Errorf("cost_lease_min_chars must be at least 1, got %d", *c.CostLeaseMinChars)
+		}
+		cfg.LeaseMinChars = *c.CostLeaseMinChars
 	}
 	if c.CostBytesPerToken != nil {
 		if v := *c.CostBytesPerToken; !(v > 0) || math.IsInf(v, 0) {
@@ -101,6 +114,7 @@ func familyNames() string {
 func init() {
 	subdirectives["cost_model"] = func(t *Handler, v string) error { return setOnOff(&t.CostModel, v) }
 	subdirectives["cost_horizon"] = func(t *Handler, v string) error { return setInt(&t.CostHorizon, v, 1) }
+	subdirectives["cost_lease_min_chars"] = func(t *Handler, v string) error { return setInt(&t.CostLeaseMinChars, v, 1) }
 	subdirectives["cost_bytes_per_token"] = func(t *Handler, v string) error { return setPositiveFloat(&t.CostBytesPerToken, v) }
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/cost"
 )
 
@@ -39,6 +40,8 @@ func TestCostCaddyfile(t *testing.T) {
 		{name: "empty block", input: "token_terminator {\ncost_prices openai {\n}\n}", want: `{"cost_prices":{"openai":{}}}`},
 		{name: "bad switch", input: "token_terminator {\ncost_model maybe\n}", err: "cost_model: want on or off, got 'maybe'"},
 		{name: "zero horizon", input: "token_terminator {\ncost_horizon 0\n}", err: "cost_horizon: must be at least 1, got 0"},
+		{name: "lease min", input: "token_terminator {\ncost_lease_min_chars 1500\n}", want: `{"cost_lease_min_chars":1500}`},
+		{name: "zero lease min", input: "token_terminator {\ncost_lease_min_chars 0\n}", err: "cost_lease_min_chars: must be at least 1, got 0"},
 		{name: "negative bytes per token", input: "token_terminator {\ncost_bytes_per_token -1\n}", err: "cost_bytes_per_token: must be positive, got '-1'"},
 		{name: "bytes per token not a number", input: "token_terminator {\ncost_bytes_per_token four\n}", err: "cost_bytes_per_token: not a number: 'four'"},
 		{name: "unknown family", input: "token_terminator {\ncost_prices gemini {\ncache_read 0.1\n}\n}", err: "unknown family 'gemini' (want anthropic, openai, other)"},
@@ -98,6 +101,9 @@ func TestCostSettingsMapping(t *testing.T) {
 		{name: "zero ttl", json: `{"cost_prices":{"anthropic":{"ttl":0}}}`, err: "cost: anthropic ttl 0s is not positive"},
 		{name: "zero granularity", json: `{"cost_prices":{"openai":{"granularity":0}}}`, err: "cost: openai granularity 0 is below 1"},
 		{name: "zero horizon", json: `{"cost_horizon":0}`, err: "cost_horizon must be at least 1, got 0"},
+		{name: "lease min", json: `{"cost_lease_min_chars":3000}`, check: func(c cost.Config) bool { return c.LeaseMin() == 3000 }},
+		{name: "lease min default", json: `{}`, check: func(c cost.Config) bool { return c.LeaseMin() == cost.DefaultLeaseMinChars }},
+		{name: "zero lease min", json: `{"cost_lease_min_chars":0}`, err: "cost_lease_min_chars must be at least 1, got 0"},
 		{name: "zero bytes per token", json: `{"cost_bytes_per_token":0}`, err: "cost_bytes_per_token must be positive, got 0"},
 	}
 	for _, tt := range tests {
@@ -159,5 +165,26 @@ func TestCostCompilerKeyByValue(t *testing.T) {
 	}
 	if n, _ := app.shared.compilers.References(key(hs[2])); n != 1 {
 		t.Fatalf("compiler of other prices has %d users, want 1", n)
+	}
+}
+
+// The header carries this request's cost figures and the third veto's
+// horizon figures, named apart: an accepted request may cost more now
+// than the original (cost_sent > cost_raw) while the horizon figures show
+// it cheaper; without a cost model neither appears.
+func TestCostHeaderFigures(t *testing.T) {
+	for _, tt := range []struct {
+		rep  report
+		want string
+	}{
+		{report{decision: compiler.Accepted, rawBytes: 10, sentBytes: 5, receipts: 1,
+			costRaw: 100, costSent: 120.4, costHorizonRaw: 500, costHorizonSent: 450.6, costHorizon: 4},
+			"accepted; raw_bytes=10; sent_bytes=5; receipts=1; tokens=none; cost_raw=100; cost_sent=120; cost_horizon_raw=500; cost_horizon_sent=451"},
+		{report{decision: compiler.Accepted, rawBytes: 10, sentBytes: 5, receipts: 1},
+			"accepted; raw_bytes=10; sent_bytes=5; receipts=1; tokens=none"},
+	} {
+		if got := tt.rep.header(); got != tt.want {
+			t.Errorf("got  %q\nwant %q", got, tt.want)
+		}
 	}
 }

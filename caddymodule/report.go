@@ -31,6 +31,9 @@ type report struct {
 	// Expected billed input cost (base-input-token units) of the original
 	// and of what was sent; zero when not modelled.
 	costRaw, costSent float64
+	// The same over the decision's horizon (the third veto's figures:
+	// compiler.Result.CostHorizonRaw/CostHorizonSent) and its length.
+	costHorizonRaw, costHorizonSent, costHorizon float64
 
 	read, parse, vault, compile, total time.Duration
 
@@ -64,6 +67,7 @@ func (rep *report) fromResult(res compiler.Result, raw, sent int64, mode compile
 	rep.sentBytes = sent
 	rep.receipts = res.Receipts
 	rep.costRaw, rep.costSent = res.CostRaw, res.CostSent
+	rep.costHorizonRaw, rep.costHorizonSent, rep.costHorizon = res.CostHorizonRaw, res.CostHorizonSent, res.CostHorizon
 	rep.folded = res.Folded
 	rep.detail = res.Detail
 	rep.slots = res.Slots
@@ -100,7 +104,12 @@ func (rep *report) decisionString() string {
 
 // header renders the Token-Terminator response header value:
 //
-//	<decision>; raw_bytes=N; sent_bytes=N; receipts=N[; raw_tokens=N; sent_tokens=N[; tokens=estimate]][; cost_raw=N; cost_sent=N]
+//	<decision>; raw_bytes=N; sent_bytes=N; receipts=N[; raw_tokens=N; sent_tokens=N[; tokens=estimate]][; cost_raw=N; cost_sent=N; cost_horizon_raw=N; cost_horizon_sent=N]
+//
+// cost_raw/cost_sent are this request's expected billed cost (the original
+// as if the conversation had gone out raw, and what was sent);
+// cost_horizon_raw/cost_horizon_sent are the third veto's: the original and
+// what was sent over the decision's horizon, from the cache as it is.
 //
 // or with "; tokens=none" / "; tokens=budget" when no count applies.
 // Byte counts of a streamed body of unknown length are omitted.
@@ -137,6 +146,10 @@ func (rep *report) header() string {
 		b.WriteString(strconv.FormatFloat(rep.costRaw, 'f', 0, 64))
 		b.WriteString("; cost_sent=")
 		b.WriteString(strconv.FormatFloat(rep.costSent, 'f', 0, 64))
+		b.WriteString("; cost_horizon_raw=")
+		b.WriteString(strconv.FormatFloat(rep.costHorizonRaw, 'f', 0, 64))
+		b.WriteString("; cost_horizon_sent=")
+		b.WriteString(strconv.FormatFloat(rep.costHorizonSent, 'f', 0, 64))
 	}
 	rep.recovery.header(&b)
 	return b.String()
@@ -202,7 +215,9 @@ func (rep *report) fields() []zap.Field {
 	}
 	f = append(f, usageFields(rep.usage)...)
 	if rep.costRaw > 0 {
-		f = append(f, zap.Float64("cost_raw", rep.costRaw), zap.Float64("cost_sent", rep.costSent))
+		f = append(f, zap.Float64("cost_raw", rep.costRaw), zap.Float64("cost_sent", rep.costSent),
+			zap.Float64("cost_horizon_raw", rep.costHorizonRaw), zap.Float64("cost_horizon_sent", rep.costHorizonSent),
+			zap.Float64("cost_horizon", rep.costHorizon))
 	}
 	f = append(f, rep.recovery.fields()...)
 	if rep.committed {

@@ -239,6 +239,16 @@ type Result struct {
 	usageKey   string  // the forwarded request's conversation node, for ObserveUsage
 	expectRead float64 // tokens the decision expected the provider to read from its cache
 
+	// The third veto's figures (plan_choice.go): the expected billed cost
+	// of forwarding the original and of what was sent, each with the
+	// provider's cache as the conversation left it, over the same horizon:
+	// this request plus reading its prompt back on each of the CostHorizon
+	// following requests (what those add is the same for both, so it is
+	// left out). A rewrite goes out only if CostHorizonSent <=
+	// CostHorizonRaw; on pass-through the two are equal.
+	CostHorizonRaw, CostHorizonSent float64
+	CostHorizon                     float64
+
 	Parse, Vault, Total time.Duration
 
 	// Commit writes the lineage record of the request (its inline

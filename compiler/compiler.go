@@ -293,8 +293,12 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Resu
 	}
 	res.Model = d.model
 	p := &plan{d: d.doc, recovery: c.opts.Recovery}
+	minChars := c.opts.MinArtifactChars
+	if !c.opts.Cost.Off {
+		minChars = min(minChars, c.opts.Cost.LeaseMin()) // the bill decides on the smaller ones (plan_choice.go)
+	}
 	for _, s := range d.slots {
-		ok := s.text.chars >= c.opts.MinArtifactChars && s.text.chars <= c.opts.MaxArtifactChars
+		ok := s.text.chars >= minChars && s.text.chars <= c.opts.MaxArtifactChars
 		p.eligible = append(p.eligible, ok)
 		if ok {
 			res.Slots++

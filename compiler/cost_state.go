@@ -1,6 +1,7 @@
 package compiler
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
@@ -28,7 +29,29 @@ type cacheState struct {
 	// later rewrite carries it too (sticky). Encoded as an optional
 	// trailing byte, so states recorded before it read as false.
 	tool bool
+	// bps marks, per segment, a cache_control breakpoint at its end: where
+	// a provider that caches only at breakpoints (Anthropic) wrote a cache
+	// entry. nil for automatic prefix caching (every prefix is an entry),
+	// and for states recorded before it (version 1), read the same way.
+	bps []bool
+	// older are the cache entries earlier forwarded prompts wrote at their
+	// breakpoints that may still be live (a provider that caches only at
+	// breakpoints reads any of them, not only the last prompt's): each the
+	// fingerprint of the prompt up to the breakpoint, and when it was last
+	// written or read. At most maxOlderEntries, the most recent.
+	older []entryRef
 }
+
+// entryRef is a cache entry at a breakpoint: the fingerprint of the
+// rendered prompt up to it (a seg's fp) and its last use.
+type entryRef struct {
+	fp uint64
+	at int64
+}
+
+// maxOlderEntries bounds cacheState.older: the entries of the last few
+// requests are the ones a new request may still extend.
+const maxOlderEntries = 8
 
 // seg is one rendered segment: a fingerprint of the rendered prompt up to
 // and including it (so equal fingerprints mean an equal prefix), and the
@@ -38,13 +61,18 @@ type seg struct {
 	end int
 }
 
-const cacheStateV1 = 1
+// Encoding versions: 2 adds the breakpoint list after the receipted
+// digests; 1 is still read (as a state without breakpoints).
+const (
+	cacheStateV1 = 1
+	cacheStateV2 = 2
+)
 
 var errCacheState = errors.New("compiler: bad cache state")
 
 func (s *cacheState) encode() []byte {
 	b := make([]byte, 0, 40+len(s.segs)*12+len(s.receipted)*8)
-	b = append(b, cacheStateV1)
+	b = append(b, cacheStateV2)
 	b = binary.AppendUvarint(b, uint64(s.steps))
 	b = binary.AppendVarint(b, s.at)
 	b = binary.AppendVarint(b, int64(s.aligned))
@@ -59,6 +87,27 @@ func (s *cacheState) encode() []byte {
 	b = binary.AppendUvarint(b, uint64(len(s.receipted)))
 	for _, r := range s.receipted {
 		b = binary.LittleEndian.AppendUint64(b, r)
+	}
+	// The breakpoints as ascending segment indexes, delta-coded: a count
+	// of 0 and no breakpoint list (automatic caching) read back the same.
+	n := 0
+	for _, bp := range s.bps {
+		if bp {
+			n++
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(n))
+	last := 0
+	for i, bp := range s.bps {
+		if bp {
+			b = binary.AppendUvarint(b, uint64(i-last))
+			last = i
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(len(s.older)))
+	for _, e := range s.older {
+		b = binary.LittleEndian.AppendUint64(b, e.fp)
+		b = binary.AppendVarint(b, e.at)
 	}
 	if s.tool {
 		b = append(b, 1)
@@ -77,9 +126,10 @@ func decodeCacheState(b []byte) *cacheState {
 }
 
 func parseCacheState(b []byte) (*cacheState, error) {
-	if len(b) == 0 || b[0] != cacheStateV1 {
+	if len(b) == 0 || (b[0] != cacheStateV1 && b[0] != cacheStateV2) {
 		return nil, errCacheState
 	}
+	version := b[0]
 	b = b[1:]
 	var bad bool
 	uv := func() uint64 {
@@ -128,6 +178,31 @@ func parseCacheState(b []byte) (*cacheState, error) {
 	s.receipted = make([]uint64, m)
 	for i := range s.receipted {
 		s.receipted[i] = u64()
+	}
+	if version >= cacheStateV2 {
+		k := uv()
+		if bad || k > uint64(len(s.segs)) {
+			return nil, errCacheState
+		}
+		if k > 0 {
+			s.bps = make([]bool, len(s.segs))
+			at := 0
+			for j := uint64(0); j < k; j++ {
+				d := uv()
+				if bad || (j > 0 && d == 0) || d >= uint64(len(s.segs)-at) {
+					return nil, errCacheState
+				}
+				at += int(d)
+				s.bps[at] = true
+			}
+		}
+		k = uv()
+		if bad || k > maxOlderEntries {
+			return nil, errCacheState
+		}
+		for j := uint64(0); j < k; j++ {
+			s.older = append(s.older, entryRef{fp: u64(), at: sv()})
+		}
 	}
 	if len(b) == 1 && b[0] == 1 {
 		s.tool, b = true, b[1:]
@@ -180,10 +255,15 @@ func headFingerprint(d *doc) (fp uint64, size int) {
 // segment: the head (tools), then every unit (system, messages or input
 // items) as the plan sends it. edited false renders the original. It needs
 // the conversation chain (a unit's identity); without one it returns nil.
-func (p *plan) rendered(edited bool) []seg {
+//
+// marked (nil for automatic prefix caching) holds, for the head and then
+// every unit, whether it carries a cache_control breakpoint; rendered
+// returns the breakpoint flag of each segment with it (nil when marked is
+// nil). A fold's summary carries none.
+func (p *plan) rendered(edited bool, marked []bool) ([]seg, []bool) {
 	d := p.d
 	if len(p.chain) != len(d.units) {
-		return nil
+		return nil, nil
 	}
 	head, size := p.head, p.headSize
 	delta := make([]int, len(d.units))
@@ -197,19 +277,27 @@ func (p *plan) rendered(edited bool) []seg {
 		}
 	}
 	out := make([]seg, 0, len(d.units)+1)
+	var bps []bool
+	if marked != nil {
+		bps = make([]bool, 0, len(d.units)+1)
+		bps = append(bps, marked[0])
+	}
 	fp, end := head, size
 	out = append(out, seg{fp, end})
 	unit := func(u int) {
 		fp = mix(mix(fp, short(p.chain[u])), marks[u])
 		end += unitSize(d.units[u]) + delta[u]
 		out = append(out, seg{fp, end})
+		if bps != nil {
+			bps = append(bps, marked[u+1])
+		}
 	}
 	cp := p.compaction
 	if !edited || cp == nil || len(cp.folds) == 0 {
 		for u := range d.units {
 			unit(u)
 		}
-		return out
+		return out, bps
 	}
 	for u := 0; u < cp.offset; u++ {
 		unit(u)
@@ -227,24 +315,46 @@ func (p *plan) rendered(edited bool) []seg {
 			fp = mix(mix(fp, 0xf01d), short(f.art.Digest))
 			end += f.size
 			out = append(out, seg{fp, end})
+			if bps != nil {
+				bps = append(bps, false)
+			}
 		default:
 			// A kept copy of a folded element's session context: its bytes
 			// are in its fold's size; it marks the fingerprint only.
 			fp = mix(mix(fp, 0x9ae), short(p.chain[cp.offset+preambleIndex(k)]))
 		}
 	}
-	return out
+	return out, bps
+}
+
+// breakpointMarks reports, for the head (tools) and then every unit,
+// whether it carries a cache_control marker: where a provider that caches
+// only at breakpoints writes its cache entries (at message granularity, as
+// cost.Render places them).
+func breakpointMarks(d *doc) []bool {
+	marked := make([]bool, len(d.units)+1)
+	if t := d.root.Get("tools"); t != nil {
+		marked[0] = bytes.Contains(t.Raw(d.src), cacheControl)
+	}
+	for u, n := range d.units {
+		marked[u+1] = bytes.Contains(n.Raw(d.src), cacheControl)
+	}
+	return marked
 }
 
 func unitSize(n *jsonv.Node) int { return n.End - n.Start }
 
 // cachedPrefix is how many rendered bytes of segs the provider's cache
 // holds, given the segments last forwarded: the longest common prefix of
-// segments.
-func cachedPrefix(prev, segs []seg) int {
+// segments. With breakpoints (prevBP not nil) the provider holds entries
+// only where the last forwarded prompt had one, so the prefix ends at the
+// last common segment that was a breakpoint.
+func cachedPrefix(prev []seg, prevBP []bool, segs []seg) int {
 	n := 0
 	for i := 0; i < len(prev) && i < len(segs) && prev[i].fp == segs[i].fp; i++ {
-		n = segs[i].end
+		if prevBP == nil || (i < len(prevBP) && prevBP[i]) {
+			n = segs[i].end
+		}
 	}
 	return n
 }

@@ -2,6 +2,7 @@ package compiler
 
 import (
 	"bytes"
+	"cmp"
 	"slices"
 	"time"
 
@@ -23,7 +24,12 @@ import (
 //
 // Rewriting a cached prefix pays once (cache writes instead of reads) and
 // saves on every following request; it is chosen when it pays back within
-// the horizon, and always when the cache is cold.
+// the horizon, and always when the cache is cold. Receipts stay for the
+// rest of the conversation (the receipt horizon, at least 8 requests); a
+// fold boundary moves again a few turns later, so a plan that moves it
+// must also pay back within the fold horizon (cost_horizon). A tool
+// introduction cost (the recovery tool appended to tools, which renders
+// first) belongs in the variant loop of choose, on the plan's segments.
 type variant struct {
 	aligned int  // compaction boundary in turns
 	replay  bool // replay the previous request's receipts
@@ -33,7 +39,7 @@ type variant struct {
 // record.
 type choice struct {
 	model   cost.Model
-	horizon float64
+	horizon float64 // the receipt horizon: the third veto's and the reported figures'
 	tpb     float64 // estimated tokens per byte
 	now     time.Time
 	prev    *cacheState // nil when no state was recorded or it is unreadable
@@ -45,14 +51,24 @@ type choice struct {
 	orig, sent costPlan
 	segs       []seg // rendered segments of the original, and of the chosen plan
 	sentSegs   []seg
-	rawCached  int // bytes a provider would hold had every request gone out raw
+	// With breakpoints (Anthropic): per head and unit, whether it carries
+	// a cache_control marker, and per segment of the original and of the
+	// chosen plan whether one ends there. nil for automatic caching.
+	marked         []bool
+	segsBP, sentBP []bool
+	rawCached      int // bytes a provider would hold had every request gone out raw
 }
 
 // costPlan is a plan's rendered size and cached prefix, in bytes.
 type costPlan struct{ total, cached int }
 
+// expected is a plan's expected billed cost over the chosen plan's horizon.
 func (ch *choice) expected(cp costPlan, tpb float64) float64 {
-	return ch.model.Expected(cost.Plan{Tokens: float64(cp.total) * tpb, Cached: float64(cp.cached) * tpb}, ch.horizon)
+	return ch.expectedOver(cp, tpb, ch.horizon)
+}
+
+func (ch *choice) expectedOver(cp costPlan, tpb, horizon float64) float64 {
+	return ch.model.Expected(cost.Plan{Tokens: float64(cp.total) * tpb, Cached: float64(cp.cached) * tpb}, horizon)
 }
 
 func (ch *choice) price(cp costPlan, tpb float64) float64 {
@@ -85,6 +101,9 @@ func (c *Compiler) choose(base *plan, format string, req Request) (*plan, *choic
 			ch.model = ch.model.Uncached() // no breakpoint: the provider caches nothing
 		case bytes.Contains(d.src, oneHourTTL[0]) || bytes.Contains(d.src, oneHourTTL[1]):
 			ch.model.TTL, ch.model.CacheWrite = ch.model.TTL1h, ch.model.CacheWrite1h
+			ch.marked = breakpointMarks(d)
+		default:
+			ch.marked = breakpointMarks(d)
 		}
 	}
 	base.head, base.headSize = headFingerprint(d)
@@ -96,7 +115,11 @@ func (c *Compiler) choose(base *plan, format string, req Request) (*plan, *choic
 		steps = ch.prev.steps
 		ch.warm = ch.now.Sub(ch.prev.time()) <= ch.model.TTL && !c.usage.cold(req.Scope, base.lineage.Ancestor, ch.model)
 	}
-	ch.horizon = c.opts.Cost.Horizon(steps)
+	foldHorizon, receiptHorizon := c.opts.Cost.Horizon(steps), c.opts.Cost.ReceiptHorizon(steps)
+	prevAligned := 0
+	if ch.prev != nil {
+		prevAligned = ch.prev.aligned
+	}
 
 	variants := []variant{{aligned: cur}}
 	if ch.prev != nil {
@@ -105,27 +128,50 @@ func (c *Compiler) choose(base *plan, format string, req Request) (*plan, *choic
 		}
 		variants = append(variants, variant{aligned: min(ch.prev.aligned, cur), replay: true})
 	}
-	ch.segs = base.rendered(false)
+	ch.segs, ch.segsBP = base.rendered(false, ch.marked)
 	ch.orig = ch.costOf(ch.segs)
 	if ch.warm && ch.prev.head == base.head && base.lineage.Length < len(ch.segs) {
 		ch.rawCached = ch.segs[base.lineage.Length].end
 	}
-	var best *plan
-	var bestCost float64
+	// Receipts stay for the rest of the conversation: every plan is judged
+	// over the receipt horizon by what it saves against the original. A
+	// plan that moves the fold boundary must also beat the best plan that
+	// does not over the fold horizon (cost_horizon): its boundary moves
+	// again a few turns later, rewriting the prompt once more.
+	type judged struct {
+		p                 *plan
+		cp                costPlan
+		segs              []seg
+		bps               []bool
+		overRecv, overFld float64 // saving against the original (negative: cheaper) over each horizon
+	}
+	rel := func(cp costPlan, h float64) float64 {
+		return ch.expectedOver(cp, ch.tpb, h) - ch.expectedOver(ch.orig, ch.tpb, h)
+	}
+	var best, bestFold *judged
 	rewrites := false
 	for _, v := range variants {
 		p := c.planned(base, v, ch.prev)
 		p.choice = ch
-		segs := p.rendered(true)
+		segs, bps := p.rendered(true, ch.marked)
 		cp := ch.costOf(segs)
 		rewrites = rewrites || len(p.edits) > 0
+		j := &judged{p: p, cp: cp, segs: segs, bps: bps, overRecv: rel(cp, receiptHorizon), overFld: rel(cp, foldHorizon)}
 		// Strictly cheaper wins: ties keep the earlier (fuller) plan.
-		if e := ch.expected(cp, ch.tpb); best == nil || e < bestCost {
-			best, bestCost, ch.sent, ch.sentSegs = p, e, cp, segs
+		if len(p.folds()) > 0 && v.aligned > prevAligned {
+			if bestFold == nil || j.overRecv < bestFold.overRecv {
+				bestFold = j
+			}
+		} else if best == nil || j.overRecv < best.overRecv {
+			best = j
 		}
 	}
-	ch.declined = rewrites && len(best.edits) == 0
-	return best, ch
+	if best == nil || (bestFold != nil && bestFold.overRecv < best.overRecv && bestFold.overFld < best.overFld) {
+		best = bestFold
+	}
+	ch.horizon, ch.sent, ch.sentSegs, ch.sentBP = receiptHorizon, best.cp, best.segs, best.bps
+	ch.declined = rewrites && len(best.p.edits) == 0
+	return best.p, ch
 }
 
 // costOf sizes rendered segments and finds the cached prefix among them.
@@ -135,9 +181,72 @@ func (ch *choice) costOf(segs []seg) costPlan {
 	}
 	cp := costPlan{total: segs[len(segs)-1].end}
 	if ch.warm {
-		cp.cached = cachedPrefix(ch.prev.segs, segs)
+		cp.cached = cachedPrefix(ch.prev.segs, ch.prev.bps, segs)
+		if ch.marked != nil {
+			// An earlier prompt's entry, still live, may reach further.
+			for _, s := range segs[:len(segs)-1] {
+				if s.end > cp.cached && ch.liveEntry(s.fp) {
+					cp.cached = s.end
+				}
+			}
+		}
 	}
 	return cp
+}
+
+// liveEntry reports whether fp is the prefix of a cache entry an earlier
+// prompt wrote at a breakpoint that the TTL has not expired yet.
+func (ch *choice) liveEntry(fp uint64) bool {
+	for _, e := range ch.prev.older {
+		if e.fp == fp && ch.now.Sub(time.Unix(0, e.at)) <= ch.model.TTL {
+			return true
+		}
+	}
+	return false
+}
+
+// olderEntries are the breakpoint entries to record with what goes out at
+// ch.now: the previous prompt's and the earlier ones still live, those the
+// prompt being sent (segs) reads refreshed, newest first, at most
+// maxOlderEntries. The prompt's own breakpoints are in its segments.
+func (ch *choice) olderEntries(segs []seg, bps []bool) []entryRef {
+	if ch.prev == nil || ch.marked == nil {
+		return nil
+	}
+	var out []entryRef
+	seen := func(fp uint64) bool {
+		if slices.ContainsFunc(out, func(e entryRef) bool { return e.fp == fp }) {
+			return true
+		}
+		for i, s := range segs {
+			if s.fp == fp && i < len(bps) && bps[i] {
+				return true // the new prompt's own breakpoint
+			}
+		}
+		return false
+	}
+	add := func(e entryRef) {
+		if ch.now.Sub(time.Unix(0, e.at)) > ch.model.TTL || seen(e.fp) {
+			return
+		}
+		if slices.ContainsFunc(segs, func(s seg) bool { return s.fp == e.fp }) {
+			e.at = ch.now.UnixNano() // read by this prompt: refreshed
+		}
+		out = append(out, e)
+	}
+	for i := len(ch.prev.segs) - 1; i >= 0; i-- {
+		if i < len(ch.prev.bps) && ch.prev.bps[i] {
+			add(entryRef{fp: ch.prev.segs[i].fp, at: ch.prev.at})
+		}
+	}
+	for _, e := range ch.prev.older {
+		add(e)
+	}
+	slices.SortStableFunc(out, func(a, b entryRef) int { return cmp.Compare(b.at, a.at) })
+	if len(out) > maxOlderEntries {
+		out = out[:maxOlderEntries]
+	}
+	return out
 }
 
 // planned makes the decisions of one variant on a fresh copy of base.
@@ -161,45 +270,55 @@ func (c *Compiler) planned(base *plan, v variant, prev *cacheState) *plan {
 // a multiple of compactBlock, so it moves once every compactBlock turns.
 func alignedTurns(turns int) int { return turns / compactBlock * compactBlock }
 
-// costs fills the result's cost figures: the original's expected billed
-// cost as if every request had gone out raw, and that of what was sent. A
-// measured token count replaces the byte estimate.
+// costs fills the result's cost figures. This request: the original's
+// billed cost as if every request had gone out raw (CostRaw), and that of
+// what was sent (CostSent), which may exceed it when a plan pays back over
+// the horizon. Over the horizon: the third veto's figures
+// (CostHorizonRaw/CostHorizonSent), which never show a rewrite dearer
+// than the original. Measured token counts replace the byte estimate.
 func (ch *choice) costs(res *Result, accepted bool) {
-	tpbRaw, tpbSent := ch.tpb, ch.tpb
-	if res.Tokens.Status.Measured() && res.RawBytes > 0 && res.SentBytes > 0 {
-		tpbRaw = float64(res.Tokens.Raw) / float64(res.RawBytes)
-		tpbSent = float64(res.Tokens.Sent) / float64(res.SentBytes)
-	}
+	tpbRaw, tpbSent := ch.tpbs(res, res.RawBytes, res.SentBytes)
 	res.CostRaw = ch.price(costPlan{total: ch.orig.total, cached: ch.rawCached}, tpbRaw)
+	res.CostHorizon = ch.horizon
+	res.CostHorizonRaw = ch.expected(ch.orig, tpbRaw)
 	sent, tpb := ch.orig, tpbRaw
 	if accepted {
 		sent, tpb = ch.sent, tpbSent
 	}
 	res.CostSent = ch.price(sent, tpb)
+	res.CostHorizonSent = ch.expected(sent, tpb)
 	res.expectRead = ch.model.Cacheable(float64(sent.cached) * tpb)
 }
 
-// cheaper is the gate's third veto: the chosen plan's expected billed cost
-// must not exceed the original's. Measured token counts replace the byte
-// estimate on each side.
-func (ch *choice) cheaper(res *Result, rawLen, outLen int) bool {
-	tpbRaw, tpbSent := ch.tpb, ch.tpb
+// tpbs is the tokens per byte of the original (rawLen bytes) and of the
+// rewrite (outLen bytes): measured by the gate's token counts when it has
+// them, else the configured estimate.
+func (ch *choice) tpbs(res *Result, rawLen, outLen int) (raw, sent float64) {
 	if res.Tokens.Status.Measured() && res.Tokens.Raw > 0 && res.Tokens.Sent > 0 && rawLen > 0 && outLen > 0 {
-		tpbRaw = float64(res.Tokens.Raw) / float64(rawLen)
-		tpbSent = float64(res.Tokens.Sent) / float64(outLen)
+		return float64(res.Tokens.Raw) / float64(rawLen), float64(res.Tokens.Sent) / float64(outLen)
 	}
+	return ch.tpb, ch.tpb
+}
+
+// cheaper is the gate's third veto: the chosen plan's expected billed cost
+// must not exceed the original's, both over the same horizon (this request
+// plus ch.horizon following requests reading the prompt back), both from
+// the provider's cache as the conversation left it. Measured token counts
+// replace the byte estimate on each side.
+func (ch *choice) cheaper(res *Result, rawLen, outLen int) bool {
+	tpbRaw, tpbSent := ch.tpbs(res, rawLen, outLen)
 	return ch.expected(ch.sent, tpbSent) <= ch.expected(ch.orig, tpbRaw)
 }
 
 // state is the cache state to record for what went upstream.
 func (ch *choice) state(p *plan, forwarded bool) []byte {
-	st := cacheState{steps: 1, at: ch.now.UnixNano(), aligned: -1, head: p.head, segs: ch.segs}
+	st := cacheState{steps: 1, at: ch.now.UnixNano(), aligned: -1, head: p.head, segs: ch.segs, bps: ch.segsBP}
 	if ch.prev != nil {
 		st.steps = ch.prev.steps + 1
 	}
 	st.tool = stickyTool(p, ch.prev, forwarded)
 	if forwarded {
-		st.aligned, st.segs = p.variant.aligned, ch.sentSegs
+		st.aligned, st.segs, st.bps = p.variant.aligned, ch.sentSegs, ch.sentBP
 		for i, s := range p.d.slots {
 			if p.receipt[i] && !p.recovered[s.text.digest] { // a recovered artifact is needed inline again
 				st.receipted = append(st.receipted, short(s.text.digest))
@@ -208,5 +327,6 @@ func (ch *choice) state(p *plan, forwarded bool) []byte {
 		slices.Sort(st.receipted)
 		st.receipted = slices.Compact(st.receipted)
 	}
+	st.older = ch.olderEntries(st.segs, st.bps)
 	return st.encode()
 }

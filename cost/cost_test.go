@@ -137,6 +137,23 @@ func TestHorizon(t *testing.T) {
 	}
 }
 
+// Receipts pay back over at least DefaultReceiptHorizon requests, or the
+// configured fold horizon when that is longer.
+func TestReceiptHorizon(t *testing.T) {
+	for _, tt := range []struct {
+		c      Config
+		before int
+		want   float64
+	}{
+		{Config{}, 0, DefaultReceiptHorizon}, {Config{}, 100, DefaultReceiptHorizon},
+		{Config{MaxHorizon: 12}, 3, DefaultReceiptHorizon}, {Config{MaxHorizon: 12}, 10, 10}, {Config{MaxHorizon: 12}, 40, 12},
+	} {
+		if got := tt.c.ReceiptHorizon(tt.before); got != tt.want {
+			t.Errorf("%s ReceiptHorizon(%d) = %v, want %v", tt.c, tt.before, got, tt.want)
+		}
+	}
+}
+
 // String renders by value: equal configurations built from different
 // pointers print the same, and any changed figure prints differently.
 func TestConfigStringByValue(t *testing.T) {

@@ -142,9 +142,15 @@ type Config struct {
 	// BytesPerToken estimates tokens from bytes where no tokenizer counts
 	// them; 0 means DefaultBytesPerToken.
 	BytesPerToken float64
-	// MaxHorizon bounds how many following requests a rewrite of the
-	// cached prefix may pay back over; 0 means DefaultMaxHorizon.
+	// MaxHorizon bounds how many following requests a move of the fold
+	// boundary may pay back over (receipts: ReceiptHorizon); 0 means
+	// DefaultMaxHorizon.
 	MaxHorizon int
+	// LeaseMinChars is the smallest answered tool result (characters) a
+	// lease may receipt when the decision finds that it pays back, below
+	// the compiler's MinArtifactChars (from which results lease whatever
+	// the cost); 0 means DefaultLeaseMinChars. Only with the model on.
+	LeaseMinChars int
 	// Overrides of each family's figures. Fields, not a map, so a
 	// Config (and the compiler's Options holding it) stays comparable.
 	Anthropic, OpenAI, Other Overrides
@@ -174,12 +180,27 @@ const (
 	// only a rewrite that removes most of the prompt pays back that fast;
 	// the rest waits for a cold cache, where it costs nothing extra.
 	DefaultMaxHorizon = 4
+	// DefaultReceiptHorizon: the horizon of leases and duplicates (see
+	// ReceiptHorizon). Measured with the replay: 8 turns the real Claude
+	// Code CLI session's billed saving from -6% (horizon 2 at its third
+	// request) to -24%, where folds at 8 would cost more than compaction
+	// off (their boundary moves again every 4 turns).
+	DefaultReceiptHorizon = 8
+	// DefaultLeaseMinChars: a receipt with its recovery hint is 200-300
+	// bytes; from about 2000 characters a result's receipt saves most of
+	// it on every following request, and an agent's short outputs (a
+	// command's status, a small diff) stay inline, where the model reads
+	// them without a recovery round.
+	DefaultLeaseMinChars = 2000
 )
 
 // Validate reports a configuration value that makes no sense, naming it.
 func (c Config) Validate() error {
 	if c.BytesPerToken < 0 {
 		return fmt.Errorf("cost: bytes_per_token %v is negative", c.BytesPerToken)
+	}
+	if c.LeaseMinChars < 0 {
+		return fmt.Errorf("cost: lease_min_chars %d is negative", c.LeaseMinChars)
 	}
 	if c.MaxHorizon < 0 {
 		return fmt.Errorf("cost: max_horizon %d is negative", c.MaxHorizon)
@@ -204,6 +225,15 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// LeaseMin is the smallest tool result (characters) a lease priced by the
+// decision may receipt.
+func (c Config) LeaseMin() int {
+	if c.LeaseMinChars <= 0 {
+		return DefaultLeaseMinChars
+	}
+	return c.LeaseMinChars
+}
+
 // Tokens estimates the tokens of n bytes.
 func (c Config) Tokens(n int) float64 {
 	bpt := c.BytesPerToken
@@ -223,6 +253,15 @@ func (c Config) Horizon(before int) float64 {
 		m = DefaultMaxHorizon
 	}
 	return float64(min(max(before, 1), m))
+}
+
+// ReceiptHorizon is the horizon of a plan that moves no fold boundary:
+// its receipts stay for the rest of the conversation (a fold boundary
+// moves again a few turns later and rewrites the prompt once more), and an
+// agent session that has begun runs on for many more requests (the
+// corpus's real ones 14-36), so it is at least DefaultReceiptHorizon.
+func (c Config) ReceiptHorizon(before int) float64 {
+	return max(c.Horizon(before), DefaultReceiptHorizon)
 }
 
 // Model returns the cost model of a request format and model name, with the

@@ -33,7 +33,8 @@ type Bill struct {
 	Cost                         float64
 }
 
-// maxEntries bounds the entries kept per session (the newest survive).
+// maxEntries bounds the entries kept per session (the most recently used
+// survive).
 const maxEntries = 16
 
 // Step bills one request sent at time at.
@@ -103,7 +104,15 @@ func (s *Simulator) add(prefix []byte, at time.Time, ttl time.Duration) {
 		}
 	}
 	if len(s.entries) == maxEntries {
-		s.entries = append(s.entries[:0], s.entries[1:]...)
+		// Evict the least recently used entry, not the oldest: a prefix
+		// every request reads (the tools and system) stays.
+		lru := 0
+		for i, e := range s.entries {
+			if e.used.Before(s.entries[lru].used) {
+				lru = i
+			}
+		}
+		s.entries = append(s.entries[:lru], s.entries[lru+1:]...)
 	}
 	s.entries = append(s.entries, entry{prefix: prefix, used: at, ttl: ttl})
 }

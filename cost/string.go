@@ -19,6 +19,8 @@ func (c Config) String() string {
 	b.WriteString(strconv.FormatFloat(c.BytesPerToken, 'g', -1, 64))
 	b.WriteString(" MaxHorizon:")
 	b.WriteString(strconv.Itoa(c.MaxHorizon))
+	b.WriteString(" LeaseMinChars:")
+	b.WriteString(strconv.Itoa(c.LeaseMinChars))
 	for _, f := range Families {
 		b.WriteByte(' ')
 		b.WriteString(string(f))

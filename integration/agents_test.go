@@ -450,12 +450,15 @@ type agentFigures struct {
 	requests, accepted, receipts, folds int
 	rawBytes, sentBytes                 int
 	rawCost, sentCost                   float64
+	// billed as the provider's cache would (cost.Simulator: breakpoints,
+	// minimum prefix, blocks; the requests 20 s apart)
+	billedRaw, billedSent float64
 }
 
 func (f agentFigures) String() string {
-	return fmt.Sprintf("bytes %d → %d (%.1f%% fewer), %d/%d accepted, receipts %d, folds %d, cache-adjusted cost %.0f → %.0f (%+.1f%%)",
+	return fmt.Sprintf("bytes %d → %d (%.1f%% fewer), %d/%d accepted, receipts %d, folds %d, cache-adjusted cost %.0f → %.0f (%+.1f%%), billed %.0f → %.0f (%+.1f%%)",
 		f.rawBytes, f.sentBytes, 100*(1-float64(f.sentBytes)/float64(f.rawBytes)), f.accepted, f.requests,
-		f.receipts, f.folds, f.rawCost, f.sentCost, 100*(f.sentCost/f.rawCost-1))
+		f.receipts, f.folds, f.rawCost, f.sentCost, 100*(f.sentCost/f.rawCost-1), f.billedRaw, f.billedSent, 100*(f.billedSent/f.billedRaw-1))
 }
 
 // checkAgentSession checks every request of a session: none failed, each
@@ -465,6 +468,7 @@ func checkAgentSession(t *testing.T, what string, taps []tapped, fwd map[int]for
 	t.Helper()
 	var f agentFigures
 	var prevRaw, prevSent []byte
+	var simRaw, simSent *cost.Simulator
 	for _, r := range taps {
 		if r.Method != "POST" || !isCandidate(r.Path) {
 			// count_tokens and the like go through untouched.
@@ -513,6 +517,16 @@ func checkAgentSession(t *testing.T, what string, taps []tapped, fwd map[int]for
 		f.rawCost += compilertest.CacheCost(prevRaw, raw)
 		f.sentCost += compilertest.CacheCost(prevSent, sent)
 		prevRaw, prevSent = raw, sent
+		format, _ := compiler.FormatFor(http.MethodPost, r.Path)
+		if simRaw == nil {
+			var m struct{ Model string }
+			_ = json.Unmarshal(r.Body, &m)
+			model := cost.Config{}.Model(format, m.Model)
+			simRaw, simSent = &cost.Simulator{Model: model}, &cost.Simulator{Model: model}
+		}
+		at := time.Unix(0, 0).Add(time.Duration(f.requests) * 20 * time.Second)
+		f.billedRaw += simRaw.Step(cost.Render(format, r.Body), at).Cost
+		f.billedSent += simSent.Step(cost.Render(format, out.Body), at).Cost
 	}
 	return f
 }

@@ -45,6 +45,9 @@ func main() {
 	gap := flag.Duration("gap", 20*time.Second, "time between steps")
 	idle := flag.Duration("idle", 0, "an idle gap inserted every -idle_every steps (e.g. past the cache TTL)")
 	idleEvery := flag.Int("idle_every", 0, "steps between idle gaps (0: none)")
+	leaseMin := flag.Int("lease_min_chars", 0, "smallest result a lease priced by the cost decision may receipt (0: the default)")
+	horizon := flag.Int("horizon", 0, "cost horizon bound (0: the default)")
+	trace := flag.Bool("trace", false, "print every step of the replayed sessions (compaction on) to stderr")
 	recoverEvery := flag.Int("recover_every", 0, "report recovery (recovery.go): the simulated model recovers every receipt of every n-th step (-1: report without recovering; 0: no report)")
 	flag.Parse()
 
@@ -92,6 +95,7 @@ func main() {
 	opts.InlineLeases = *leases
 	opts.Compaction.Enabled = *compaction
 	opts.Cost.Off = !*costOn
+	opts.Cost.LeaseMinChars, opts.Cost.MaxHorizon = *leaseMin, *horizon
 	off := opts
 	off.Compaction.Enabled = false
 	on, err := compiler.New(opts, store, counter)
@@ -105,7 +109,12 @@ func main() {
 	clock := Clock{Gap: *gap, Idle: *idle, IdleEvery: *idleEvery}
 	var rows []Row
 	for _, s := range pick {
-		r := Replay(on, s, clock, "on/")
+		var tw io.Writer
+		if *trace {
+			tw = os.Stderr
+			fmt.Fprintf(tw, "# %s\n", s.Name)
+		}
+		r := ReplayTrace(on, s, clock, "on/", tw)
 		r.SentOff = Replay(noCompaction, s, clock, "off/").Billed.Sent
 		rows = append(rows, r)
 	}
@@ -131,10 +140,13 @@ func fail(err error) {
 	os.Exit(1)
 }
 
-// DefaultOptions are the gateway's defaults (Caddyfile.example).
+// DefaultOptions are the gateway's defaults (Caddyfile.example), but for
+// the compile timeout: the replay measures decisions, and on a loaded
+// machine a compile past the gateway's 2 s would go out as the original
+// and change the figures (and every later step's cache state).
 func DefaultOptions() compiler.Options {
 	return compiler.Options{
-		MinArtifactChars: 8000, MaxArtifactChars: 2000000, InlineLeases: 1,
+		MinArtifactChars: 8000, MaxArtifactChars: 2000000, InlineLeases: 1, Timeout: time.Minute,
 		Compaction: compiler.Compaction{Enabled: true, MinVaultChars: 4000, CollapseAfterTurns: 6, InlineRecentTurns: 5},
 	}
 }
@@ -197,6 +209,10 @@ type Row struct {
 	SentOff float64
 	// The compiler's own expected figures (Result.CostRaw / CostSent).
 	ExpectRaw, ExpectSent float64
+	// Dearer counts steps whose sent body was judged dearer than the
+	// original over the decision's horizon (CostHorizonSent >
+	// CostHorizonRaw): invariant 8 says none.
+	Dearer int
 }
 
 // Billed is a session's simulated bill.
@@ -205,6 +221,13 @@ type Billed struct{ Raw, Sent float64 }
 // Replay compiles every step of a session in order, as one tenant, and
 // bills the raw and the forwarded bodies with one provider cache each.
 func Replay(c *compiler.Compiler, s fixtures.CorpusFile, clock Clock, tenant string) Row {
+	return ReplayTrace(c, s, clock, tenant, nil)
+}
+
+// ReplayTrace is Replay writing one line per step to trace (when not nil):
+// the decision, bytes, receipts, folds, the compiler's expected figures and
+// the simulated bills (tokens read and written) raw and sent.
+func ReplayTrace(c *compiler.Compiler, s fixtures.CorpusFile, clock Clock, tenant string, trace io.Writer) Row {
 	r := Row{Name: s.Name, Format: s.Format, Steps: len(s.Requests), Reasons: map[compiler.Reason]int{}}
 	var durs []time.Duration
 	var cfg cost.Config
@@ -226,6 +249,9 @@ func Replay(c *compiler.Compiler, s fixtures.CorpusFile, clock Clock, tenant str
 		r.Folded += res.Folded
 		r.ExpectRaw += res.CostRaw
 		r.ExpectSent += res.CostSent
+		if res.CostHorizonSent > res.CostHorizonRaw*(1+1e-9) {
+			r.Dearer++
+		}
 		if res.Decision == compiler.Accepted {
 			r.Accepted++
 			if err := compiler.CheckCompacted(req.Path, req.Body, res.Body); err != nil {
@@ -234,8 +260,15 @@ func Replay(c *compiler.Compiler, s fixtures.CorpusFile, clock Clock, tenant str
 		} else {
 			r.Reasons[res.Reason]++
 		}
-		r.Billed.Raw += rawSim.Step(cost.Render(s.Format, req.Body), at).Cost
-		r.Billed.Sent += sentSim.Step(cost.Render(s.Format, res.Body), at).Cost
+		br := rawSim.Step(cost.Render(s.Format, req.Body), at)
+		bs := sentSim.Step(cost.Render(s.Format, res.Body), at)
+		r.Billed.Raw += br.Cost
+		r.Billed.Sent += bs.Cost
+		if trace != nil {
+			fmt.Fprintf(trace, "step %2d %-8s %-12s bytes %8d -> %8d receipts %3d folded %2d | expect raw %7.0f sent %7.0f | billed raw %7.0f (read %7.0f write %7.0f) sent %7.0f (read %7.0f write %7.0f)\n",
+				i, res.Decision, res.Reason, len(req.Body), len(res.Body), res.Receipts, res.Folded, res.CostRaw, res.CostSent,
+				br.Cost, br.Read, br.Written, bs.Cost, bs.Read, bs.Written)
+		}
 	}
 	r.P50, r.P99 = fixtures.Quantile(durs, 0.5), fixtures.Quantile(durs, 0.99)
 	r.SentOff = r.Billed.Sent
