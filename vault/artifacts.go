@@ -59,14 +59,6 @@ func (s *Store) Persist(ctx context.Context, scope compiler.Scope, arts []compil
 	if len(missing) == 0 {
 		return nil
 	}
-	// A wrong digest would file content under a receipt that names
-	// something else. Only what is written needs the check: an artifact
-	// already stored under its digest was checked when it was written.
-	for _, a := range missing {
-		if !NamesNew(a.Digest, a.Text, a.Raw) {
-			return fmt.Errorf("%w: artifact %x is not the identity of its text and raw bytes", ErrDigest, a.Digest[:8])
-		}
-	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -235,9 +227,12 @@ func (s *Store) write(ctx context.Context, tenant string, arts []*compiler.Artif
 		s.tenants.add(tenant, -reserved)
 	}()
 
-	// Content is encoded (compressed) before the transactions, on every
-	// core, so a retried transaction does not encode again.
-	enc := encodeAll(arts)
+	// Content is checked and encoded (compressed) before the transactions,
+	// on every core, so a retried transaction does not encode again.
+	enc, err := encodeAll(arts)
+	if err != nil {
+		return err
+	}
 	// ours lists artifacts this call wrote; others were stored by a
 	// concurrent Persist between verify and write, so only their presence is
 	// checked (the other writer compares their content).
@@ -326,9 +321,11 @@ func (s *Store) readBack(tenant string, ours []*compiler.Artifact, enc [][]byte,
 	})
 }
 
-// encodeAll encodes every artifact's content, in parallel when there is
-// enough of it to pay for the goroutines.
-func encodeAll(arts []*compiler.Artifact) [][]byte {
+// encodeAll checks every artifact's digest and encodes its content, in
+// parallel when there is enough of it to pay for the goroutines. An
+// artifact's check and encoding run back to back on one core, so its bytes
+// are read from memory once and stay in cache for the passes that follow.
+func encodeAll(arts []*compiler.Artifact) ([][]byte, error) {
 	enc := make([][]byte, len(arts))
 	var total int64
 	for _, a := range arts {
@@ -337,9 +334,12 @@ func encodeAll(arts []*compiler.Artifact) [][]byte {
 	workers := min(runtime.GOMAXPROCS(0), len(arts))
 	if total < parallelEncodeBytes || workers < 2 {
 		for i, a := range arts {
+			if !NamesNew(a.Digest, a.Text, a.Raw) {
+				return nil, errNotIdentity(a)
+			}
 			enc[i] = encodeContent(a)
 		}
-		return enc
+		return enc, nil
 	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -348,12 +348,27 @@ func encodeAll(arts []*compiler.Artifact) [][]byte {
 		go func() {
 			defer wg.Done()
 			for i := int(next.Add(1) - 1); i < len(arts); i = int(next.Add(1) - 1) {
-				enc[i] = encodeContent(arts[i])
+				if NamesNew(arts[i].Digest, arts[i].Text, arts[i].Raw) {
+					enc[i] = encodeContent(arts[i])
+				}
 			}
 		}()
 	}
 	wg.Wait()
-	return enc
+	for i, a := range arts {
+		if enc[i] == nil { // the only way to get no encoding
+			return nil, errNotIdentity(a)
+		}
+	}
+	return enc, nil
+}
+
+// errNotIdentity refuses to write a: a wrong digest would file content
+// under a receipt that names something else. Only what is written needs the
+// check: an artifact already stored under its digest was checked when it
+// was written.
+func errNotIdentity(a *compiler.Artifact) error {
+	return fmt.Errorf("%w: artifact %x is not the identity of its text and raw bytes", ErrDigest, a.Digest[:8])
 }
 
 // parallelEncodeBytes is the content size from which encodeAll uses every
