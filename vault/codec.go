@@ -107,7 +107,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 func encodeContent(a *compiler.Artifact) []byte {
 	pp := encodeScratch.Get().(*[]byte)
 	version := byte(contentV2)
-	plain, ok := unquoteJSON((*pp)[:0], a.Raw)
+	plain, ok := unquoteJSON(*pp, a.Raw)
 	if ok && string(plain) == a.Text {
 		version = contentV3
 	}

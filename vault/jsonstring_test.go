@@ -115,8 +115,8 @@ func TestContentV3Smaller(t *testing.T) {
 }
 
 // FuzzUnquoteJSON: on any input unquoteJSON neither panics nor disagrees
-// with the compiler's decoder: a string jsonv accepts decodes to the same
-// text, or is refused only for a lone surrogate.
+// with the compiler's decoder: a string jsonv accepts
+// decodes to the same text, or is refused only for a lone surrogate.
 func FuzzUnquoteJSON(f *testing.F) {
 	for _, s := range []string{`"a\nb"`, `"\ud83d\ude00"`, `"\ud800"`, `"x\"`, `"\u00e9\/"`, `"日本"`} {
 		f.Add([]byte(s))
