@@ -97,8 +97,12 @@ type Stats struct {
 	Verified  uint64 // artifacts found already present by Persist since Open
 	Evicted   uint64 // artifacts evicted since Open
 	Corrupt   uint64 // unreadable artifacts found and dropped since Open
-	LSMBytes  int64  // on-disk LSM size as Badger estimates it
-	VlogBytes int64  // on-disk value-log size as Badger estimates it
+	// Syncs counts db.Sync calls made for Persist since Open (each is two
+	// fsyncs: the memtable's log, then the value log). Concurrent Persists
+	// share them, so it can be well below the Persists that wrote.
+	Syncs     uint64
+	LSMBytes  int64 // on-disk LSM size as Badger estimates it
+	VlogBytes int64 // on-disk value-log size as Badger estimates it
 }
 
 // Store is the Badger-backed vault. It implements compiler.Store and is safe
@@ -353,6 +357,7 @@ func (s *Store) Stats() Stats {
 		Verified:  s.verified.Load(),
 		Evicted:   s.evicted.Load(),
 		Corrupt:   s.corrupt.Load(),
+		Syncs:     s.syncs.runs.Load(),
 	}
 	if release, err := s.enter(); err == nil {
 		st.LSMBytes, st.VlogBytes = s.db.Size()
