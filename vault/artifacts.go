@@ -279,7 +279,7 @@ func (s *Store) write(ctx context.Context, tenant string, arts []*compiler.Artif
 	// Sync even when everything was written concurrently by others: their
 	// sync may not have happened yet, and our receipts depend on it.
 	// Concurrent writers share one sync (group commit, groupsync.go).
-	if err := s.syncs.sync(s.db.Sync); err != nil {
+	if err := s.syncs.sync(s.syncDB); err != nil {
 		return fmt.Errorf("vault: sync: %w", noSpaceIsFull(err))
 	}
 	if err := s.readBack(tenant, ours, oursEnc, others); err != nil {

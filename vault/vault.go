@@ -85,6 +85,7 @@ type Config struct {
 	freeSpace     func(dir string) (int64, bool, error)
 	scrubRate     int64 // content bytes per second the scrub reads
 	scrubEvery    time.Duration
+	syncFile      func(path string) error
 }
 
 // Stats is a snapshot of the vault's size and activity. It holds no content.
@@ -109,6 +110,7 @@ type Stats struct {
 // for concurrent use.
 type Store struct {
 	db         *badger.DB
+	dir        string
 	log        *zap.Logger
 	hmacKey    []byte
 	maxBytes   int64
@@ -121,6 +123,7 @@ type Store struct {
 	disk       *diskGuard
 	scrubRate  int64
 	scrubEvery time.Duration
+	syncFile   func(path string) error // fsyncs a file by name (durable.go)
 
 	// bytes is stored Text+Raw bytes plus lineage bytes, including
 	// reservations in flight; tenants holds the same per tenant (artifacts
@@ -237,6 +240,9 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.scrubEvery <= 0 {
 		cfg.scrubEvery = defaultScrubEvery
 	}
+	if cfg.syncFile == nil {
+		cfg.syncFile = syncFile
+	}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("vault: %w", err)
 	}
@@ -253,6 +259,7 @@ func Open(cfg Config) (*Store, error) {
 	}
 	s := &Store{
 		db:         db,
+		dir:        cfg.Dir,
 		log:        cfg.Logger,
 		maxBytes:   cfg.MaxBytes,
 		maxTenant:  cfg.TenantMaxBytes,
@@ -261,6 +268,7 @@ func Open(cfg Config) (*Store, error) {
 		disk:       disk,
 		scrubRate:  cfg.scrubRate,
 		scrubEvery: cfg.scrubEvery,
+		syncFile:   cfg.syncFile,
 		retention:  cfg.Retention,
 		// Bumping last-seen on every hit would turn each warm request into a
 		// write; a coarse bump is enough while it stays well inside Retention.
