@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
@@ -57,9 +58,15 @@ func TestSyncOlderLogs(t *testing.T) {
 func TestPersistSyncsWaitingMemtableLogs(t *testing.T) {
 	errSync := errors.New("injected fsync failure")
 	for _, fail := range []bool{false, true} {
+		var mu sync.Mutex
 		var synced []string
 		cfg := Config{syncFile: func(p string) error {
+			if filepath.Ext(p) == valueLogExt {
+				return syncFile(p) // the early value-log sync (TestSyncDBValueLogEarly)
+			}
+			mu.Lock()
 			synced = append(synced, filepath.Base(p))
+			mu.Unlock()
 			if fail {
 				return errSync
 			}
@@ -78,6 +85,39 @@ func TestPersistSyncsWaitingMemtableLogs(t *testing.T) {
 		}
 		if fail && !strings.Contains(err.Error(), "sync") {
 			t.Fatalf("error does not say it was the sync: %v", err)
+		}
+	}
+}
+
+// TestSyncDBValueLogEarly: syncDB also syncs the newest value-log file
+// itself (ahead of Badger's own sync of it), and a failure there fails the
+// sync, so no receipt goes out on it.
+func TestSyncDBValueLogEarly(t *testing.T) {
+	errSync := errors.New("injected fsync failure")
+	for _, fail := range []bool{false, true} {
+		var mu sync.Mutex
+		var vlogs []string
+		s := openTest(t, Config{syncFile: func(p string) error {
+			if filepath.Ext(p) == valueLogExt {
+				mu.Lock()
+				vlogs = append(vlogs, filepath.Base(p))
+				mu.Unlock()
+				if fail {
+					return errSync
+				}
+			}
+			return syncFile(p)
+		}})
+		names, err := logFiles(s.dir, valueLogExt)
+		if err != nil || len(names) == 0 {
+			t.Fatalf("value logs %q, %v", names, err)
+		}
+		err = s.Persist(context.Background(), compiler.Scope{Tenant: "t"}, []compiler.Artifact{mkArt("early")})
+		if !slices.Equal(vlogs, names[len(names)-1:]) {
+			t.Fatalf("fail=%v: synced %q, want the newest of %q", fail, vlogs, names)
+		}
+		if fail != errors.Is(err, errSync) {
+			t.Fatalf("fail=%v: Persist = %v", fail, err)
 		}
 	}
 }
