@@ -20,7 +20,10 @@ func TestEncodeAllMatchesEncodeContent(t *testing.T) {
 			a := mkArt(text(fmt.Sprint("enc", n, "-", i), 20_000))
 			arts = append(arts, &a)
 		}
-		enc := encodeAll(arts)
+		enc, err := encodeAll(arts)
+		if err != nil {
+			t.Fatal(err)
+		}
 		for i, a := range arts {
 			if !bytes.Equal(enc[i], encodeContent(a)) {
 				t.Fatalf("%d artifacts: encoding %d differs", n, i)
@@ -32,6 +35,22 @@ func TestEncodeAllMatchesEncodeContent(t *testing.T) {
 			if len(enc[i]) != cap(enc[i]) || len(enc[i]) > len(a.Text)/2 {
 				t.Fatalf("encoding %d: %d bytes (capacity %d) for %d bytes of text", i, len(enc[i]), cap(enc[i]), len(a.Text))
 			}
+		}
+	}
+}
+
+// TestEncodeAllRefusesWrongDigest: one artifact not named by its digest
+// fails the whole batch with ErrDigest, on one core and on all.
+func TestEncodeAllRefusesWrongDigest(t *testing.T) {
+	for _, tt := range []struct{ n, bad int }{{1, 0}, {3, 2}, {40, 0}, {40, 17}, {40, 39}} {
+		var arts []*compiler.Artifact
+		for i := range tt.n {
+			a := mkArt(text(fmt.Sprint("dig", tt.n, "-", i), 20_000))
+			arts = append(arts, &a)
+		}
+		arts[tt.bad].Digest[0] ^= 1
+		if enc, err := encodeAll(arts); !errors.Is(err, ErrDigest) || enc != nil {
+			t.Errorf("%d artifacts, #%d wrong: err %v, %d encodings", tt.n, tt.bad, err, len(enc))
 		}
 	}
 }

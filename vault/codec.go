@@ -81,31 +81,51 @@ func (m *meta) decode(b []byte) error {
 }
 
 // contentV2 marks artifact content stored as CRC-32C + one s2 block of the
-// fields. An artifact holds its text and the JSON value it replaced, which
-// are near copies of each other; as one block they compress to about a third
-// of one copy, which keeps the value log (memory-mapped, so it counts in the
-// process's RSS) and every synced write small. The CRC makes corruption an
-// error rather than other content.
+// fields (Text, Raw, Tool, Args). The CRC makes corruption an error rather
+// than other content. Written only for an artifact whose Raw is not a JSON
+// string that decodes to its Text (see contentV3).
 const contentV2 = 0x10
+
+// contentV3 marks content stored as CRC-32C + one s2 block of Raw, Tool and
+// Args only: Raw is a JSON string literal and Text is what it decodes to
+// (unquoteJSON), so Text is derived on read instead of stored. An artifact's
+// text and the JSON value it replaced are near copies, but escapes on every
+// line keep s2 from matching one against the other (together they compressed
+// to 1.9x one copy), so storing one halves the bytes compressed, written to
+// the value log (memory-mapped: it counts in the process's RSS) and synced
+// per request. encodeContent writes v3 only after decoding Raw and finding
+// Text, and reading uses the same decoder, so what reads back is the
+// artifact written.
+const contentV3 = 0x11
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// encodeContent returns the stored form of a's content, sized exactly:
-// the plain fields and the compressor's worst-case output are pooled
-// scratch, so writing an artifact allocates only what is kept (about a
-// third of its text), not twice its size.
+// encodeContent returns the stored form of a's content (v3 when Raw decodes
+// to Text, else v2), sized exactly: the plain fields and the compressor's
+// worst-case output are pooled scratch, so writing an artifact allocates
+// only what is kept (about a third of its text), not twice its size.
 func encodeContent(a *compiler.Artifact) []byte {
-	n := 4*binary.MaxVarintLen64 + len(a.Text) + len(a.Raw) + len(a.Tool) + len(a.Args)
 	pp := encodeScratch.Get().(*[]byte)
-	plain := slices.Grow((*pp)[:0], n)
-	plain = appendString(plain, a.Text)
+	version := byte(contentV2)
+	plain, ok := unquoteJSON(*pp, a.Raw)
+	if ok && string(plain) == a.Text {
+		version = contentV3
+	}
+	n := 4*binary.MaxVarintLen64 + len(a.Raw) + len(a.Tool) + len(a.Args)
+	if version == contentV2 {
+		n += len(a.Text)
+	}
+	plain = slices.Grow(plain[:0], n)
+	if version == contentV2 {
+		plain = appendString(plain, a.Text)
+	}
 	plain = appendString(plain, string(a.Raw))
 	plain = appendString(plain, a.Tool)
 	plain = appendString(plain, a.Args)
 	zp := encodeScratch.Get().(*[]byte)
 	z := s2.Encode(slices.Grow((*zp)[:0], s2.MaxEncodedLen(len(plain)))[:s2.MaxEncodedLen(len(plain))], plain)
 	b := make([]byte, 5+len(z))
-	b[0] = contentV2
+	b[0] = version
 	binary.LittleEndian.PutUint32(b[1:5], crc32.Checksum(plain, castagnoli))
 	copy(b[5:], z)
 	*pp, *zp = plain[:0], z[:0]
@@ -118,47 +138,69 @@ func encodeContent(a *compiler.Artifact) []byte {
 // max_artifact_chars (2 MB by default), so a pooled buffer stays bounded.
 var encodeScratch = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
 
-// contentFields returns the plain fields of stored content (v1 or v2).
-func contentFields(b []byte) (reader, error) {
+// content is the plain fields of stored content. In a v3 record text is
+// decoded from raw (a fresh buffer); otherwise every field aliases the
+// decompressed block.
+type content struct{ text, raw, tool, args []byte }
+
+// contentFields decodes stored content (v1, v2 or v3) and checks its CRC.
+func contentFields(b []byte) (content, error) {
 	if len(b) == 0 {
-		return reader{}, errCodec
+		return content{}, errCodec
 	}
+	var r reader
 	switch b[0] {
 	case codecV1:
-		return reader{b: b[1:]}, nil
-	case contentV2:
+		r.b = b[1:]
+	case contentV2, contentV3:
 		if len(b) < 5 {
-			return reader{}, errCodec
+			return content{}, errCodec
 		}
 		plain, err := s2.Decode(nil, b[5:])
 		if err != nil || crc32.Checksum(plain, castagnoli) != binary.LittleEndian.Uint32(b[1:5]) {
-			return reader{}, errCodec
+			return content{}, errCodec
 		}
-		return reader{b: plain}, nil
+		r.b = plain
+	default:
+		return content{}, errCodec
 	}
-	return reader{}, errCodec
+	var c content
+	if b[0] != contentV3 {
+		c.text = r.field()
+	}
+	c.raw, c.tool, c.args = r.field(), r.field(), r.field()
+	if err := r.done(); err != nil {
+		return content{}, err
+	}
+	if b[0] == contentV3 {
+		text, ok := unquoteJSON(nil, c.raw)
+		if !ok {
+			return content{}, errCodec
+		}
+		c.text = text
+	}
+	return c, nil
 }
 
 func decodeContent(b []byte, a *compiler.Artifact) error {
-	r, err := contentFields(b)
+	c, err := contentFields(b)
 	if err != nil {
 		return err
 	}
-	a.Text = string(r.field())
-	a.Raw = bytes.Clone(r.field())
-	a.Tool = string(r.field())
-	a.Args = string(r.field())
-	return r.done()
+	a.Text = string(c.text)
+	a.Raw = bytes.Clone(c.raw)
+	a.Tool = string(c.tool)
+	a.Args = string(c.args)
+	return nil
 }
 
 func sameContent(b []byte, a *compiler.Artifact) bool {
-	r, err := contentFields(b)
+	c, err := contentFields(b)
 	return err == nil &&
-		string(r.field()) == a.Text &&
-		bytes.Equal(r.field(), a.Raw) &&
-		string(r.field()) == a.Tool &&
-		string(r.field()) == a.Args &&
-		r.done() == nil
+		string(c.text) == a.Text &&
+		bytes.Equal(c.raw, a.Raw) &&
+		string(c.tool) == a.Tool &&
+		string(c.args) == a.Args
 }
 
 // node is a stored lineage record. A v1 node holds the cumulative exposures

@@ -18,7 +18,8 @@
 //
 // Durability and failure (each has a test that reproduces it):
 //
-//   - A receipt names only content that was written, synced and read back,
+//   - A receipt names only content that was written, synced (durable.go:
+//     Badger's Sync plus memtable logs it skips) and read back,
 //     or, for content already stored, read and checked (CRC and digest) at
 //     least once by this process (integrity.go); a background scrub re-reads
 //     everything at a bounded rate. An unreadable record is dropped, so the

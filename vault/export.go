@@ -10,6 +10,11 @@ import "github.com/tokenterminator/caddy-token-terminator/compiler"
 // EncodeContent returns a's stored form (Text, Raw, Tool, Args).
 func EncodeContent(a *compiler.Artifact) []byte { return encodeContent(a) }
 
+// EncodeAll checks that each artifact is named by its digest (NamesNew) and
+// returns the stored forms, in order, using every core for large batches;
+// a wrong digest fails the batch with ErrDigest.
+func EncodeAll(arts []*compiler.Artifact) ([][]byte, error) { return encodeAll(arts) }
+
 // DecodeContent fills a's Text, Raw, Tool and Args from stored content. A
 // record that fails its checksum is an error.
 func DecodeContent(b []byte, a *compiler.Artifact) error { return decodeContent(b, a) }

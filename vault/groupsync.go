@@ -1,6 +1,9 @@
 package vault
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // syncGroup is group commit for db.Sync: every Persist that wrote must have
 // its writes synced before its receipts go out, and a sync costs the same
@@ -13,7 +16,8 @@ import "sync"
 type syncGroup struct {
 	mu      sync.Mutex
 	running bool
-	next    *syncRound // gathering callers, not started
+	next    *syncRound    // gathering callers, not started
+	runs    atomic.Uint64 // runs started, for Stats
 }
 
 type syncRound struct {
@@ -44,6 +48,7 @@ func (g *syncGroup) sync(do func() error) error {
 // goroutine of its own, so the caller that led r is not kept waiting for
 // later rounds.
 func (g *syncGroup) run(r *syncRound, do func() error) {
+	g.runs.Add(1)
 	r.err = do()
 	close(r.done)
 	g.mu.Lock()

@@ -1,11 +1,14 @@
 package vault
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
 )
 
 // TestSyncGroupShares: concurrent callers share runs, runs never overlap,
@@ -81,5 +84,33 @@ func TestSyncGroupError(t *testing.T) {
 	fail.Store(false)
 	if err := g.sync(do); err != nil {
 		t.Fatalf("after a failed run: %v", err)
+	}
+}
+
+// TestPersistSyncs: a Persist that writes syncs once, whatever it writes;
+// one that finds everything stored does not sync.
+func TestPersistSyncs(t *testing.T) {
+	s := openTest(t, Config{})
+	ctx := context.Background()
+	sc := compiler.Scope{Tenant: "t"}
+	a, b := mkArt("one"), mkArt("two")
+	tests := []struct {
+		name string
+		arts []compiler.Artifact
+		want uint64
+	}{
+		{"one new", []compiler.Artifact{a}, 1},
+		{"stored again", []compiler.Artifact{a}, 0},
+		{"one stored, one new", []compiler.Artifact{a, b}, 1},
+		{"fifty new", benchArtsOf("syncs"), 1},
+	}
+	for _, tt := range tests {
+		before := s.Stats().Syncs
+		if err := s.Persist(ctx, sc, tt.arts); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.Stats().Syncs - before; got != tt.want {
+			t.Errorf("%s: %d syncs, want %d", tt.name, got, tt.want)
+		}
 	}
 }

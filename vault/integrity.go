@@ -79,18 +79,11 @@ func (v *verifiedSet) remove(tenant string, d compiler.Digest) {
 // checkContent reports whether stored content decodes, passes its CRC and
 // is the artifact d (NamesStored).
 func checkContent(v []byte, d compiler.Digest) error {
-	r, err := contentFields(v)
+	c, err := contentFields(v)
 	if err != nil {
 		return err
 	}
-	text := r.field()
-	raw := r.field()
-	r.field()
-	r.field()
-	if err := r.done(); err != nil {
-		return err
-	}
-	if !NamesStored(d, text, raw) {
+	if !NamesStored(d, c.text, c.raw) {
 		return ErrDigest
 	}
 	return nil

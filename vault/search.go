@@ -141,14 +141,12 @@ func (s *Store) Search(ctx context.Context, tenant, query string, limit int) ([]
 			var tool string
 			match := false
 			_ = item.Value(func(v []byte) error {
-				r, err := contentFields(v)
+				c, err := contentFields(v)
 				if err != nil {
 					return err
 				}
-				text := r.field()
-				r.field() // raw
-				tool = string(r.field())
-				match = SearchMatches(text, tool, q)
+				tool = string(c.tool)
+				match = SearchMatches(c.text, tool, q)
 				return nil
 			})
 			if match {
