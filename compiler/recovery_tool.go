@@ -16,8 +16,8 @@ import (
 // definitions, so every receipt and tools array stays a pure function of
 // the configuration and the request (determinism).
 type Recovery struct {
-	// Hint is appended to every receipt as " | recover: <Hint>"; "" adds
-	// nothing.
+	// Hint is appended to every receipt and folded-turn summary as
+	// " | recover: <Hint>"; "" adds nothing.
 	Hint string
 	// ToolName is the recovery tool's name. A request whose own tools
 	// already name it is offered no tool (Result.ToolConflict).
@@ -177,13 +177,18 @@ func stickyTool(p *plan, prev *cacheState, forwarded bool) bool {
 // its same_as part), up to the closing bracket.
 var hintRE = regexp.MustCompile(`(…(?: \| same_as=[^"\]\\]*)?) \| recover: [^"\]\\]*\]`)
 
+// foldHintRE finds a folded-turn summary's recovery hint: at the end of
+// the summary's JSON string, after its quoted assistant text.
+var foldHintRE = regexp.MustCompile(`(` + regexp.QuoteMeta(FoldPrefix) + `a_[0-9a-f]+ (?:[^"\\]|\\.)*\\") \| recover: [^"\]\\]*\]"`)
+
 // WithoutRecovery undoes what recovery adds to a rewrite out of orig: the
 // tool definition appended to the tools array (or the tools member added
-// at the end of the object) and the receipts' recovery hints. Oracles use
+// at the end of the object) and the hints of receipts and fold summaries. Oracles use
 // it to check the rest of a rewrite as if recovery were off; the compiler
 // checks the tool edit itself (addTool).
 func WithoutRecovery(orig, out []byte) []byte {
 	out = hintRE.ReplaceAll(out, []byte("${1}]"))
+	out = foldHintRE.ReplaceAll(out, []byte(`${1}]"`))
 	oroot, err1 := jsonv.Parse(orig, maxDepthForRequests)
 	root, err2 := jsonv.Parse(out, maxDepthForRequests)
 	if err1 != nil || err2 != nil || !root.Is(jsonv.Object) {

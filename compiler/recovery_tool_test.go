@@ -216,3 +216,62 @@ func TestRecoveredArtifactReinlined(t *testing.T) {
 
 // digestOf is the artifact identity of a tool result sent as a JSON string.
 func digestOf(s string) compiler.Digest { return strDigest(s) }
+
+// Folded-turn summaries end in the recovery hint of the configuration, as
+// receipts do (tool: the tool's action; api: the API path; none: nothing),
+// every summary already sent is sent again byte for byte, and without the
+// hint (WithoutRecovery) the rewrite passes the compaction oracle.
+func TestFoldSummaryRecoverHint(t *testing.T) {
+	tests := []struct {
+		name string
+		rec  compiler.Recovery
+	}{
+		{"tool", recoveryOptions().Recovery},
+		{"api", compiler.Recovery{Hint: "GET /token-terminator/artifacts/{id}"}},
+		{"none", compiler.Recovery{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			opts := compactOpts(5, 6)
+			opts.Recovery = tt.rec
+			c := newCompiler(t, opts, compilertest.NewMemStore(), nil)
+			var sent []string // summaries sent so far, as JSON strings
+			for n := 1; n <= 22; n++ {
+				body := conversation(n, 5000, nil)
+				res := compile(c, "t", body)
+				if res.Decision != compiler.Accepted {
+					continue
+				}
+				if err := compiler.CheckCompacted(chatPath, body, res.Body); err != nil {
+					t.Fatalf("step %d: %v", n, err)
+				}
+				if bytes.Contains(compiler.WithoutRecovery(body, res.Body), []byte(" | recover: ")) {
+					t.Fatalf("step %d: WithoutRecovery left a hint", n)
+				}
+				for _, s := range sent {
+					if !bytes.Contains(res.Body, []byte(s)) {
+						t.Fatalf("step %d: summary sent before is gone or changed: %s", n, s)
+					}
+				}
+				sent = sent[:0]
+				for _, m := range messagesOf(t, res.Body) {
+					s := contentString(m)
+					if !strings.HasPrefix(s, compiler.FoldPrefix) {
+						continue
+					}
+					want := `"]`
+					if tt.rec.Hint != "" {
+						want = `" | recover: ` + tt.rec.Hint + "]"
+					}
+					if !strings.HasSuffix(s, want) || strings.Count(s, " | recover: ") != min(1, len(tt.rec.Hint)) {
+						t.Fatalf("step %d: summary %q does not end in %q", n, s, want)
+					}
+					sent = append(sent, string(m.Content))
+				}
+			}
+			if len(sent) == 0 {
+				t.Fatal("no turn folded")
+			}
+		})
+	}
+}
