@@ -459,9 +459,9 @@ func (c *Compiler) rewrite(ctx context.Context, f format, p *plan, req Request, 
 		c.invalid.Add(1)
 		return nil, ReasonInvalidOutput
 	}
-	// The recovery tool is an edit like the receipts: its bytes and tokens
-	// count in the gate.
-	if p.tool = c.planTool(f, p); p.tool.def != nil {
+	// The recovery tool (planned with the plan, priced by its cost) is an
+	// edit like the receipts: its bytes and tokens count in the gate.
+	if p.tool.def != nil {
 		if out, err = addTool(f, p, out, p.tool.def, c.texts); err != nil {
 			c.invalid.Add(1)
 			return nil, ReasonInvalidOutput

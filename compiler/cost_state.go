@@ -25,9 +25,12 @@ type cacheState struct {
 	// forwarded receipt named (not folded turns), sorted.
 	receipted []uint64
 	// tool: the conversation has been sent the recovery tool, so every
-	// later rewrite carries it too (sticky). Encoded as an optional
-	// trailing byte, so states recorded before it read as false.
-	tool bool
+	// later rewrite carries it too (sticky). recovered: the first 8 bytes
+	// of every artifact digest the model recovered while answering the
+	// forwarded request, sorted. Encoded as an optional trailing part
+	// (recovery_tool.go), so states recorded before it read as neither.
+	tool      bool
+	recovered []uint64
 }
 
 // seg is one rendered segment: a fingerprint of the rendered prompt up to
@@ -60,10 +63,7 @@ func (s *cacheState) encode() []byte {
 	for _, r := range s.receipted {
 		b = binary.LittleEndian.AppendUint64(b, r)
 	}
-	if s.tool {
-		b = append(b, 1)
-	}
-	return b
+	return appendRecoveryState(b, s)
 }
 
 // decodeCacheState reads a recorded state; a missing or unreadable one is
@@ -129,9 +129,7 @@ func parseCacheState(b []byte) (*cacheState, error) {
 	for i := range s.receipted {
 		s.receipted[i] = u64()
 	}
-	if len(b) == 1 && b[0] == 1 {
-		s.tool, b = true, b[1:]
-	}
+	b = parseRecoveryState(b, s)
 	if bad || len(b) != 0 {
 		return nil, errCacheState
 	}

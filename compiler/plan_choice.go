@@ -45,7 +45,10 @@ type choice struct {
 	orig, sent costPlan
 	segs       []seg // rendered segments of the original, and of the chosen plan
 	sentSegs   []seg
-	rawCached  int // bytes a provider would hold had every request gone out raw
+	// billed is the chosen plan as the provider bills it, and round the
+	// recovery round it is expected to cause (recovery_tool.go).
+	billed, round costPlan
+	rawCached     int // bytes a provider would hold had every request gone out raw
 }
 
 // costPlan is a plan's rendered size and cached prefix, in bytes.
@@ -72,7 +75,9 @@ func (c *Compiler) choose(base *plan, format string, req Request) (*plan, *choic
 		cur = alignedTurns(len(base.hist.turns))
 	}
 	if c.opts.Cost.Off {
-		return c.planned(base, variant{aligned: cur}, nil), nil
+		p := c.planned(base, variant{aligned: cur}, nil)
+		p.tool = c.planTool(format, p)
+		return p, nil
 	}
 	d := base.d
 	ch := &choice{model: c.opts.Cost.Model(format, d.model), now: req.Time, tpb: c.opts.Cost.Tokens(1)}
@@ -116,12 +121,13 @@ func (c *Compiler) choose(base *plan, format string, req Request) (*plan, *choic
 	for _, v := range variants {
 		p := c.planned(base, v, ch.prev)
 		p.choice = ch
-		segs := p.rendered(true)
-		cp := ch.costOf(segs)
+		p.tool = c.planTool(format, p)
+		segs, cp, billed := ch.withTool(p, p.rendered(true)) // recovery_tool.go: the tool re-writes what follows it
+		round := ch.roundAfter(p, cp)                        // and a receipt the model just recovered costs a round
 		rewrites = rewrites || len(p.edits) > 0
 		// Strictly cheaper wins: ties keep the earlier (fuller) plan.
-		if e := ch.expected(cp, ch.tpb); best == nil || e < bestCost {
-			best, bestCost, ch.sent, ch.sentSegs = p, e, cp, segs
+		if e := ch.expected(cp, ch.tpb) + ch.price(round, ch.tpb); best == nil || e < bestCost {
+			best, bestCost, ch.sent, ch.sentSegs, ch.billed, ch.round = p, e, cp, segs, billed, round
 		}
 	}
 	ch.declined = rewrites && len(best.edits) == 0
@@ -173,7 +179,7 @@ func (ch *choice) costs(res *Result, accepted bool) {
 	res.CostRaw = ch.price(costPlan{total: ch.orig.total, cached: ch.rawCached}, tpbRaw)
 	sent, tpb := ch.orig, tpbRaw
 	if accepted {
-		sent, tpb = ch.sent, tpbSent
+		sent, tpb = ch.billed, tpbSent
 	}
 	res.CostSent = ch.price(sent, tpb)
 	res.expectRead = ch.model.Cacheable(float64(sent.cached) * tpb)
@@ -188,7 +194,7 @@ func (ch *choice) cheaper(res *Result, rawLen, outLen int) bool {
 		tpbRaw = float64(res.Tokens.Raw) / float64(rawLen)
 		tpbSent = float64(res.Tokens.Sent) / float64(outLen)
 	}
-	return ch.expected(ch.sent, tpbSent) <= ch.expected(ch.orig, tpbRaw)
+	return ch.expected(ch.sent, tpbSent)+ch.price(ch.round, tpbSent) <= ch.expected(ch.orig, tpbRaw)
 }
 
 // state is the cache state to record for what went upstream.
@@ -201,12 +207,15 @@ func (ch *choice) state(p *plan, forwarded bool) []byte {
 	if forwarded {
 		st.aligned, st.segs = p.variant.aligned, ch.sentSegs
 		for i, s := range p.d.slots {
-			if p.receipt[i] && !p.recovered[s.text.digest] { // a recovered artifact is needed inline again
+			if p.receipt[i] {
 				st.receipted = append(st.receipted, short(s.text.digest))
 			}
 		}
 		slices.Sort(st.receipted)
 		st.receipted = slices.Compact(st.receipted)
+		st.recovered = recoveredState(p) // the next decision weighs re-inlining them against a round
+	} else if st.tool {
+		keepStickyRewrite(&st, ch.prev)
 	}
 	return st.encode()
 }

@@ -38,7 +38,7 @@ func TestPlanToolSticky(t *testing.T) {
 	}
 	for _, sent := range []bool{false, true} {
 		p := &plan{d: d.doc, lineage: Lineage{Cache: (&cacheState{tool: sent}).encode()}}
-		tp := c.planTool(f, p)
+		tp := c.planTool(f.name(), p)
 		if (tp.def != nil) != sent || tp.sticky != sent {
 			t.Fatalf("sent before=%v: planTool = %+v", sent, tp)
 		}
