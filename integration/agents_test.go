@@ -297,6 +297,17 @@ func cliEnv(home string, extra ...string) []string {
 // arrives (messages queued while it works would be merged into one turn),
 // thinking on (its default).
 func runClaudeCode(ctx context.Context, t *testing.T, bin, baseURL, workdir string) ([]string, error) {
+	prompts := make([]string, len(agentTasks))
+	for i, task := range agentTasks {
+		prompts[i] = task.prompt
+	}
+	finals, _, err := runClaude(ctx, t, bin, baseURL, workdir, prompts)
+	return finals, err
+}
+
+// runClaude drives one Claude Code process through prompts, one task
+// each, and returns each task's final result and everything it printed.
+func runClaude(ctx context.Context, t *testing.T, bin, baseURL, workdir string, prompts []string) ([]string, string, error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "claude"), "-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose", "--dangerously-skip-permissions")
 	cmd.Dir = workdir
 	cmd.Env = cliEnv(t.TempDir(),
@@ -305,19 +316,19 @@ func runClaudeCode(ctx context.Context, t *testing.T, bin, baseURL, workdir stri
 		"DISABLE_TELEMETRY=1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "DISABLE_AUTOUPDATER=1")
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	var stderr, seen bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	send := func(i int) {
-		line, _ := json.Marshal(map[string]any{"type": "user", "message": map[string]any{"role": "user", "content": agentTasks[i].prompt}})
+		line, _ := json.Marshal(map[string]any{"type": "user", "message": map[string]any{"role": "user", "content": prompts[i]}})
 		_, _ = stdin.Write(append(line, '\n'))
 	}
 	send(0)
@@ -336,17 +347,17 @@ func runClaudeCode(ctx context.Context, t *testing.T, bin, baseURL, workdir stri
 			continue
 		}
 		finals = append(finals, fmt.Sprintf("%s error=%v: %s", ev.Subtype, ev.IsError, ev.Result))
-		if len(finals) < len(agentTasks) {
+		if len(finals) < len(prompts) {
 			send(len(finals))
 		} else {
 			stdin.Close()
 		}
 	}
 	stdin.Close()
-	if err := cmd.Wait(); err != nil || len(finals) != len(agentTasks) {
-		return nil, fmt.Errorf("claude: %v; %d results for %d tasks\nstderr: %s\nstdout tail: %s", err, len(finals), len(agentTasks), stderr.String(), tail(seen.String(), 3000))
+	if err := cmd.Wait(); err != nil || len(finals) != len(prompts) {
+		return nil, seen.String(), fmt.Errorf("claude: %v; %d results for %d tasks\nstderr: %s\nstdout tail: %s", err, len(finals), len(prompts), stderr.String(), tail(seen.String(), 3000))
 	}
-	return finals, nil
+	return finals, seen.String(), nil
 }
 
 // claudePremise: thinking is on (Claude Code's default) and so, with it,
