@@ -398,35 +398,48 @@ func codexPremise(body []byte) error {
 // `codex exec resume --last` for each next one, through a custom provider
 // with wire_api "responses" (HTTPS and SSE; Codex ignores OPENAI_BASE_URL).
 func runCodex(ctx context.Context, t *testing.T, bin, baseURL, workdir string) ([]string, error) {
+	prompts := make([]string, len(agentTasks))
+	for i, task := range agentTasks {
+		prompts[i] = task.prompt
+	}
+	finals, _, err := runCodexPrompts(ctx, t, bin, baseURL, workdir, prompts)
+	return finals, err
+}
+
+// runCodexPrompts runs one Codex session through prompts, one exec each,
+// and returns each task's last message and everything the CLI printed.
+func runCodexPrompts(ctx context.Context, t *testing.T, bin, baseURL, workdir string, prompts []string) ([]string, string, error) {
 	home := t.TempDir()
 	codexHome := filepath.Join(home, "codex")
 	if err := os.MkdirAll(codexHome, 0o700); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if err := os.WriteFile(filepath.Join(codexHome, "config.toml"), []byte(codexConfig(baseURL+"/v1")), 0o600); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	env := cliEnv(home, "CODEX_HOME="+codexHome, "TT_AGENTS_TEST_KEY=sk-test-agents-codex")
 	last := filepath.Join(home, "last.txt")
 	var finals []string
-	for i, tk := range agentTasks {
+	var printed strings.Builder
+	for i, prompt := range prompts {
 		args := []string{"exec", "--skip-git-repo-check", "-o", last}
 		if i > 0 {
 			args = append(args, "resume", "--last")
 		}
-		cmd := exec.CommandContext(ctx, filepath.Join(bin, "codex"), append(args, tk.prompt)...)
+		cmd := exec.CommandContext(ctx, filepath.Join(bin, "codex"), append(args, prompt)...)
 		cmd.Dir, cmd.Env = workdir, env
 		out, err := cmd.CombinedOutput()
+		printed.Write(out)
 		if err != nil {
-			return nil, fmt.Errorf("codex task %d: %v\n%s", i+1, err, tail(string(out), 3000))
+			return nil, printed.String(), fmt.Errorf("codex task %d: %v\n%s", i+1, err, tail(string(out), 3000))
 		}
 		b, err := os.ReadFile(last)
 		if err != nil {
-			return nil, fmt.Errorf("codex task %d wrote no last message: %v\n%s", i+1, err, tail(string(out), 3000))
+			return nil, printed.String(), fmt.Errorf("codex task %d wrote no last message: %v\n%s", i+1, err, tail(string(out), 3000))
 		}
 		finals = append(finals, string(b))
 	}
-	return finals, nil
+	return finals, printed.String(), nil
 }
 
 // codexConfig is the Codex configuration that sends its Responses requests

@@ -18,20 +18,21 @@ import (
 	provider "github.com/tokenterminator/caddy-token-terminator/response"
 )
 
-// recoveringClaude is Claude Code's scripted dialect (claudeDialect) with
-// a model that recovers: a scripted request that carries a receipt is
-// answered by recoverytest.Model, which calls token_terminator for the
-// receipt's artifact page by page and then answers with the text it
-// recovered. The gateway's follow-ups (the request plus our tool's
-// results) belong to the task the person last asked for.
-type recoveringClaude struct {
-	claudeDialect
-	pages int // the artifact's pages of 20000 characters the model reads
+// recoveringModel wraps a client's scripted dialect with a model that
+// recovers: a scripted request that carries a receipt is answered by
+// recoverytest.Model, which calls token_terminator for the receipt's
+// artifact page by page and then answers with the text it recovered. The
+// gateway's follow-ups (the request plus our tool's results) belong to the
+// task the person last asked for.
+type recoveringModel struct {
+	agentDialect
+	format string
+	pages  int // the artifact's pages of max_page_chars the model reads
 }
 
-func (d *recoveringClaude) next(body []byte) (int, int, bool) {
-	if len(recoverytest.OwnResults(provider.FormatAnthropic, body)) == 0 {
-		return d.claudeDialect.next(body)
+func (d *recoveringModel) next(body []byte) (int, int, bool) {
+	if len(recoverytest.OwnResults(d.format, body)) == 0 {
+		return d.agentDialect.next(body)
 	}
 	ms := taskTagRE.FindAllSubmatch(body, -1)
 	if len(ms) == 0 {
@@ -41,20 +42,34 @@ func (d *recoveringClaude) next(body []byte) (int, int, bool) {
 	return n, 0, true
 }
 
-func (d *recoveringClaude) reply(w http.ResponseWriter, body []byte, task, step int, calls []agentAction, final string, u cacheUsage) {
+func (d *recoveringModel) reply(w http.ResponseWriter, body []byte, task, step int, calls []agentAction, final string, u cacheUsage) {
 	m := receiptIDRE.FindSubmatch(body)
 	if m == nil {
-		d.claudeDialect.reply(w, body, task, step, calls, final, u)
+		d.agentDialect.reply(w, body, task, step, calls, final, u)
 		return
 	}
-	model := recoverytest.Model{Format: provider.FormatAnthropic, ID: string(m[1]), Rounds: d.pages, PageChars: recovery.DefaultMaxPageChars}
+	model := recoverytest.Model{Format: d.format, ID: string(m[1]), Rounds: d.pages, PageChars: recovery.DefaultMaxPageChars}
 	turn, err := model.Answer(body)
 	if err != nil {
 		http.Error(w, strconv.Quote(err.Error()), http.StatusBadRequest) // the CLI fails, and so does the test
 		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
-	w.Write(turn.Stream(provider.FormatAnthropic, len(recoverytest.OwnResults(provider.FormatAnthropic, body))))
+	w.Write(turn.Stream(d.format, len(recoverytest.OwnResults(d.format, body))))
+}
+
+// recoveringCLI is one real CLI the recovery session runs.
+type recoveringCLI struct {
+	name, format, credential string
+	dialect                  func(workdir string) agentDialect
+	run                      func(ctx context.Context, t *testing.T, bin, baseURL, workdir string, prompts []string) ([]string, string, error)
+}
+
+var recoveringCLIs = []recoveringCLI{
+	{"ClaudeCode", provider.FormatAnthropic, "X-Api-Key: sk-ant-test-agents",
+		func(w string) agentDialect { return claudeDialect{workdir: w} }, runClaude},
+	{"Codex", provider.FormatResponses, "Authorization: Bearer sk-test-agents-codex",
+		func(string) agentDialect { return codexDialect{} }, runCodexPrompts},
 }
 
 // recoveryCLITasks: the first task reads a.txt (its result goes upstream
@@ -65,45 +80,52 @@ var recoveryCLITasks = []agentTask{
 	{taskTag(2) + " Quote line 170 of a.txt.", nil},
 }
 
-// TestClaudeCodeRecoveringSession drives the real Claude Code CLI through
-// the gateway (defaults: recovery tool on) to a fake Anthropic provider
-// whose model recovers the receipt it is sent. The CLI must complete with
-// the model's final text; the gateway's follow-ups must carry the exact
-// vaulted content of the receipt (the artifact API's, a part of what the
-// CLI sent); the CLI must never see the tool: not in what it printed, not
-// in what it sent.
+// TestCLIRecoveringSession drives the real Claude Code and Codex CLIs
+// through the gateway (defaults: recovery tool on) to a fake provider whose
+// model recovers the receipt it is sent. The CLI must complete with the
+// model's final text; the gateway's follow-ups must carry the exact vaulted
+// content of the receipt (the artifact API's, a part of what the CLI sent);
+// the CLI must never see the tool: not in what it printed, not in what it
+// sent.
 //
-// Skipped with -short or when npm or the CLI cannot run (installed and
-// cached as for TestAgentCLIs).
-func TestClaudeCodeRecoveringSession(t *testing.T) {
+// Skipped with -short or when npm or a CLI cannot run (installed and cached
+// as for TestAgentCLIs).
+func TestCLIRecoveringSession(t *testing.T) {
 	if testing.Short() {
 		t.Skip("agent CLI test skipped in -short mode")
 	}
 	for _, tool := range []string{"npm", "node"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not found: cannot install and run Claude Code", tool)
+			t.Skipf("%s not found: cannot install and run the CLIs", tool)
 		}
 	}
 	bin := filepath.Join(npmInstall(t, "token-terminator-agents-test", claudeCodePackage, codexPackage), ".bin")
+	for _, c := range recoveringCLIs {
+		t.Run(c.name, func(t *testing.T) { testCLIRecovering(t, c, bin) })
+	}
+}
+
+func testCLIRecovering(t *testing.T, c recoveringCLI, bin string) {
+	exe := map[string]string{"ClaudeCode": "claude", "Codex": "codex"}[c.name]
 	vctx, vcancel := context.WithTimeout(context.Background(), 30*time.Second)
-	version := exec.CommandContext(vctx, filepath.Join(bin, "claude"), "--version")
+	version := exec.CommandContext(vctx, filepath.Join(bin, exe), "--version")
 	version.Env = cliEnv(t.TempDir())
 	out, err := version.CombinedOutput()
 	vcancel()
 	if err != nil {
-		t.Skipf("the claude CLI installed by npm cannot run here: %v\n%s", err, out)
+		t.Skipf("the %s CLI installed by npm cannot run here: %v\n%s", exe, err, out)
 	}
 
 	dir := t.TempDir()
 	writeAgentFiles(t, dir)
-	d := &recoveringClaude{claudeDialect: claudeDialect{workdir: dir}, pages: 2}
+	d := &recoveringModel{agentDialect: c.dialect(dir), format: c.format, pages: 2}
 	prov := newAgentProvider(t, recoveryCLITasks, d)
 	g := startGateway(t, defaultSnippet, prov.upstream)
 	tp := newTap(t, g.URL)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	prompts := []string{recoveryCLITasks[0].prompt, recoveryCLITasks[1].prompt}
-	finals, printed, err := runClaude(ctx, t, bin, tp.URL, dir, prompts)
+	finals, printed, err := c.run(ctx, t, bin, tp.URL, dir, prompts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +133,7 @@ func TestClaudeCodeRecoveringSession(t *testing.T) {
 	// The gateway's follow-ups: the last one holds every page recovered.
 	var followUps [][]byte
 	for _, r := range prov.all() {
-		if len(recoverytest.OwnResults(provider.FormatAnthropic, r.Body)) > 0 {
+		if len(recoverytest.OwnResults(c.format, r.Body)) > 0 {
 			followUps = append(followUps, r.Body)
 		}
 	}
@@ -120,7 +142,7 @@ func TestClaudeCodeRecoveringSession(t *testing.T) {
 	}
 	var recovered strings.Builder
 	id := ""
-	for _, res := range recoverytest.OwnResults(provider.FormatAnthropic, followUps[len(followUps)-1]) {
+	for _, res := range recoverytest.OwnResults(c.format, followUps[len(followUps)-1]) {
 		var page struct {
 			ArtifactID string  `json:"artifact_id"`
 			Content    string  `json:"content"`
@@ -140,7 +162,7 @@ func TestClaudeCodeRecoveringSession(t *testing.T) {
 		TotalChars int
 	}
 	for offset := 0; ; {
-		api := g.do(http.MethodGet, fmt.Sprintf("%sartifacts/%s?offset=%d", recovery.DefaultPath, id, offset), nil, 0, "X-Api-Key: sk-ant-test-agents")
+		api := g.do(http.MethodGet, fmt.Sprintf("%sartifacts/%s?offset=%d", recovery.DefaultPath, id, offset), nil, 0, c.credential)
 		var page struct {
 			Content    string `json:"content"`
 			NextOffset *int   `json:"next_offset"`
@@ -159,8 +181,8 @@ func TestClaudeCodeRecoveringSession(t *testing.T) {
 	if recovered.String() != whole.Content {
 		t.Fatalf("the follow-up carried %d characters, the vault holds %d (%d)", len([]rune(recovered.String())), len([]rune(whole.Content)), whole.TotalChars)
 	}
-	if !strings.Contains(whole.Content, string(fileMarker("a.txt"))) || !strings.Contains(readResultOf(t, tp.all()), whole.Content) {
-		t.Fatalf("the recovered content is not the Read of a.txt the CLI sent: %.200s", whole.Content)
+	if !strings.Contains(whole.Content, string(fileMarker("a.txt"))) || !sentByClient(tp.all(), whole.Content) {
+		t.Fatalf("the recovered content is not the read of a.txt the CLI sent: %.200s", whole.Content)
 	}
 
 	// The CLI completed with the model's final text.
@@ -187,46 +209,23 @@ func TestClaudeCodeRecoveringSession(t *testing.T) {
 	if !logged {
 		t.Fatalf("no log line with recovery_rounds=%d", d.pages)
 	}
-	t.Logf("Claude Code recovered %s (%d characters) in %d rounds", id, whole.TotalChars, len(followUps))
+	t.Logf("%s: the model recovered %s (%d characters) in %d rounds", c.name, id, whole.TotalChars, len(followUps))
 }
 
-// readResultOf returns the text of the Read tool results in the CLI's
-// requests, concatenated.
-func readResultOf(t *testing.T, reqs []tapped) string {
-	t.Helper()
-	var out strings.Builder
+// sentByClient reports whether content, JSON-encoded as the clients
+// encode strings (no HTML escaping), is in a body the client sent.
+func sentByClient(reqs []tapped, content string) bool {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if enc.Encode(content) != nil {
+		return false
+	}
+	lit := bytes.TrimSuffix(bytes.TrimSpace(buf.Bytes()), []byte(`"`))[1:]
 	for _, r := range reqs {
-		var req struct {
-			Messages []anthropicMsg `json:"messages"`
-		}
-		if json.Unmarshal(r.Body, &req) != nil {
-			continue
-		}
-		for _, m := range req.Messages {
-			var blocks []struct {
-				Type      string          `json:"type"`
-				ToolUseID string          `json:"tool_use_id"`
-				Content   json.RawMessage `json:"content"`
-			}
-			if json.Unmarshal(m.Content, &blocks) != nil {
-				continue
-			}
-			for _, b := range blocks {
-				if b.Type != "tool_result" {
-					continue
-				}
-				var s string
-				if json.Unmarshal(b.Content, &s) == nil {
-					out.WriteString(s)
-					continue
-				}
-				var parts []anthropicBlock
-				_ = json.Unmarshal(b.Content, &parts)
-				for _, p := range parts {
-					out.WriteString(p.Text)
-				}
-			}
+		if bytes.Contains(r.Body, lit) {
+			return true
 		}
 	}
-	return out.String()
+	return false
 }
