@@ -335,7 +335,7 @@ func (c *Compiler) foldTurn(d *doc, list *jsonv.Node, infos []msgInfo, t turn) f
 	// The summary says how to get the turn back, as receipts do; the hint
 	// depends only on the configuration, so a summary already sent keeps
 	// its bytes.
-	line = c.opts.Recovery.receiptHint(line)
+	line = c.opts.Recovery.forDoc(d).receiptHint(line)
 	msg := append([]byte(`{"role":"user","content":`), jsonv.AppendString(nil, line)...)
 	msg = append(msg, '}')
 

@@ -211,7 +211,7 @@ type plan struct {
 	receipts int
 	kinds    ReceiptKinds // receipts by why they were made
 
-	recovery  Recovery        // Options.Recovery: the receipts' hint
+	recovery  Recovery        // Options.Recovery for this request (forDoc): the hint and the tool
 	tool      toolPlan        // the recovery tool (recovery_tool.go)
 	recovered map[Digest]bool // artifacts the model recovered (Result.Recovered)
 }
@@ -292,7 +292,7 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Resu
 		return nil
 	}
 	res.Model = d.model
-	p := &plan{d: d.doc, recovery: c.opts.Recovery}
+	p := &plan{d: d.doc, recovery: c.opts.Recovery.forDoc(d.doc)}
 	for _, s := range d.slots {
 		ok := s.text.chars >= c.opts.MinArtifactChars && s.text.chars <= c.opts.MaxArtifactChars
 		p.eligible = append(p.eligible, ok)

@@ -30,6 +30,38 @@ type Recovery struct {
 	// rewrite of a conversation once it was sent (sticky: a tools array that
 	// toggles would bust the provider's prompt cache). Empty: no tool.
 	Tools ToolDefinitions
+	// ConflictHint replaces Hint in a request that is offered no tool
+	// although Tools has one: its own tools already name ToolName, or its
+	// tools are not an array (the artifact API's path, say).
+	ConflictHint string
+
+	conflict bool // set by forDoc: the client's tools name ours
+}
+
+// forDoc is the recovery a request gets. A request whose own tools already
+// name ours (or whose tools are not an array) is offered no tool, and its
+// receipts and summaries carry ConflictHint, so they never point the
+// model at a tool that is not ours.
+func (r Recovery) forDoc(d *doc) Recovery {
+	if r.Tools == (ToolDefinitions{}) {
+		return r
+	}
+	t := d.root.Get("tools")
+	if t == nil {
+		return r
+	}
+	if t.Is(jsonv.Array) {
+		for _, e := range t.Elems {
+			if toolNames(d.src, e, r.ToolName) {
+				r.conflict = true
+			}
+		}
+		if !r.conflict {
+			return r
+		}
+	}
+	r.Hint, r.Tools = r.ConflictHint, ToolDefinitions{}
+	return r
 }
 
 // ToolDefinitions is the recovery tool's definition in each format's
@@ -72,28 +104,15 @@ type toolPlan struct {
 
 // planTool decides whether p's rewrite carries the recovery tool: it does
 // when the rewrite receipts or folds something, or the conversation has
-// been sent the tool before, unless the client's tools already name it.
+// been sent the tool before, unless the request is offered none
+// (Recovery.forDoc: the client's tools already name it).
 func (c *Compiler) planTool(format string, p *plan) toolPlan {
-	def := c.opts.Recovery.Tools.of(format)
-	if def == nil {
-		return toolPlan{}
-	}
 	tp := toolPlan{sticky: toolSent(p.lineage.Cache)}
 	if p.receipts == 0 && len(p.folds()) == 0 && !tp.sticky {
 		return tp
 	}
-	if t := p.d.root.Get("tools"); t != nil {
-		if !t.Is(jsonv.Array) {
-			return tp // odd shape: offer nothing
-		}
-		for _, e := range t.Elems {
-			if toolNames(p.d.src, e, c.opts.Recovery.ToolName) {
-				tp.conflict = true
-				return tp
-			}
-		}
-	}
-	tp.def = def
+	tp.conflict = p.recovery.conflict
+	tp.def = p.recovery.Tools.of(format)
 	return tp
 }
 

@@ -37,7 +37,7 @@ func TestPlanToolSticky(t *testing.T) {
 		t.Fatal(reason)
 	}
 	for _, sent := range []bool{false, true} {
-		p := &plan{d: d.doc, lineage: Lineage{Cache: (&cacheState{tool: sent}).encode()}}
+		p := &plan{d: d.doc, lineage: Lineage{Cache: (&cacheState{tool: sent}).encode()}, recovery: c.opts.Recovery.forDoc(d.doc)}
 		tp := c.planTool(f.name(), p)
 		if (tp.def != nil) != sent || tp.sticky != sent {
 			t.Fatalf("sent before=%v: planTool = %+v", sent, tp)

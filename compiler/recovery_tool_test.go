@@ -16,11 +16,14 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/response"
 )
 
-const toolHint = "token_terminator artifact_get"
+const (
+	toolHint = "token_terminator artifact_get"
+	apiHint  = "GET /token-terminator/artifacts/{id}"
+)
 
 func recoveryOptions() compiler.Options {
 	return compiler.Options{InlineLeases: 1, Recovery: compiler.Recovery{
-		Hint: toolHint, ToolName: recovery.ToolName,
+		Hint: toolHint, ToolName: recovery.ToolName, ConflictHint: apiHint,
 		Tools: compiler.ToolDefinitions{
 			Chat:      string(recovery.Definition(response.FormatChat)),
 			Responses: string(recovery.Definition(response.FormatResponses)),
@@ -134,6 +137,12 @@ func TestRecoveryToolEdit(t *testing.T) {
 						if res.RecoveryTool || !res.ToolConflict || !bytes.Equal(got, toolsRaw(t, body)) {
 							t.Fatalf("step %d: conflict not honoured: tool=%v conflict=%v tools=%s", step, res.RecoveryTool, res.ToolConflict, got)
 						}
+						// Receipts name the API, never the client's tool of our name.
+						for _, r := range allReceipts(res.Body) {
+							if !strings.HasSuffix(r, " | recover: "+apiHint+"]") {
+								t.Fatalf("step %d: receipt of a conflicting request: %s", step, r)
+							}
+						}
 						continue
 					}
 					def := recovery.Definition(f.format)
@@ -169,6 +178,7 @@ func TestRecoveryToolEdit(t *testing.T) {
 func withoutTool(t *testing.T, format string, res compiler.Result) compiler.Result {
 	t.Helper()
 	b := bytes.ReplaceAll(res.Body, []byte(" | recover: "+toolHint+"]"), []byte("]"))
+	b = bytes.ReplaceAll(b, []byte(" | recover: "+apiHint+"]"), []byte("]"))
 	res.Body, res.SentBytes = b, len(b)
 	if !res.RecoveryTool {
 		return res

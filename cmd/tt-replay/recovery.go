@@ -20,6 +20,7 @@ import (
 // receipts' hint and the tool definitions.
 func ToolRecovery() compiler.Recovery {
 	return compiler.Recovery{Hint: recovery.ToolName + " artifact_get", ToolName: recovery.ToolName,
+		ConflictHint: "GET " + recovery.DefaultPath + "artifacts/{id}",
 		Tools: compiler.ToolDefinitions{
 			Chat:      string(recovery.Definition(response.FormatChat)),
 			Responses: string(recovery.Definition(response.FormatResponses)),
