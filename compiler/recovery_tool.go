@@ -105,10 +105,11 @@ type toolPlan struct {
 // planTool decides whether p's rewrite carries the recovery tool: it does
 // when the rewrite receipts or folds something, or the conversation has
 // been sent the tool before, unless the request is offered none
-// (Recovery.forDoc: the client's tools already name it).
+// (Recovery.forDoc: the client's tools already name it). A plan without
+// edits goes out as the original, so it carries none (and is priced so).
 func (c *Compiler) planTool(format string, p *plan) toolPlan {
 	tp := toolPlan{sticky: toolSent(p.lineage.Cache)}
-	if p.receipts == 0 && len(p.folds()) == 0 && !tp.sticky {
+	if len(p.edits) == 0 || (p.receipts == 0 && len(p.folds()) == 0 && !tp.sticky) {
 		return tp
 	}
 	tp.conflict = p.recovery.conflict

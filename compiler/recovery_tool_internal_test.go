@@ -26,7 +26,8 @@ func TestCacheStateToolFlag(t *testing.T) {
 }
 
 // A conversation that was sent the tool gets it with any later rewrite,
-// even one that carries no receipt or fold; one never sent it does not.
+// even one that carries no receipt or fold; one never sent it does not;
+// and a plan without edits (it goes out as the original) carries none.
 func TestPlanToolSticky(t *testing.T) {
 	def := []byte(`{"name":"token_terminator","input_schema":{"type":"object"}}`)
 	c := &Compiler{opts: Options{Recovery: Recovery{ToolName: "token_terminator", Tools: ToolDefinitions{Anthropic: string(def)}}}}
@@ -38,6 +39,10 @@ func TestPlanToolSticky(t *testing.T) {
 	}
 	for _, sent := range []bool{false, true} {
 		p := &plan{d: d.doc, lineage: Lineage{Cache: (&cacheState{tool: sent}).encode()}, recovery: c.opts.Recovery.forDoc(d.doc)}
+		if tp := c.planTool(f.name(), p); tp.def != nil {
+			t.Fatalf("sent before=%v: a plan without edits carries the tool", sent)
+		}
+		p.edits = []edit{{start: 2, end: 2}} // a rewrite without receipts or folds
 		tp := c.planTool(f.name(), p)
 		if (tp.def != nil) != sent || tp.sticky != sent {
 			t.Fatalf("sent before=%v: planTool = %+v", sent, tp)
