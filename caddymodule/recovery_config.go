@@ -107,12 +107,15 @@ func compilerRecovery(mode string, cfg recovery.Config) compiler.Recovery {
 			Responses: string(recovery.Definition(response.FormatResponses)),
 			Anthropic: string(recovery.Definition(response.FormatAnthropic)),
 		}
-		return compiler.Recovery{Hint: recovery.ToolName + " artifact_get", ToolName: recovery.ToolName, Tools: tools}
+		return compiler.Recovery{Hint: recovery.ToolName + " artifact_get", ToolName: recovery.ToolName, Tools: tools, ConflictHint: apiHint(cfg)}
 	case RecoveryAPI:
-		return compiler.Recovery{Hint: "GET " + cfg.Path + "artifacts/{id}"}
+		return compiler.Recovery{Hint: apiHint(cfg)}
 	}
 	return compiler.Recovery{}
 }
+
+// apiHint is the receipts' hint that names the artifact API.
+func apiHint(cfg recovery.Config) string { return "GET " + cfg.Path + "artifacts/{id}" }
 
 // The Caddyfile's recovery subdirectives; UnmarshalCaddyfile finds them in
 // subdirectives.

@@ -332,6 +332,10 @@ func (c *Compiler) foldTurn(d *doc, list *jsonv.Node, infos []msgInfo, t turn) f
 	line := fmt.Sprintf(FoldPrefix+"%s | messages=%d | user=%s | tools=%s | assistant=%s]",
 		ArtifactID(art.Digest), t.last-t.first+1, clip(user, summaryUserChars),
 		strings.Join(tools, ","), clip(assistant, summaryAssistantChars))
+	// The summary says how to get the turn back, as receipts do; the hint
+	// depends only on the configuration, so a summary already sent keeps
+	// its bytes.
+	line = c.opts.Recovery.forDoc(d).receiptHint(line)
 	msg := append([]byte(`{"role":"user","content":`), jsonv.AppendString(nil, line)...)
 	msg = append(msg, '}')
 

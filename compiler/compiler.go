@@ -211,7 +211,7 @@ type plan struct {
 	receipts int
 	kinds    ReceiptKinds // receipts by why they were made
 
-	recovery  Recovery        // Options.Recovery: the receipts' hint
+	recovery  Recovery        // Options.Recovery for this request (forDoc): the hint and the tool
 	tool      toolPlan        // the recovery tool (recovery_tool.go)
 	recovered map[Digest]bool // artifacts the model recovered (Result.Recovered)
 }
@@ -292,7 +292,7 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Resu
 		return nil
 	}
 	res.Model = d.model
-	p := &plan{d: d.doc, recovery: c.opts.Recovery}
+	p := &plan{d: d.doc, recovery: c.opts.Recovery.forDoc(d.doc)}
 	minChars := c.opts.MinArtifactChars
 	if !c.opts.Cost.Off {
 		minChars = min(minChars, c.opts.Cost.LeaseMin()) // the bill decides on the smaller ones (plan_choice.go)
@@ -464,9 +464,9 @@ func (c *Compiler) rewrite(ctx context.Context, f format, p *plan, req Request, 
 		c.invalid.Add(1)
 		return nil, ReasonInvalidOutput
 	}
-	// The recovery tool is an edit like the receipts: its bytes and tokens
-	// count in the gate.
-	if p.tool = c.planTool(f, p); p.tool.def != nil {
+	// The recovery tool (planned with the plan, priced by its cost) is an
+	// edit like the receipts: its bytes and tokens count in the gate.
+	if p.tool.def != nil {
 		if out, err = addTool(out, root, p.tool.def); err != nil {
 			c.invalid.Add(1)
 			return nil, ReasonInvalidOutput

@@ -26,9 +26,12 @@ type cacheState struct {
 	// forwarded receipt named (not folded turns), sorted.
 	receipted []uint64
 	// tool: the conversation has been sent the recovery tool, so every
-	// later rewrite carries it too (sticky). Encoded as an optional
-	// trailing byte, so states recorded before it read as false.
-	tool bool
+	// later rewrite carries it too (sticky). recovered: the first 8 bytes
+	// of every artifact digest the model recovered while answering the
+	// forwarded request, sorted. Encoded as an optional trailing part
+	// (recovery_tool.go), so states recorded before it read as neither.
+	tool      bool
+	recovered []uint64
 	// bps marks, per segment, a cache_control breakpoint at its end: where
 	// a provider that caches only at breakpoints (Anthropic) wrote a cache
 	// entry. nil for automatic prefix caching (every prefix is an entry),
@@ -109,10 +112,7 @@ func (s *cacheState) encode() []byte {
 		b = binary.LittleEndian.AppendUint64(b, e.fp)
 		b = binary.AppendVarint(b, e.at)
 	}
-	if s.tool {
-		b = append(b, 1)
-	}
-	return b
+	return appendRecoveryState(b, s)
 }
 
 // decodeCacheState reads a recorded state; a missing or unreadable one is
@@ -204,9 +204,7 @@ func parseCacheState(b []byte) (*cacheState, error) {
 			s.older = append(s.older, entryRef{fp: u64(), at: sv()})
 		}
 	}
-	if len(b) == 1 && b[0] == 1 {
-		s.tool, b = true, b[1:]
-	}
+	b = parseRecoveryState(b, s)
 	if bad || len(b) != 0 {
 		return nil, errCacheState
 	}

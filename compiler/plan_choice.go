@@ -56,7 +56,10 @@ type choice struct {
 	// chosen plan whether one ends there. nil for automatic caching.
 	marked         []bool
 	segsBP, sentBP []bool
-	rawCached      int // bytes a provider would hold had every request gone out raw
+	// billed is the chosen plan as the provider bills it, and round the
+	// recovery round it is expected to cause (recovery_tool.go).
+	billed, round costPlan
+	rawCached     int // bytes a provider would hold had every request gone out raw
 }
 
 // costPlan is a plan's rendered size and cached prefix, in bytes.
@@ -88,7 +91,9 @@ func (c *Compiler) choose(base *plan, format string, req Request) (*plan, *choic
 		cur = alignedTurns(len(base.hist.turns))
 	}
 	if c.opts.Cost.Off {
-		return c.planned(base, variant{aligned: cur}, nil), nil
+		p := c.planned(base, variant{aligned: cur}, nil)
+		p.tool = c.planTool(format, p)
+		return p, nil
 	}
 	d := base.d
 	ch := &choice{model: c.opts.Cost.Model(format, d.model), now: req.Time, tpb: c.opts.Cost.Tokens(1)}
@@ -143,7 +148,8 @@ func (c *Compiler) choose(base *plan, format string, req Request) (*plan, *choic
 		cp                costPlan
 		segs              []seg
 		bps               []bool
-		overRecv, overFld float64 // saving against the original (negative: cheaper) over each horizon
+		billed, round     costPlan // as the provider bills it, and the recovery round it is expected to cause
+		overRecv, overFld float64  // saving against the original (negative: cheaper) over each horizon
 	}
 	rel := func(cp costPlan, h float64) float64 {
 		return ch.expectedOver(cp, ch.tpb, h) - ch.expectedOver(ch.orig, ch.tpb, h)
@@ -153,10 +159,14 @@ func (c *Compiler) choose(base *plan, format string, req Request) (*plan, *choic
 	for _, v := range variants {
 		p := c.planned(base, v, ch.prev)
 		p.choice = ch
-		segs, bps := p.rendered(true, ch.marked)
-		cp := ch.costOf(segs)
+		p.tool = c.planTool(format, p)
+		rsegs, bps := p.rendered(true, ch.marked)
+		segs, cp, billed := ch.withTool(p, rsegs) // recovery_tool.go: the tool re-writes what follows it
+		round := ch.roundAfter(p, cp)             // and a receipt the model just recovered costs a round
+		roundCost := ch.price(round, ch.tpb)
 		rewrites = rewrites || len(p.edits) > 0
-		j := &judged{p: p, cp: cp, segs: segs, bps: bps, overRecv: rel(cp, receiptHorizon), overFld: rel(cp, foldHorizon)}
+		j := &judged{p: p, cp: cp, segs: segs, bps: bps, billed: billed, round: round,
+			overRecv: rel(cp, receiptHorizon) + roundCost, overFld: rel(cp, foldHorizon) + roundCost}
 		// Strictly cheaper wins: ties keep the earlier (fuller) plan.
 		if len(p.folds()) > 0 && v.aligned > prevAligned {
 			if bestFold == nil || j.overRecv < bestFold.overRecv {
@@ -170,6 +180,7 @@ func (c *Compiler) choose(base *plan, format string, req Request) (*plan, *choic
 		best = bestFold
 	}
 	ch.horizon, ch.sent, ch.sentSegs, ch.sentBP = receiptHorizon, best.cp, best.segs, best.bps
+	ch.billed, ch.round = best.billed, best.round
 	ch.declined = rewrites && len(best.p.edits) == 0
 	return best.p, ch
 }
@@ -283,7 +294,7 @@ func (ch *choice) costs(res *Result, accepted bool) {
 	res.CostHorizonRaw = ch.expected(ch.orig, tpbRaw)
 	sent, tpb := ch.orig, tpbRaw
 	if accepted {
-		sent, tpb = ch.sent, tpbSent
+		sent, tpb = ch.billed, tpbSent
 	}
 	res.CostSent = ch.price(sent, tpb)
 	res.CostHorizonSent = ch.expected(sent, tpb)
@@ -301,13 +312,14 @@ func (ch *choice) tpbs(res *Result, rawLen, outLen int) (raw, sent float64) {
 }
 
 // cheaper is the gate's third veto: the chosen plan's expected billed cost
-// must not exceed the original's, both over the same horizon (this request
-// plus ch.horizon following requests reading the prompt back), both from
-// the provider's cache as the conversation left it. Measured token counts
-// replace the byte estimate on each side.
+// (with the recovery round it is expected to cause) must not exceed the
+// original's, both over the same horizon (this request plus ch.horizon
+// following requests reading the prompt back), both from the provider's
+// cache as the conversation left it. Measured token counts replace the
+// byte estimate on each side.
 func (ch *choice) cheaper(res *Result, rawLen, outLen int) bool {
 	tpbRaw, tpbSent := ch.tpbs(res, rawLen, outLen)
-	return ch.expected(ch.sent, tpbSent) <= ch.expected(ch.orig, tpbRaw)
+	return ch.expected(ch.sent, tpbSent)+ch.price(ch.round, tpbSent) <= ch.expected(ch.orig, tpbRaw)
 }
 
 // state is the cache state to record for what went upstream.
@@ -320,12 +332,15 @@ func (ch *choice) state(p *plan, forwarded bool) []byte {
 	if forwarded {
 		st.aligned, st.segs, st.bps = p.variant.aligned, ch.sentSegs, ch.sentBP
 		for i, s := range p.d.slots {
-			if p.receipt[i] && !p.recovered[s.text.digest] { // a recovered artifact is needed inline again
+			if p.receipt[i] {
 				st.receipted = append(st.receipted, short(s.text.digest))
 			}
 		}
 		slices.Sort(st.receipted)
 		st.receipted = slices.Compact(st.receipted)
+		st.recovered = recoveredState(p) // the next decision weighs re-inlining them against a round
+	} else if st.tool {
+		keepStickyRewrite(&st, ch.prev)
 	}
 	st.older = ch.olderEntries(st.segs, st.bps)
 	return st.encode()

@@ -3,9 +3,11 @@ package compiler_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/compiler/compilertest"
@@ -14,11 +16,14 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/response"
 )
 
-const toolHint = "token_terminator artifact_get"
+const (
+	toolHint = "token_terminator artifact_get"
+	apiHint  = "GET /token-terminator/artifacts/{id}"
+)
 
 func recoveryOptions() compiler.Options {
 	return compiler.Options{InlineLeases: 1, Recovery: compiler.Recovery{
-		Hint: toolHint, ToolName: recovery.ToolName,
+		Hint: toolHint, ToolName: recovery.ToolName, ConflictHint: apiHint,
 		Tools: compiler.ToolDefinitions{
 			Chat:      string(recovery.Definition(response.FormatChat)),
 			Responses: string(recovery.Definition(response.FormatResponses)),
@@ -132,6 +137,12 @@ func TestRecoveryToolEdit(t *testing.T) {
 						if res.RecoveryTool || !res.ToolConflict || !bytes.Equal(got, toolsRaw(t, body)) {
 							t.Fatalf("step %d: conflict not honoured: tool=%v conflict=%v tools=%s", step, res.RecoveryTool, res.ToolConflict, got)
 						}
+						// Receipts name the API, never the client's tool of our name.
+						for _, r := range allReceipts(res.Body) {
+							if !strings.HasSuffix(r, " | recover: "+apiHint+"]") {
+								t.Fatalf("step %d: receipt of a conflicting request: %s", step, r)
+							}
+						}
 						continue
 					}
 					def := recovery.Definition(f.format)
@@ -167,6 +178,7 @@ func TestRecoveryToolEdit(t *testing.T) {
 func withoutTool(t *testing.T, format string, res compiler.Result) compiler.Result {
 	t.Helper()
 	b := bytes.ReplaceAll(res.Body, []byte(" | recover: "+toolHint+"]"), []byte("]"))
+	b = bytes.ReplaceAll(b, []byte(" | recover: "+apiHint+"]"), []byte("]"))
 	res.Body, res.SentBytes = b, len(b)
 	if !res.RecoveryTool {
 		return res
@@ -216,3 +228,210 @@ func TestRecoveredArtifactReinlined(t *testing.T) {
 
 // digestOf is the artifact identity of a tool result sent as a JSON string.
 func digestOf(s string) compiler.Digest { return strDigest(s) }
+
+// Folded-turn summaries end in the recovery hint of the configuration, as
+// receipts do (tool: the tool's action; api: the API path; none: nothing),
+// every summary already sent is sent again byte for byte, and without the
+// hint (WithoutRecovery) the rewrite passes the compaction oracle.
+func TestFoldSummaryRecoverHint(t *testing.T) {
+	tests := []struct {
+		name string
+		rec  compiler.Recovery
+	}{
+		{"tool", recoveryOptions().Recovery},
+		{"api", compiler.Recovery{Hint: "GET /token-terminator/artifacts/{id}"}},
+		{"none", compiler.Recovery{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			opts := compactOpts(5, 6)
+			opts.Recovery = tt.rec
+			c := newCompiler(t, opts, compilertest.NewMemStore(), nil)
+			var sent []string // summaries sent so far, as JSON strings
+			for n := 1; n <= 22; n++ {
+				body := conversation(n, 5000, nil)
+				res := compile(c, "t", body)
+				if res.Decision != compiler.Accepted {
+					continue
+				}
+				if err := compiler.CheckCompacted(chatPath, body, res.Body); err != nil {
+					t.Fatalf("step %d: %v", n, err)
+				}
+				if bytes.Contains(compiler.WithoutRecovery(body, res.Body), []byte(" | recover: ")) {
+					t.Fatalf("step %d: WithoutRecovery left a hint", n)
+				}
+				for _, s := range sent {
+					if !bytes.Contains(res.Body, []byte(s)) {
+						t.Fatalf("step %d: summary sent before is gone or changed: %s", n, s)
+					}
+				}
+				sent = sent[:0]
+				for _, m := range messagesOf(t, res.Body) {
+					s := contentString(m)
+					if !strings.HasPrefix(s, compiler.FoldPrefix) {
+						continue
+					}
+					want := `"]`
+					if tt.rec.Hint != "" {
+						want = `" | recover: ` + tt.rec.Hint + "]"
+					}
+					if !strings.HasSuffix(s, want) || strings.Count(s, " | recover: ") != min(1, len(tt.rec.Hint)) {
+						t.Fatalf("step %d: summary %q does not end in %q", n, s, want)
+					}
+					sent = append(sent, string(m.Content))
+				}
+			}
+			if len(sent) == 0 {
+				t.Fatal("no turn folded")
+			}
+		})
+	}
+}
+
+// cachedFormats renders steps as recoveryFormats does, for models whose
+// cache reads cost 0.1 of the input price (gpt-5; Claude with a
+// cache_control breakpoint), where re-writing a cached prefix is dear.
+var cachedFormats = []struct {
+	name, format, path string
+	body               func(turns []compilertest.ChatTurn, tools string) []byte
+}{
+	{"chat", response.FormatChat, chatPath, func(ts []compilertest.ChatTurn, tools string) []byte {
+		return withTools(compilertest.ChatBody("gpt-5", ts, ""), tools)
+	}},
+	{"responses", response.FormatResponses, responsesPath, func(ts []compilertest.ChatTurn, tools string) []byte {
+		return withTools(compilertest.ResponsesBody("gpt-5", ts, "", compilertest.ResponsesOptions{}), tools)
+	}},
+	{"anthropic", response.FormatAnthropic, messagesPath, func(ts []compilertest.ChatTurn, tools string) []byte {
+		return withTools(compilertest.AnthropicBody("claude-sonnet-4-5", ts, "", compilertest.AnthropicOptions{System: true}), tools)
+	}},
+}
+
+// persistFails is a store whose Persist fails while fail is set: the
+// compile fails open (vault_error) and the original goes upstream.
+type persistFails struct {
+	*compilertest.MemStore
+	fail bool
+}
+
+func (s *persistFails) Persist(ctx context.Context, scope compiler.Scope, arts []compiler.Artifact) error {
+	if s.fail {
+		return errors.New("persist refused")
+	}
+	return s.MemStore.Persist(ctx, scope, arts)
+}
+
+// A conversation that was sent the tool keeps it: when one request fails
+// open (the vault refuses a write, so the original goes upstream without
+// the tool), the next request is a rewrite again, with the identical tools
+// bytes, replaying the receipts the last rewrite carried. Every request
+// from the tool's first appearance on carries it, but the failed one. The
+// client's tools are large (as a coding agent's are), so bringing the tool
+// back by re-writing the prompt would not pay: only the replay of the last
+// rewrite, which the provider still holds, does.
+func TestStickyToolSurvivesFailOpen(t *testing.T) {
+	turns := compilertest.Turns(90, 8, 9000)
+	for _, f := range cachedFormats {
+		t.Run(f.name, func(t *testing.T) {
+			own := largeClientTools(f.format, 120000)
+			store := &persistFails{MemStore: compilertest.NewMemStore()}
+			c := newCompiler(t, recoveryOptions(), store, nil)
+			at := time.Unix(1_800_000_000, 0)
+			var tools, lastRewrite []byte
+			for step := 1; step <= len(turns); step++ {
+				store.fail = step == 5
+				body := f.body(turns[:step], own)
+				res := c.Compile(context.Background(), compiler.Request{Path: f.path, Body: body, Time: at.Add(time.Duration(step) * 20 * time.Second),
+					Scope: compiler.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce})
+				switch {
+				case step == 5:
+					if res.Decision != compiler.Passthrough || res.Reason != compiler.ReasonVaultError || res.RecoveryTool {
+						t.Fatalf("step 5: %s %s tool=%v, want the original (vault_error)", res.Decision, res.Reason, res.RecoveryTool)
+					}
+					continue
+				case tools == nil && !res.RecoveryTool:
+					continue // not introduced yet
+				}
+				if res.Decision != compiler.Accepted || !res.RecoveryTool {
+					t.Fatalf("step %d: %s %s tool=%v: the tool was dropped", step, res.Decision, res.Reason, res.RecoveryTool)
+				}
+				got := toolsRaw(t, res.Body)
+				if tools == nil {
+					tools = got
+				} else if !bytes.Equal(tools, got) {
+					t.Fatalf("step %d: tools changed:\n%s\n%s", step, tools, got)
+				}
+				if step == 6 {
+					// The stable replay of step 4's rewrite: every receipt it
+					// carried is carried again.
+					for _, r := range allReceipts(lastRewrite) {
+						if !bytes.Contains(res.Body, []byte(r)) {
+							t.Fatalf("step 6 dropped step 4's receipt %s", r)
+						}
+					}
+				}
+				lastRewrite = res.Body
+			}
+			if tools == nil {
+				t.Fatal("the tool never went out")
+			}
+		})
+	}
+}
+
+// A receipt the model just recovered is weighed: deep in a warm, cached
+// prompt, carrying it inline again would re-write everything after it, so
+// the receipt stays (and a recovery round is expected instead); with the
+// cost model off, the lease rule re-inlines it.
+func TestRecoveredReceiptWeighed(t *testing.T) {
+	turns := compilertest.Turns(91, 12, 9000)
+	body := func(n int) []byte {
+		return compilertest.AnthropicBody("claude-sonnet-4-5", turns[:n], "", compilertest.AnthropicOptions{System: true, CacheLast: true})
+	}
+	first := digestOf(turns[0].Output)
+	for _, costOff := range []bool{false, true} {
+		opts := recoveryOptions()
+		opts.Cost.Off = costOff
+		c := newCompiler(t, opts, compilertest.NewMemStore(), nil)
+		at := time.Unix(1_800_000_000, 0)
+		run := func(step int) compiler.Result {
+			return c.Compile(context.Background(), compiler.Request{Path: messagesPath, Body: body(step), Time: at.Add(time.Duration(step) * 20 * time.Second),
+				Scope: compiler.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce, DeferCommit: true})
+		}
+		var prev compiler.Result
+		for step := 1; step <= 10; step++ {
+			prev = run(step)
+			if step == 10 {
+				if !bytes.Contains(prev.Body, []byte(compiler.ArtifactID(first))) {
+					t.Fatalf("cost off=%v: step 10 does not receipt the first result (%s %s)", costOff, prev.Decision, prev.Reason)
+				}
+				prev.Recovered(first)
+			}
+			prev.Commit()
+		}
+		next := run(11)
+		next.Commit()
+		kept := bytes.Contains(next.Body, []byte(compiler.ArtifactID(first)))
+		if kept == costOff {
+			t.Fatalf("cost off=%v: the recovered first result is kept as a receipt: %v (%s %s)", costOff, kept, next.Decision, next.Reason)
+		}
+		if !costOff {
+			// Kept: the prompt up to step 10's last receipt is sent again.
+			end := bytes.LastIndex(prev.Body, []byte(compiler.ReceiptPrefix))
+			if end < 0 || !bytes.HasPrefix(next.Body, prev.Body[:end]) {
+				t.Fatal("step 11 re-wrote the cached prefix")
+			}
+		}
+	}
+}
+
+// largeClientTools is a client tools array of one tool whose description
+// is n characters.
+func largeClientTools(format string, n int) string {
+	tools := clientTool(format, "bash")
+	desc := `"description":"` + strings.Repeat("Run a shell command. ", n/21) + `",`
+	i := strings.Index(tools, `"name":`)
+	if format == response.FormatChat {
+		i = strings.Index(tools, `"parameters":`)
+	}
+	return tools[:i] + desc + tools[i:]
+}

@@ -297,6 +297,17 @@ func cliEnv(home string, extra ...string) []string {
 // arrives (messages queued while it works would be merged into one turn),
 // thinking on (its default).
 func runClaudeCode(ctx context.Context, t *testing.T, bin, baseURL, workdir string) ([]string, error) {
+	prompts := make([]string, len(agentTasks))
+	for i, task := range agentTasks {
+		prompts[i] = task.prompt
+	}
+	finals, _, err := runClaude(ctx, t, bin, baseURL, workdir, prompts)
+	return finals, err
+}
+
+// runClaude drives one Claude Code process through prompts, one task
+// each, and returns each task's final result and everything it printed.
+func runClaude(ctx context.Context, t *testing.T, bin, baseURL, workdir string, prompts []string) ([]string, string, error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "claude"), "-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose", "--dangerously-skip-permissions")
 	cmd.Dir = workdir
 	cmd.Env = cliEnv(t.TempDir(),
@@ -305,19 +316,19 @@ func runClaudeCode(ctx context.Context, t *testing.T, bin, baseURL, workdir stri
 		"DISABLE_TELEMETRY=1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "DISABLE_AUTOUPDATER=1")
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	var stderr, seen bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	send := func(i int) {
-		line, _ := json.Marshal(map[string]any{"type": "user", "message": map[string]any{"role": "user", "content": agentTasks[i].prompt}})
+		line, _ := json.Marshal(map[string]any{"type": "user", "message": map[string]any{"role": "user", "content": prompts[i]}})
 		_, _ = stdin.Write(append(line, '\n'))
 	}
 	send(0)
@@ -336,17 +347,17 @@ func runClaudeCode(ctx context.Context, t *testing.T, bin, baseURL, workdir stri
 			continue
 		}
 		finals = append(finals, fmt.Sprintf("%s error=%v: %s", ev.Subtype, ev.IsError, ev.Result))
-		if len(finals) < len(agentTasks) {
+		if len(finals) < len(prompts) {
 			send(len(finals))
 		} else {
 			stdin.Close()
 		}
 	}
 	stdin.Close()
-	if err := cmd.Wait(); err != nil || len(finals) != len(agentTasks) {
-		return nil, fmt.Errorf("claude: %v; %d results for %d tasks\nstderr: %s\nstdout tail: %s", err, len(finals), len(agentTasks), stderr.String(), tail(seen.String(), 3000))
+	if err := cmd.Wait(); err != nil || len(finals) != len(prompts) {
+		return nil, seen.String(), fmt.Errorf("claude: %v; %d results for %d tasks\nstderr: %s\nstdout tail: %s", err, len(finals), len(prompts), stderr.String(), tail(seen.String(), 3000))
 	}
-	return finals, nil
+	return finals, seen.String(), nil
 }
 
 // claudePremise: thinking is on (Claude Code's default) and so, with it,
@@ -387,35 +398,48 @@ func codexPremise(body []byte) error {
 // `codex exec resume --last` for each next one, through a custom provider
 // with wire_api "responses" (HTTPS and SSE; Codex ignores OPENAI_BASE_URL).
 func runCodex(ctx context.Context, t *testing.T, bin, baseURL, workdir string) ([]string, error) {
+	prompts := make([]string, len(agentTasks))
+	for i, task := range agentTasks {
+		prompts[i] = task.prompt
+	}
+	finals, _, err := runCodexPrompts(ctx, t, bin, baseURL, workdir, prompts)
+	return finals, err
+}
+
+// runCodexPrompts runs one Codex session through prompts, one exec each,
+// and returns each task's last message and everything the CLI printed.
+func runCodexPrompts(ctx context.Context, t *testing.T, bin, baseURL, workdir string, prompts []string) ([]string, string, error) {
 	home := t.TempDir()
 	codexHome := filepath.Join(home, "codex")
 	if err := os.MkdirAll(codexHome, 0o700); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if err := os.WriteFile(filepath.Join(codexHome, "config.toml"), []byte(codexConfig(baseURL+"/v1")), 0o600); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	env := cliEnv(home, "CODEX_HOME="+codexHome, "TT_AGENTS_TEST_KEY=sk-test-agents-codex")
 	last := filepath.Join(home, "last.txt")
 	var finals []string
-	for i, tk := range agentTasks {
+	var printed strings.Builder
+	for i, prompt := range prompts {
 		args := []string{"exec", "--skip-git-repo-check", "-o", last}
 		if i > 0 {
 			args = append(args, "resume", "--last")
 		}
-		cmd := exec.CommandContext(ctx, filepath.Join(bin, "codex"), append(args, tk.prompt)...)
+		cmd := exec.CommandContext(ctx, filepath.Join(bin, "codex"), append(args, prompt)...)
 		cmd.Dir, cmd.Env = workdir, env
 		out, err := cmd.CombinedOutput()
+		printed.Write(out)
 		if err != nil {
-			return nil, fmt.Errorf("codex task %d: %v\n%s", i+1, err, tail(string(out), 3000))
+			return nil, printed.String(), fmt.Errorf("codex task %d: %v\n%s", i+1, err, tail(string(out), 3000))
 		}
 		b, err := os.ReadFile(last)
 		if err != nil {
-			return nil, fmt.Errorf("codex task %d wrote no last message: %v\n%s", i+1, err, tail(string(out), 3000))
+			return nil, printed.String(), fmt.Errorf("codex task %d wrote no last message: %v\n%s", i+1, err, tail(string(out), 3000))
 		}
 		finals = append(finals, string(b))
 	}
-	return finals, nil
+	return finals, printed.String(), nil
 }
 
 // codexConfig is the Codex configuration that sends its Responses requests

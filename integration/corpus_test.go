@@ -164,7 +164,10 @@ func percent(raw, sent int) float64 {
 // tenant starts afresh, and Anthropic works with x-api-key and with
 // Authorization: Bearer alike.
 func TestNewFormatsThroughCaddy(t *testing.T) {
-	turns := compilertest.Turns(500, 2, 9000)
+	// Results large enough that the receipt pays for the recovery tool it
+	// brings (its bytes count in the cost decision): at 9000 characters a
+	// warm gpt-5 or Claude prompt is cheaper raw.
+	turns := compilertest.Turns(500, 2, 20000)
 	bodies := map[string][2][]byte{
 		"/v1/responses": {
 			compilertest.ResponsesBody("gpt-5", turns[:1], "", compilertest.ResponsesOptions{Reasoning: true}),

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"strconv"
+	"strings"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/cost"
@@ -18,6 +20,7 @@ import (
 // receipts' hint and the tool definitions.
 func ToolRecovery() compiler.Recovery {
 	return compiler.Recovery{Hint: recovery.ToolName + " artifact_get", ToolName: recovery.ToolName,
+		ConflictHint: "GET " + recovery.DefaultPath + "artifacts/{id}",
 		Tools: compiler.ToolDefinitions{
 			Chat:      string(recovery.Definition(response.FormatChat)),
 			Responses: string(recovery.Definition(response.FormatResponses)),
@@ -31,12 +34,15 @@ type RecoveryRow struct {
 	Steps     int
 	Receipts  int     // receipts forwarded
 	WithTool  int     // forwarded requests that carried the tool
+	Dropped   int     // requests after the tool's first appearance that went out without it (toggles)
 	ToolBytes int     // bytes the definitions (and hints) added, summed over the steps
 	Recovered int     // artifacts the simulated model recovered
 	Reinlined int     // characters of recovered artifacts carried inline again by the next step
 	Sent      int     // bytes forwarded with the tool
 	SentOff   int     // bytes forwarded with recovery off
-	Billed    Billed  // billed raw / sent with the tool
+	Rounds    int     // recovery rounds: follow-up requests the gateway sent for the simulated model
+	Billed    Billed  // billed raw / sent with the tool (the client's requests)
+	BilledRnd float64 // billed for the recovery rounds' follow-up requests
 	BilledOff float64 // billed sent with recovery off
 }
 
@@ -45,8 +51,10 @@ var receiptIDOf = regexp.MustCompile(`\[Token Terminator artifact (a_[0-9a-f]{32
 // ReplayRecovery replays a session with the tool (with) and without
 // recovery (off), each as its own tenant. Every recoverEvery-th step (0:
 // never) the simulated model recovers every artifact the forwarded body
-// receipts; the next step then carries them inline again, which is
-// counted.
+// receipts, in one recovery round: the follow-up request the gateway would
+// send (the forwarded body, the model's calls and their results) is billed
+// like any step. The next step's decision then either carries them inline
+// again (counted as re-inlined) or keeps the receipts.
 func ReplayRecovery(with, off *compiler.Compiler, arts recovery.Artifacts, s fixtures.CorpusFile, clock Clock, recoverEvery int) RecoveryRow {
 	row := RecoveryRow{Name: s.Name, Steps: len(s.Requests)}
 	var cfg cost.Config
@@ -73,6 +81,9 @@ func ReplayRecovery(with, off *compiler.Compiler, arts recovery.Artifacts, s fix
 		}
 		pending = nil
 		row.Receipts += res.Receipts
+		if row.WithTool > 0 && !res.RecoveryTool {
+			row.Dropped++
+		}
 		if res.RecoveryTool {
 			row.WithTool++
 			row.ToolBytes += len(res.Body) - len(compiler.WithoutRecovery(req.Body, res.Body))
@@ -94,34 +105,77 @@ func ReplayRecovery(with, off *compiler.Compiler, arts recovery.Artifacts, s fix
 		row.Billed.Raw += rawSim.Step(cost.Render(s.Format, req.Body), at).Cost
 		row.Billed.Sent += sentSim.Step(cost.Render(s.Format, res.Body), at).Cost
 		row.BilledOff += offSim.Step(cost.Render(s.Format, ro.Body), at).Cost
+		if len(pending) > 0 {
+			if body, err := recoveryRound(ctx, arts, tenant, s.Format, res.Body, pending); err == nil {
+				row.Rounds++
+				row.BilledRnd += sentSim.Step(cost.Render(s.Format, body), at).Cost
+			}
+		}
 	}
 	return row
 }
 
+// recoveryRound is the follow-up request of a round in which the model
+// calls the tool once for each of ds, whole: body with the model's turn and
+// the tool's results appended (recovery.FollowUp), as the gateway sends it.
+func recoveryRound(ctx context.Context, arts recovery.Artifacts, tenant, format string, body []byte, ds []compiler.Digest) ([]byte, error) {
+	cfg := recovery.Config{MaxPageChars: compiler.DefaultMaxArtifactChars}
+	var calls []recovery.Call
+	var items []string
+	for i, d := range ds {
+		args := fmt.Sprintf(`{"action":"artifact_get","artifact_id":%q,"limit":%d}`, compiler.ArtifactID(d), compiler.DefaultMaxArtifactChars)
+		id := fmt.Sprintf("tt_replay_%d", i)
+		calls = append(calls, recovery.Call{ID: id, Args: []byte(args), Result: recovery.ExecuteWith(ctx, cfg, arts, tenant, []byte(args))})
+		q := strconv.Quote(args)
+		switch format {
+		case response.FormatChat:
+			items = append(items, `{"id":"`+id+`","type":"function","function":{"name":"`+recovery.ToolName+`","arguments":`+q+`}}`)
+		case response.FormatResponses:
+			items = append(items, `{"type":"function_call","call_id":"`+id+`","name":"`+recovery.ToolName+`","arguments":`+q+`}`)
+		default:
+			items = append(items, `{"type":"tool_use","id":"`+id+`","name":"`+recovery.ToolName+`","input":`+args+`}`)
+		}
+	}
+	list := strings.Join(items, ",")
+	var answer string
+	switch format {
+	case response.FormatChat:
+		answer = `{"choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[` + list + `]},"finish_reason":"tool_calls"}]}`
+	case response.FormatResponses:
+		answer = `{"output":[` + list + `]}`
+	default:
+		answer = `{"role":"assistant","content":[` + list + `],"stop_reason":"tool_use"}`
+	}
+	return recovery.FollowUp(format, body, []byte(answer), calls)
+}
+
 // PrintRecovery writes the recovery rows as a Markdown table with a total.
 func PrintRecovery(w io.Writer, rows []RecoveryRow) {
-	fmt.Fprintln(w, "| session | steps | receipts | with tool | tool+hint bytes | sent bytes | sent bytes recovery off | recovered | re-inlined chars | billed sent | billed sent recovery off | sent/raw | sent/raw recovery off |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| session | steps | receipts | with tool | dropped | tool+hint bytes | sent bytes | sent bytes recovery off | recovered | rounds | re-inlined chars | billed sent | billed rounds | billed sent recovery off | sent/raw | sent+rounds/raw | sent/raw recovery off |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	var tot RecoveryRow
 	for _, r := range rows {
 		printRecoveryRow(w, shortName(r.Name), r)
 		tot.Steps += r.Steps
 		tot.Receipts += r.Receipts
 		tot.WithTool += r.WithTool
+		tot.Dropped += r.Dropped
 		tot.ToolBytes += r.ToolBytes
 		tot.Sent += r.Sent
 		tot.SentOff += r.SentOff
 		tot.Recovered += r.Recovered
+		tot.Rounds += r.Rounds
 		tot.Reinlined += r.Reinlined
 		tot.Billed.Raw += r.Billed.Raw
 		tot.Billed.Sent += r.Billed.Sent
 		tot.BilledOff += r.BilledOff
+		tot.BilledRnd += r.BilledRnd
 	}
 	printRecoveryRow(w, "**total**", tot)
 }
 
 func printRecoveryRow(w io.Writer, name string, r RecoveryRow) {
-	fmt.Fprintf(w, "| %s | %d | %d | %d | %d | %d | %d | %d | %d | %.0f | %.0f | %.3f | %.3f |\n",
-		name, r.Steps, r.Receipts, r.WithTool, r.ToolBytes, r.Sent, r.SentOff, r.Recovered, r.Reinlined,
-		r.Billed.Sent, r.BilledOff, ratio(r.Billed.Sent, r.Billed.Raw), ratio(r.BilledOff, r.Billed.Raw))
+	fmt.Fprintf(w, "| %s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %.0f | %.0f | %.0f | %.3f | %.3f | %.3f |\n",
+		name, r.Steps, r.Receipts, r.WithTool, r.Dropped, r.ToolBytes, r.Sent, r.SentOff, r.Recovered, r.Rounds, r.Reinlined,
+		r.Billed.Sent, r.BilledRnd, r.BilledOff, ratio(r.Billed.Sent, r.Billed.Raw), ratio(r.Billed.Sent+r.BilledRnd, r.Billed.Raw), ratio(r.BilledOff, r.Billed.Raw))
 }
