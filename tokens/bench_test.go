@@ -87,7 +87,7 @@ func benchCountWarm1MB(b *testing.B, hinted bool) {
 // fraction counted. Work left past the budget is drained between ops.
 func BenchmarkCountCold1MB(b *testing.B) {
 	body := newWarmBody().with(1)
-	if _, err := encodingNamed("o200k_base").get(); err != nil {
+	if _, err := encodingNamed("o200k_base").load(); err != nil {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
@@ -125,7 +125,7 @@ func BenchmarkCountColdCorpus(b *testing.B) {
 	if err != nil {
 		b.Skip("corpus absent:", err)
 	}
-	if _, err := encodingNamed("o200k_base").get(); err != nil {
+	if _, err := encodingNamed("o200k_base").load(); err != nil {
 		b.Fatal(err)
 	}
 	var d []time.Duration

@@ -9,17 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/pkoukk/tiktoken-go"
-	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
-
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
 )
-
-func init() {
-	// The default loader downloads BPE files; the offline one reads the
-	// copies embedded in the binary. Counting must never touch the network.
-	tiktoken.SetBpeLoader(tiktoken_loader.NewOfflineLoader())
-}
 
 // Statuses of a compiler.TokenCount.
 const (
@@ -84,6 +75,18 @@ func New(cfg Config) (*Counter, error) {
 	if c.budget == 0 {
 		c.budget = DefaultBudget
 	}
+	// The tables are built here, at provision, once per process: never on
+	// a request.
+	if !c.off {
+		for _, e := range encodings {
+			if c.fixed != nil && e != c.fixed {
+				continue
+			}
+			if _, err := e.load(); err != nil {
+				return nil, err
+			}
+		}
+	}
 	size := cfg.CacheBytes
 	if size == 0 {
 		size = DefaultCacheBytes
@@ -94,35 +97,6 @@ func New(cfg Config) (*Counter, error) {
 		c.memos = append(c.memos, newMemo(size/8/int64(len(encodings))))
 	}
 	return c, nil
-}
-
-// encoding is one tiktoken encoding, built once per process on first use:
-// tiktoken.GetEncoding rebuilds its maps (~0.1-0.3 s) on every call.
-type encoding struct {
-	name string
-	id   uint8
-	once sync.Once
-	tk   *tiktoken.Tiktoken
-	err  error
-}
-
-var encodings = []*encoding{
-	{name: "o200k_base", id: 0},
-	{name: "cl100k_base", id: 1},
-}
-
-func encodingNamed(name string) *encoding {
-	for _, e := range encodings {
-		if e.name == name {
-			return e
-		}
-	}
-	return nil
-}
-
-func (e *encoding) get() (*tiktoken.Tiktoken, error) {
-	e.once.Do(func() { e.tk, e.err = tiktoken.GetEncoding(e.name) })
-	return e.tk, e.err
 }
 
 // EncodingFor returns the encoding of model's own tokenizer, "" if none is
@@ -348,17 +322,17 @@ func (c *Counter) start(j *job) bool {
 // count counts piece i. A worker is a goroutine of its own, out of reach
 // of the compiler's recover: a panic inside the tokenizer fails this piece
 // (no token veto for the request) instead of the whole process.
-func (j *job) count(tk *tiktoken.Tiktoken, i int) (n int, ok bool) {
+func (j *job) count(r *ranks, i int) (n int, ok bool) {
 	defer func() {
 		if recover() != nil {
 			n, ok = 0, false
 		}
 	}()
-	return j.c.memos[j.enc.id].count(tk, j.pieces[i])
+	return j.c.memos[j.enc.id].count(j.enc, r, j.pieces[i])
 }
 
 func (j *job) work() {
-	tk, err := j.enc.get()
+	r, err := j.enc.load()
 	for {
 		i := int(j.next.Add(1) - 1)
 		if i >= len(j.pieces) {
@@ -366,7 +340,7 @@ func (j *job) work() {
 		}
 		n, ok := 0, false
 		if err == nil {
-			n, ok = j.count(tk, i)
+			n, ok = j.count(r, i)
 		}
 		j.c.land(j.flights[i], n, ok)
 		j.c.backlog.Add(-int64(len(j.pieces[i])))

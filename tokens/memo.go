@@ -2,10 +2,6 @@ package tokens
 
 import (
 	"sync"
-	"unicode"
-	"unicode/utf8"
-
-	"github.com/pkoukk/tiktoken-go"
 )
 
 // memo counts a new piece faster than tiktoken alone: it cuts the piece at
@@ -59,7 +55,7 @@ func (m *memo) put(s string, n int32) {
 // false if a part may hold a pre-token too long to encode in reasonable time.
 var wordPool = sync.Pool{New: func() any { w := make([][]byte, 0, 1024); return &w }}
 
-func (m *memo) count(tk *tiktoken.Tiktoken, piece []byte) (int, bool) {
+func (m *memo) count(enc *encoding, r *ranks, piece []byte) (int, bool) {
 	// The word list is pooled: a cold megabyte has ~100k words, and a
 	// fresh list per piece was a third of all the gateway's allocation.
 	wp := wordPool.Get().(*[][]byte)
@@ -84,17 +80,14 @@ func (m *memo) count(tk *tiktoken.Tiktoken, piece []byte) (int, bool) {
 	if len(miss) == 0 {
 		return total, true
 	}
-	for _, b := range miss {
-		if len(b) > maxPreToken && longestRun(b) > maxPreToken {
-			return 0, false
-		}
-	}
 	counts := make([]int32, len(miss))
 	for i, b := range miss {
-		// EncodeOrdinary: special-token text is ordinary text, as in
-		// Encode(text, nil, nil), without its extra scan.
-		counts[i] = int32(len(tk.EncodeOrdinary(string(b))))
-		total += int(counts[i])
+		n, ok := enc.count(r, b)
+		if !ok {
+			return 0, false
+		}
+		counts[i] = int32(n)
+		total += n
 	}
 	m.mu.Lock()
 	for i, b := range miss {
@@ -104,38 +97,4 @@ func (m *memo) count(tk *tiktoken.Tiktoken, piece []byte) (int, bool) {
 	}
 	m.mu.Unlock()
 	return total, true
-}
-
-// maxPreToken bounds the pre-tokens we let tiktoken-go encode: its BPE merge
-// is quadratic in the pre-token's length (16 KB of spaces take ~0.15 s, 1 MB
-// would take minutes), so a body holding a longer one is not counted.
-const maxPreToken = 16 << 10
-
-// longestRun bounds the longest pre-token of b in bytes. Both regexes keep a
-// pre-token inside one run of letters and marks (plus one leading character
-// and a contraction: +8) or inside one run of whitespace and punctuation;
-// digits come in threes.
-func longestRun(b []byte) int {
-	longest, run, class := 0, 0, -1
-	for len(b) > 0 {
-		r, size := utf8.DecodeRune(b)
-		b = b[size:]
-		c := 0 // whitespace, punctuation, symbols
-		switch {
-		case unicode.IsLetter(r) || unicode.IsMark(r):
-			c = 1
-		case unicode.IsNumber(r):
-			c = 2
-		}
-		if c != class || c == 2 {
-			class, run = c, 0
-		}
-		run += size
-		if c == 1 {
-			longest = max(longest, run+8)
-		} else {
-			longest = max(longest, run)
-		}
-	}
-	return longest
 }

@@ -1,0 +1,189 @@
+package tokens
+
+import (
+	"bytes"
+	"encoding/base64"
+	"fmt"
+	"hash/maphash"
+	"math"
+	"strconv"
+
+	"github.com/pkoukk/tiktoken-go-loader/assets"
+)
+
+// ranks is one encoding's mergeable ranks (token bytes -> token id), read
+// once from tiktoken-go-loader's embedded .tiktoken file. It replaces
+// tiktoken-go's maps (a map[string]int, its inverse and a sorted copy of
+// every token: ~40 MB of pointers for o200k_base) with four flat slices the
+// garbage collector never scans: about 5 MB for o200k_base, 2.5 MB for
+// cl100k_base (TestRanksMemory measures it).
+type ranks struct {
+	data  []byte   // every token's bytes, by id
+	off   []uint32 // token id's bytes are data[off[id]:off[id+1]]
+	slots []uint32 // open addressing: id+1 in the low idBits, a hash tag above; 0 is empty
+	mask  uint64
+	seed  maphash.Seed
+}
+
+// idBits holds a token id + 1 in a slot; the remaining bits are a tag of
+// the hash, so most probes of a wrong slot skip the byte comparison.
+const (
+	idBits = 18
+	idMask = 1<<idBits - 1
+)
+
+// loadRanks parses the embedded file of the named encoding: one token a
+// line, "base64 id", ids dense from 0 in file order.
+func loadRanks(name string) (*ranks, error) {
+	file, err := assets.Assets.ReadFile(name + ".tiktoken")
+	if err != nil {
+		return nil, err
+	}
+	n := bytes.Count(file, []byte("\n")) + 1
+	if n >= idMask {
+		return nil, fmt.Errorf("tokens: %s has %d tokens, more than a slot holds", name, n)
+	}
+	r := &ranks{
+		data: make([]byte, 0, len(file)/2),
+		off:  make([]uint32, 1, n+1),
+		seed: maphash.MakeSeed(),
+	}
+	for line := range bytes.Lines(file) {
+		line = bytes.TrimRight(line, "\n")
+		if len(line) == 0 {
+			continue
+		}
+		b64, idText, ok := bytes.Cut(line, []byte(" "))
+		id, err := strconv.Atoi(string(idText))
+		if !ok || err != nil || id != len(r.off)-1 {
+			return nil, fmt.Errorf("tokens: %s line %d: want id %d", name, len(r.off), len(r.off)-1)
+		}
+		at := len(r.data)
+		r.data = append(r.data, make([]byte, base64.StdEncoding.DecodedLen(len(b64)))...)
+		m, err := base64.StdEncoding.Decode(r.data[at:], b64)
+		if err != nil {
+			return nil, fmt.Errorf("tokens: %s line %d: %v", name, len(r.off), err)
+		}
+		r.data = r.data[:at+m]
+		r.off = append(r.off, uint32(len(r.data)))
+	}
+	tokens := len(r.off) - 1
+	size := 1
+	for size < 2*tokens {
+		size <<= 1
+	}
+	r.slots = make([]uint32, size)
+	r.mask = uint64(size - 1)
+	for id := range tokens {
+		b := r.token(id)
+		h := maphash.Bytes(r.seed, b)
+		tag := uint32(h>>(64-(32-idBits))) << idBits
+		i := h & r.mask
+		for r.slots[i] != 0 {
+			if _, dup := r.at(i, b, tag); dup {
+				return nil, fmt.Errorf("tokens: %s: token %d repeats an earlier one", name, id)
+			}
+			i = (i + 1) & r.mask
+		}
+		r.slots[i] = tag | uint32(id+1)
+	}
+	return r, nil
+}
+
+func (r *ranks) token(id int) []byte { return r.data[r.off[id]:r.off[id+1]] }
+
+// at reports the id in slot i if that slot holds b.
+func (r *ranks) at(i uint64, b []byte, tag uint32) (uint32, bool) {
+	s := r.slots[i]
+	if s&^idMask != tag {
+		return 0, false
+	}
+	id := s&idMask - 1
+	return id, bytes.Equal(r.token(int(id)), b)
+}
+
+// rank returns the id of the token b, false if b is not a token.
+func (r *ranks) rank(b []byte) (uint32, bool) {
+	h := maphash.Bytes(r.seed, b)
+	tag := uint32(h>>(64-(32-idBits))) << idBits
+	for i := h & r.mask; r.slots[i] != 0; i = (i + 1) & r.mask {
+		if id, ok := r.at(i, b, tag); ok {
+			return id, true
+		}
+	}
+	return 0, false
+}
+
+// part is a position of a byte-pair merge: where a part starts, and the
+// rank of the token joining it with the next part (noRank if none).
+type part struct {
+	start int
+	rank  uint32
+}
+
+const noRank = math.MaxUint32
+
+// merge runs tiktoken's byte-pair merge on piece (not itself a token):
+// repeatedly join the adjacent pair whose joint bytes have the lowest rank,
+// the leftmost one on a tie, until no pair is a token. It returns the
+// starts of the final tokens followed by len(piece), in buf's storage.
+// Like tiktoken-go's, it is quadratic in len(piece); callers bound it.
+func (r *ranks) merge(piece []byte, buf []part) []part {
+	parts := buf[:0]
+	for i := range len(piece) + 1 {
+		parts = append(parts, part{start: i, rank: noRank})
+	}
+	// pairRank is the rank of parts[i] joined with parts[i+1] (and with
+	// parts[i+2] when skip is 1, i.e. after the merge at i+1).
+	pairRank := func(i, skip int) uint32 {
+		if i+skip+2 < len(parts) {
+			if id, ok := r.rank(piece[parts[i].start:parts[i+skip+2].start]); ok {
+				return id
+			}
+		}
+		return noRank
+	}
+	for i := range len(parts) - 2 {
+		parts[i].rank = pairRank(i, 0)
+	}
+	for len(parts) > 1 {
+		low, at := uint32(noRank), -1
+		for i, p := range parts[:len(parts)-1] {
+			if p.rank < low {
+				low, at = p.rank, i
+			}
+		}
+		if at < 0 {
+			break
+		}
+		parts[at].rank = pairRank(at, 1)
+		if at > 0 {
+			parts[at-1].rank = pairRank(at-1, 1)
+		}
+		parts = append(parts[:at+1], parts[at+2:]...)
+	}
+	return parts
+}
+
+// encode appends the token ids of one pre-token to out.
+func (r *ranks) encode(piece []byte, out []int) []int {
+	if id, ok := r.rank(piece); ok {
+		return append(out, int(id))
+	}
+	var buf [64]part
+	parts := r.merge(piece, buf[:0])
+	for i := range len(parts) - 1 {
+		id, _ := r.rank(piece[parts[i].start:parts[i+1].start])
+		out = append(out, int(id))
+	}
+	return out
+}
+
+// count returns the number of tokens of one pre-token.
+func (r *ranks) count(piece []byte) int {
+	if _, ok := r.rank(piece); ok {
+		return 1
+	}
+	var buf [64]part
+	return len(r.merge(piece, buf[:0])) - 1
+}

@@ -1,0 +1,135 @@
+package tokens
+
+import (
+	"runtime"
+	"slices"
+	"testing"
+
+	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
+)
+
+// checkEncode fails unless the package's encoder gives tiktoken-go's token
+// ids for text.
+func checkEncode(t testing.TB, enc, text string) {
+	t.Helper()
+	e := encodingNamed(enc)
+	r, err := e.load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := oracle(t, enc).Encode(text, nil, nil)
+	got := e.encode(r, []byte(text))
+	if !slices.Equal(got, want) {
+		t.Fatalf("%s %.80q: ids\n%v\ntiktoken-go\n%v", enc, text, got, want)
+	}
+	if n, ok := e.count(r, []byte(text)); !ok || n != len(want) {
+		t.Fatalf("%s %.80q: count %d %v, tiktoken-go %d", enc, text, n, ok, len(want))
+	}
+}
+
+// TestRanksEqualLoader: the table holds exactly the loader's ranks.
+func TestRanksEqualLoader(t *testing.T) {
+	for _, enc := range encNames {
+		want, err := tiktoken_loader.NewOfflineLoader().LoadTiktokenBpe(enc + ".tiktoken")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := encodingNamed(enc).load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.off)-1 != len(want) {
+			t.Fatalf("%s: %d tokens, loader %d", enc, len(r.off)-1, len(want))
+		}
+		for tok, id := range want {
+			if got, ok := r.rank([]byte(tok)); !ok || int(got) != id {
+				t.Fatalf("%s %q: rank %d %v, loader %d", enc, tok, got, ok, id)
+			}
+			if string(r.token(id)) != tok {
+				t.Fatalf("%s id %d: %q, loader %q", enc, id, r.token(id), tok)
+			}
+		}
+		for _, s := range []string{"", "\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00", "not-a-token-at-all-xyzzy"} {
+			if _, in := want[s]; in {
+				t.Fatalf("%s %q: pick a string that is not a token", enc, s)
+			}
+			if id, ok := r.rank([]byte(s)); ok {
+				t.Errorf("%s %q: found as %d, the loader has no such token", enc, s, id)
+			}
+		}
+	}
+}
+
+// TestEncodeTable: the pre-token cases and the reference texts encode to
+// tiktoken-go's ids.
+func TestEncodeTable(t *testing.T) {
+	ref := loadReference(t)
+	for _, enc := range encNames {
+		for _, s := range preTokenCases {
+			checkEncode(t, enc, s)
+		}
+		for _, r := range append(ref.Strings, ref.Bodies...) {
+			checkEncode(t, enc, r.Text)
+		}
+	}
+}
+
+// TestEncodeCorpus: every corpus body encodes to tiktoken-go's ids.
+func TestEncodeCorpus(t *testing.T) {
+	if raceEnabled {
+		t.Skip("tiktoken-go is too slow under the race detector for the corpus")
+	}
+	for name, b := range corpusBodies(t, false) {
+		for _, enc := range encNames {
+			e := encodingNamed(enc)
+			r, _ := e.load()
+			want := oracle(t, enc).Encode(string(b), nil, nil)
+			if got := e.encode(r, b); !slices.Equal(got, want) {
+				t.Errorf("%s %s: %d ids differ from tiktoken-go's %d", enc, name, len(got), len(want))
+			}
+		}
+	}
+}
+
+// FuzzEncodeEqualsTiktoken: on any input the token ids (and so the counts)
+// are tiktoken-go's, for both encodings.
+func FuzzEncodeEqualsTiktoken(f *testing.F) {
+	for _, s := range preTokenCases {
+		f.Add(s)
+	}
+	for _, s := range fragments {
+		f.Add(s + s + " " + s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if len(s) > 4096 {
+			return
+		}
+		for _, enc := range encNames {
+			checkEncode(t, enc, s)
+		}
+	})
+}
+
+// TestRanksMemory reports and bounds the heap the tables take: the point of
+// not using tiktoken-go's maps.
+func TestRanksMemory(t *testing.T) {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	var keep []*ranks
+	for _, enc := range encNames {
+		r, err := loadRanks(enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keep = append(keep, r)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	mb := float64(after.HeapAlloc-before.HeapAlloc) / (1 << 20)
+	t.Logf("o200k_base and cl100k_base tables: %.1f MB of heap", mb)
+	if mb > 12 {
+		t.Errorf("tables take %.1f MB, want at most 12", mb)
+	}
+	runtime.KeepAlive(keep)
+}
