@@ -133,3 +133,60 @@ func TestRanksMemory(t *testing.T) {
 	}
 	runtime.KeepAlive(keep)
 }
+
+// BenchmarkPreTokens1MB: the scanner alone over the cold benchmark's body.
+func BenchmarkPreTokens1MB(b *testing.B) {
+	body := newWarmBody().with(1)
+	b.SetBytes(int64(len(body)))
+	b.ResetTimer()
+	for range b.N {
+		n := 0
+		preTokens(body, true, func([]byte) { n++ })
+	}
+}
+
+// BenchmarkCountFresh1MB: pre-tokens, rank lookups and merges of the same
+// body on one goroutine, with an empty memo each time (what a cold body
+// costs a worker).
+func BenchmarkCountFresh1MB(b *testing.B) {
+	body := newWarmBody().with(1)
+	e := encodingNamed("o200k_base")
+	r, err := e.load()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(body)))
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		m := newMemo(DefaultCacheBytes / 16)
+		b.StartTimer()
+		if _, ok := m.count(e, r, body); !ok {
+			b.Fatal("not counted")
+		}
+	}
+}
+
+// BenchmarkPreTokensRegexp2_1MB: tiktoken-go's way (regexp2) on the same
+// body, the yardstick for BenchmarkPreTokens1MB on a machine whose speed
+// varies with its load.
+func BenchmarkPreTokensRegexp2_1MB(b *testing.B) {
+	body := string(newWarmBody().with(1))
+	b.SetBytes(int64(len(body)))
+	b.ResetTimer()
+	for range b.N {
+		refPreTokens(b, "o200k_base", body)
+	}
+}
+
+// BenchmarkCountTiktoken1MB: tiktoken-go's EncodeOrdinary on the same body,
+// the yardstick for BenchmarkCountFresh1MB.
+func BenchmarkCountTiktoken1MB(b *testing.B) {
+	body := string(newWarmBody().with(1))
+	tk := oracle(b, "o200k_base")
+	b.SetBytes(int64(len(body)))
+	b.ResetTimer()
+	for range b.N {
+		tk.EncodeOrdinary(body)
+	}
+}

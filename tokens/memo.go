@@ -4,11 +4,11 @@ import (
 	"sync"
 )
 
-// memo counts a new piece faster than tiktoken alone: it cuts the piece at
-// every allowed position (split with minSize 1, bits 0; exact for the same
-// reason as the pieces themselves) into word-sized parts, and remembers
-// their counts. Tool output repeats its words, identifiers and indentation, so on
-// the corpus about half the bytes of a body never reach tiktoken, even cold.
+// memo remembers the counts of pre-tokens that are not tokens themselves,
+// so a word seen before is not byte-pair merged again: a merge costs a rank
+// lookup per candidate pair, a memo hit one map lookup. Tool output repeats
+// its identifiers, so most merges of a cold body are hits. Pre-tokens that
+// are tokens (most of them) never reach the memo: the rank table answers.
 //
 // Two generations bound it: entries go to cur; when cur is full it becomes
 // old and a new cur starts; a hit in old is copied to cur.
@@ -51,50 +51,34 @@ func (m *memo) put(s string, n int32) {
 	m.size += len(s) + memoEntryBytes
 }
 
-// count returns the token count of piece, tokenizing only unknown parts;
-// false if a part may hold a pre-token too long to encode in reasonable time.
-var wordPool = sync.Pool{New: func() any { w := make([][]byte, 0, 1024); return &w }}
-
-func (m *memo) count(enc *encoding, r *ranks, piece []byte) (int, bool) {
-	// The word list is pooled: a cold megabyte has ~100k words, and a
-	// fresh list per piece was a third of all the gateway's allocation.
-	wp := wordPool.Get().(*[][]byte)
-	words := (*wp)[:0]
-	defer func() {
-		clear(words) // drop references into the caller's body
-		*wp = words[:0]
-		wordPool.Put(wp)
-	}()
-	var miss [][]byte
-	split(piece, 1, 0, func(w []byte) { words = append(words, w) })
-	total := 0
-	m.mu.Lock()
-	for _, b := range words {
-		if n, ok := m.get(b); ok {
-			total += n
-		} else {
-			miss = append(miss, b)
+// count returns the token count of piece; false if it holds a pre-token too
+// long to merge in reasonable time (see maxPreToken).
+func (m *memo) count(enc *encoding, r *ranks, piece []byte) (n int, ok bool) {
+	ok = true
+	var buf [64]part
+	preTokens(piece, enc.o200k, func(p []byte) {
+		switch {
+		case !ok:
+		case len(p) > maxPreToken:
+			ok = false
+		default:
+			if _, isToken := r.rank(p); isToken {
+				n++
+				return
+			}
+			m.mu.Lock()
+			k, hit := m.get(p)
+			m.mu.Unlock()
+			if !hit {
+				k = len(r.merge(p, buf[:0])) - 1
+				if len(p) <= maxMemoLen {
+					m.mu.Lock()
+					m.put(string(p), int32(k))
+					m.mu.Unlock()
+				}
+			}
+			n += k
 		}
-	}
-	m.mu.Unlock()
-	if len(miss) == 0 {
-		return total, true
-	}
-	counts := make([]int32, len(miss))
-	for i, b := range miss {
-		n, ok := enc.count(r, b)
-		if !ok {
-			return 0, false
-		}
-		counts[i] = int32(n)
-		total += n
-	}
-	m.mu.Lock()
-	for i, b := range miss {
-		if len(b) <= maxMemoLen {
-			m.put(string(b), counts[i])
-		}
-	}
-	m.mu.Unlock()
-	return total, true
+	})
+	return n, ok
 }

@@ -1,6 +1,7 @@
 package tokens
 
 import (
+	"sync"
 	"unicode"
 	"unicode/utf8"
 )
@@ -94,21 +95,40 @@ func classOf(r rune) uint8 {
 	return c
 }
 
-// scanner reads valid UTF-8 text.
+// scanner reads valid UTF-8 text. cls holds, at the first byte of every
+// rune, its classes and its size less one in the top two bits (one pass of
+// decoding up front, so every later look at a rune is one load).
 type scanner struct {
-	s []byte
+	s   []byte
+	cls []uint8
+}
+
+const sizeShift = 6
+
+var clsPool = sync.Pool{New: func() any { b := make([]uint8, 0, 4096); return &b }}
+
+// classify fills sc.cls for sc.s.
+func (sc *scanner) classify() {
+	for i := 0; i < len(sc.s); {
+		if b := sc.s[i]; b < utf8.RuneSelf {
+			sc.cls[i] = bmpClass[b]
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(sc.s[i:])
+		c := classOf(r)
+		if r < 0x10000 {
+			c = bmpClass[r]
+		}
+		sc.cls[i] = c | uint8(size-1)<<sizeShift
+		i += size
+	}
 }
 
 // at returns the classes and the size of the rune at i (i < len(s)).
 func (sc *scanner) at(i int) (uint8, int) {
-	if b := sc.s[i]; b < utf8.RuneSelf {
-		return bmpClass[b], 1
-	}
-	r, size := utf8.DecodeRune(sc.s[i:])
-	if r < 0x10000 {
-		return bmpClass[r], size
-	}
-	return classOf(r), size
+	c := sc.cls[i]
+	return c &^ (3 << sizeShift), int(c>>sizeShift) + 1
 }
 
 // is reports whether the rune at i exists and has one of the classes.
@@ -347,7 +367,13 @@ func preTokens(text []byte, o200k bool, emit func([]byte)) {
 	if !utf8.Valid(text) {
 		text = []byte(string([]rune(string(text))))
 	}
-	sc := scanner{s: text}
+	cp := clsPool.Get().(*[]uint8)
+	defer clsPool.Put(cp)
+	if cap(*cp) < len(text) {
+		*cp = make([]uint8, len(text))
+	}
+	sc := scanner{s: text, cls: (*cp)[:len(text)]}
+	sc.classify()
 	for i := 0; i < len(text); {
 		var e int
 		if o200k {
