@@ -41,9 +41,15 @@ type Config struct {
 
 // Counter counts tokens of request bodies. It is safe for concurrent use.
 type Counter struct {
-	fixed   *encoding // nil for auto
-	off     bool
-	budget  time.Duration
+	fixed  *encoding // nil for auto
+	off    bool
+	budget time.Duration
+	*state // shared with the Counters made by WithBudget
+}
+
+// state is what Counters of one tokenizer and cache size share whatever
+// their budgets: the count caches and the work in flight.
+type state struct {
 	cache   *cache
 	memos   []*memo      // by encoding id
 	backlog atomic.Int64 // bytes queued or being tokenized
@@ -59,7 +65,7 @@ var (
 
 // New returns a Counter for cfg.
 func New(cfg Config) (*Counter, error) {
-	c := &Counter{budget: cfg.Budget, inflight: map[key]*flight{}}
+	c := &Counter{budget: cfg.Budget, state: &state{inflight: map[key]*flight{}}}
 	switch t := strings.ToLower(strings.TrimSpace(cfg.Tokenizer)); t {
 	case "", "auto":
 	case "off":
@@ -97,6 +103,21 @@ func New(cfg Config) (*Counter, error) {
 		c.memos = append(c.memos, newMemo(size/8/int64(len(encodings))))
 	}
 	return c, nil
+}
+
+// WithBudget returns a Counter like c with another budget (0: the default)
+// that shares c's caches and work in flight: a reload that changes only the
+// budget keeps everything counted so far. The tables are per process anyway.
+func (c *Counter) WithBudget(budget time.Duration) (*Counter, error) {
+	if budget < 0 {
+		return nil, fmt.Errorf("tokens: negative budget %v", budget)
+	}
+	if budget == 0 {
+		budget = DefaultBudget
+	}
+	d := *c
+	d.budget = budget
+	return &d, nil
 }
 
 // EncodingFor returns the encoding of model's own tokenizer, "" if none is
