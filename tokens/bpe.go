@@ -3,6 +3,7 @@ package tokens
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/binary"
 	"fmt"
 	"hash/maphash"
 	"math"
@@ -18,11 +19,12 @@ import (
 // garbage collector never scans: about 5 MB for o200k_base, 2.5 MB for
 // cl100k_base (TestRanksMemory measures it).
 type ranks struct {
-	data  []byte   // every token's bytes, by id
-	off   []uint32 // token id's bytes are data[off[id]:off[id+1]]
-	slots []uint32 // open addressing: id+1 in the low idBits, a hash tag above; 0 is empty
-	mask  uint64
-	seed  maphash.Seed
+	data   []byte   // every token's bytes, by id
+	off    []uint32 // token id's bytes are data[off[id]:off[id+1]]
+	packed []uint64 // a token of up to 8 bytes as pack gives it, by id
+	slots  []uint32 // open addressing: id+1 in the low idBits, a hash tag above; 0 is empty
+	mask   uint64
+	seed   maphash.Seed
 }
 
 // idBits holds a token id + 1 in a slot; the remaining bits are a tag of
@@ -68,6 +70,12 @@ func loadRanks(name string) (*ranks, error) {
 		r.off = append(r.off, uint32(len(r.data)))
 	}
 	tokens := len(r.off) - 1
+	r.packed = make([]uint64, tokens)
+	for id := range tokens {
+		if b := r.token(id); len(b) <= 8 {
+			r.packed[id] = pack(b)
+		}
+	}
 	size := 1
 	for size < 2*tokens {
 		size <<= 1
@@ -76,11 +84,11 @@ func loadRanks(name string) (*ranks, error) {
 	r.mask = uint64(size - 1)
 	for id := range tokens {
 		b := r.token(id)
-		h := maphash.Bytes(r.seed, b)
+		h, v := r.hash(b)
 		tag := uint32(h>>(64-(32-idBits))) << idBits
 		i := h & r.mask
 		for r.slots[i] != 0 {
-			if _, dup := r.at(i, b, tag); dup {
+			if _, dup := r.at(i, b, v, tag); dup {
 				return nil, fmt.Errorf("tokens: %s: token %d repeats an earlier one", name, id)
 			}
 			i = (i + 1) & r.mask
@@ -92,22 +100,54 @@ func loadRanks(name string) (*ranks, error) {
 
 func (r *ranks) token(id int) []byte { return r.data[r.off[id]:r.off[id+1]] }
 
-// at reports the id in slot i if that slot holds b.
-func (r *ranks) at(i uint64, b []byte, tag uint32) (uint32, bool) {
+// pack returns the bytes of b (at most 8) as a number, b[0] lowest.
+func pack(b []byte) uint64 {
+	le := binary.LittleEndian
+	switch n := len(b); {
+	case n == 8:
+		return le.Uint64(b)
+	case n >= 4: // two overlapping 4-byte loads
+		lo, hi := uint64(le.Uint32(b)), uint64(le.Uint32(b[n-4:]))
+		return lo | hi<<(8*(n-4))
+	case n >= 2:
+		lo, hi := uint64(le.Uint16(b)), uint64(le.Uint16(b[n-2:]))
+		return lo | hi<<(8*(n-2))
+	case n == 1:
+		return uint64(b[0])
+	}
+	return 0
+}
+
+// hash returns the table hash of b and, for at most 8 bytes, b packed.
+// Most pre-tokens are that short: a multiply mixes them without a call.
+func (r *ranks) hash(b []byte) (h, v uint64) {
+	if len(b) > 8 {
+		return maphash.Bytes(r.seed, b), 0
+	}
+	v = pack(b)
+	h = (v ^ uint64(len(b))<<59) * 0x9e3779b97f4a7c15
+	return h ^ h>>32, v
+}
+
+// at reports the id in slot i if that slot holds b (v: b packed if short).
+func (r *ranks) at(i uint64, b []byte, v uint64, tag uint32) (uint32, bool) {
 	s := r.slots[i]
 	if s&^idMask != tag {
 		return 0, false
 	}
 	id := s&idMask - 1
+	if len(b) <= 8 {
+		return id, r.packed[id] == v && int(r.off[id+1]-r.off[id]) == len(b)
+	}
 	return id, bytes.Equal(r.token(int(id)), b)
 }
 
 // rank returns the id of the token b, false if b is not a token.
 func (r *ranks) rank(b []byte) (uint32, bool) {
-	h := maphash.Bytes(r.seed, b)
+	h, v := r.hash(b)
 	tag := uint32(h>>(64-(32-idBits))) << idBits
 	for i := h & r.mask; r.slots[i] != 0; i = (i + 1) & r.mask {
-		if id, ok := r.at(i, b, tag); ok {
+		if id, ok := r.at(i, b, v, tag); ok {
 			return id, true
 		}
 	}
@@ -181,9 +221,18 @@ func (r *ranks) encode(piece []byte, out []int) []int {
 
 // count returns the number of tokens of one pre-token.
 func (r *ranks) count(piece []byte) int {
-	if _, ok := r.rank(piece); ok {
+	if r.isToken(piece) {
 		return 1
 	}
 	var buf [64]part
 	return len(r.merge(piece, buf[:0])) - 1
+}
+
+// isToken reports whether b is one token. Every single byte is one.
+func (r *ranks) isToken(b []byte) bool {
+	if len(b) == 1 {
+		return true
+	}
+	_, ok := r.rank(b)
+	return ok
 }

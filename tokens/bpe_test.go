@@ -49,6 +49,11 @@ func TestRanksEqualLoader(t *testing.T) {
 				t.Fatalf("%s id %d: %q, loader %q", enc, id, r.token(id), tok)
 			}
 		}
+		for b := range 256 { // isToken's shortcut
+			if _, ok := want[string([]byte{byte(b)})]; !ok {
+				t.Fatalf("%s: byte %#x is not a token", enc, b)
+			}
+		}
 		for _, s := range []string{"", "\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00", "not-a-token-at-all-xyzzy"} {
 			if _, in := want[s]; in {
 				t.Fatalf("%s %q: pick a string that is not a token", enc, s)
@@ -188,5 +193,19 @@ func BenchmarkCountTiktoken1MB(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		tk.EncodeOrdinary(body)
+	}
+}
+
+// TestPack: pack places byte i at bits 8i, for every length it takes.
+func TestPack(t *testing.T) {
+	b := []byte{0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88}
+	for n := 0; n <= 8; n++ {
+		var want uint64
+		for i := range n {
+			want |= uint64(b[i]) << (8 * i)
+		}
+		if got := pack(b[:n]); got != want {
+			t.Errorf("pack of %d bytes: %#x, want %#x", n, got, want)
+		}
 	}
 }

@@ -54,31 +54,32 @@ func (m *memo) put(s string, n int32) {
 // count returns the token count of piece; false if it holds a pre-token too
 // long to merge in reasonable time (see maxPreToken).
 func (m *memo) count(enc *encoding, r *ranks, piece []byte) (n int, ok bool) {
-	ok = true
 	var buf [64]part
-	preTokens(piece, enc.o200k, func(p []byte) {
-		switch {
-		case !ok:
-		case len(p) > maxPreToken:
-			ok = false
-		default:
-			if _, isToken := r.rank(p); isToken {
-				n++
-				return
-			}
-			m.mu.Lock()
-			k, hit := m.get(p)
-			m.mu.Unlock()
-			if !hit {
-				k = len(r.merge(p, buf[:0])) - 1
-				if len(p) <= maxMemoLen {
-					m.mu.Lock()
-					m.put(string(p), int32(k))
-					m.mu.Unlock()
-				}
-			}
-			n += k
+	text := validUTF8(piece)
+	sc := scanner{s: text}
+	for i := 0; i < len(text); {
+		e := sc.next(i, enc.o200k)
+		p := text[i:e]
+		i = e
+		if len(p) > maxPreToken {
+			return 0, false
 		}
-	})
-	return n, ok
+		if r.isToken(p) {
+			n++
+			continue
+		}
+		m.mu.Lock()
+		k, hit := m.get(p)
+		m.mu.Unlock()
+		if !hit {
+			k = len(r.merge(p, buf[:0])) - 1
+			if len(p) <= maxMemoLen {
+				m.mu.Lock()
+				m.put(string(p), int32(k))
+				m.mu.Unlock()
+			}
+		}
+		n += k
+	}
+	return n, true
 }

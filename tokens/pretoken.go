@@ -1,7 +1,6 @@
 package tokens
 
 import (
-	"sync"
 	"unicode"
 	"unicode/utf8"
 )
@@ -95,40 +94,31 @@ func classOf(r rune) uint8 {
 	return c
 }
 
-// scanner reads valid UTF-8 text. cls holds, at the first byte of every
-// rune, its classes and its size less one in the top two bits (one pass of
-// decoding up front, so every later look at a rune is one load).
+// asciiClass is bmpClass below 0x80, as a value: no pointer to load.
+var asciiClass = func() (t [utf8.RuneSelf]uint8) {
+	copy(t[:], bmpClass[:utf8.RuneSelf])
+	return t
+}()
+
+// scanner reads valid UTF-8 text.
 type scanner struct {
-	s   []byte
-	cls []uint8
-}
-
-const sizeShift = 6
-
-var clsPool = sync.Pool{New: func() any { b := make([]uint8, 0, 4096); return &b }}
-
-// classify fills sc.cls for sc.s.
-func (sc *scanner) classify() {
-	for i := 0; i < len(sc.s); {
-		if b := sc.s[i]; b < utf8.RuneSelf {
-			sc.cls[i] = bmpClass[b]
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRune(sc.s[i:])
-		c := classOf(r)
-		if r < 0x10000 {
-			c = bmpClass[r]
-		}
-		sc.cls[i] = c | uint8(size-1)<<sizeShift
-		i += size
-	}
+	s []byte
 }
 
 // at returns the classes and the size of the rune at i (i < len(s)).
 func (sc *scanner) at(i int) (uint8, int) {
-	c := sc.cls[i]
-	return c &^ (3 << sizeShift), int(c>>sizeShift) + 1
+	if b := sc.s[i]; b < utf8.RuneSelf {
+		return asciiClass[b], 1
+	}
+	return sc.atMulti(i)
+}
+
+func (sc *scanner) atMulti(i int) (uint8, int) {
+	r, size := utf8.DecodeRune(sc.s[i:])
+	if r < 0x10000 {
+		return bmpClass[r], size
+	}
+	return classOf(r), size
 }
 
 // is reports whether the rune at i exists and has one of the classes.
@@ -358,29 +348,37 @@ func (sc *scanner) withContraction(e int) int {
 func isNL(b byte) bool        { return b == '\r' || b == '\n' }
 func isNLOrSlash(b byte) bool { return b == '\r' || b == '\n' || b == '/' }
 
+// next returns the end of the pre-token at i, under o200k_base's regex if
+// o200k, else cl100k_base's.
+func (sc *scanner) next(i int, o200k bool) int {
+	if sc.s[i] < utf8.RuneSelf {
+		if e := sc.ascii(i, o200k); e >= 0 {
+			return e
+		}
+	}
+	if o200k {
+		return sc.o200k(i)
+	}
+	return sc.cl100k(i)
+}
+
+// validUTF8 returns text, or the bytes tiktoken-go tokenizes instead of
+// invalid UTF-8: Go's []rune conversion turns each bad byte into U+FFFD.
+func validUTF8(text []byte) []byte {
+	if utf8.Valid(text) {
+		return text
+	}
+	return []byte(string([]rune(string(text))))
+}
+
 // preTokens calls emit with the pre-tokens of text under the encoding
 // (o200k_base when o200k, else cl100k_base), in order, as tiktoken-go cuts
-// them. Invalid UTF-8 is first rewritten as Go's []rune conversion decodes
-// it (each bad byte U+FFFD), which is what tiktoken-go tokenizes; emit then
-// sees the rewritten bytes.
+// them; emit sees the bytes validUTF8 gives.
 func preTokens(text []byte, o200k bool, emit func([]byte)) {
-	if !utf8.Valid(text) {
-		text = []byte(string([]rune(string(text))))
-	}
-	cp := clsPool.Get().(*[]uint8)
-	defer clsPool.Put(cp)
-	if cap(*cp) < len(text) {
-		*cp = make([]uint8, len(text))
-	}
-	sc := scanner{s: text, cls: (*cp)[:len(text)]}
-	sc.classify()
+	text = validUTF8(text)
+	sc := scanner{s: text}
 	for i := 0; i < len(text); {
-		var e int
-		if o200k {
-			e = sc.o200k(i)
-		} else {
-			e = sc.cl100k(i)
-		}
+		e := sc.next(i, o200k)
 		emit(text[i:e])
 		i = e
 	}
