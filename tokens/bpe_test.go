@@ -1,8 +1,12 @@
 package tokens
 
 import (
+	"os"
 	"runtime"
+	"runtime/debug"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
@@ -208,4 +212,50 @@ func TestPack(t *testing.T) {
 			t.Errorf("pack of %d bytes: %#x, want %#x", n, got, want)
 		}
 	}
+}
+
+// BenchmarkTablesRSS reports what building the tables of both encodings
+// adds to the process's resident memory (VmRSS, after a GC), ours first,
+// then tiktoken-go's for comparison. Run it alone, in a fresh process:
+//
+//	go test ./tokens -run '^$' -bench TablesRSS -benchtime 1x
+func BenchmarkTablesRSS(b *testing.B) {
+	for _, e := range encodings {
+		if e.ranks != nil {
+			b.Skip("tables already built in this process")
+		}
+	}
+	rss := func() float64 {
+		runtime.GC()
+		debug.FreeOSMemory()
+		return float64(procStatusKB(b, "VmRSS")) / 1024
+	}
+	base := rss()
+	if _, err := New(Config{}); err != nil {
+		b.Fatal(err)
+	}
+	own := rss()
+	for _, enc := range encNames {
+		oracle(b, enc)
+	}
+	theirs := rss()
+	b.ReportMetric(own-base, "tables-rss-MB")
+	b.ReportMetric(theirs-own, "tiktoken-go-rss-MB")
+	b.ReportMetric(float64(procStatusKB(b, "VmHWM"))/1024, "peak-rss-MB")
+}
+
+// procStatusKB reads a "kB" field of /proc/self/status.
+func procStatusKB(b *testing.B, field string) int {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		b.Skip(err)
+	}
+	for line := range strings.Lines(string(data)) {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+			return n
+		}
+	}
+	b.Fatalf("no %s in /proc/self/status", field)
+	return 0
 }
