@@ -2,6 +2,25 @@ package tokens
 
 import "unicode/utf8"
 
+// byteClass is asciiClass for every byte: bytes of multi-byte runes have
+// no class, so a run over it stops at them (and the caller then checks).
+var byteClass = func() (t [256]uint8) {
+	copy(t[:], asciiClass[:])
+	return t
+}()
+
+// runOf returns the end of the run of ASCII bytes from e that have one of
+// cls.
+func runOf(s []byte, e int, cls uint8) int {
+	for _, ch := range s[e:] {
+		if byteClass[ch]&cls == 0 {
+			break
+		}
+		e++
+	}
+	return e
+}
+
 // ascii is the scanner's fast path for a pre-token in ASCII text, the bulk
 // of agent traffic: the same regexes, read with the classes of ASCII bytes
 // only. It returns -1 as soon as the answer could depend on a non-ASCII
@@ -30,21 +49,14 @@ func (sc *scanner) ascii(i int, o200k bool) int {
 	if c&clsL != 0 {
 		e := j
 		if o200k { // [U]*[W]+ or [U]+[W]*: both end after [A-Z]*[a-z]*
-			for e < len(s) && s[e] < utf8.RuneSelf && asciiClass[s[e]]&clsU != 0 {
-				e++
-			}
-			for e < len(s) && s[e] < utf8.RuneSelf && asciiClass[s[e]]&clsW != 0 {
-				e++
-			}
+			e = runOf(s, runOf(s, e, clsU), clsW)
 		} else {
-			for e < len(s) && s[e] < utf8.RuneSelf && asciiClass[s[e]]&clsL != 0 {
-				e++
-			}
+			e = runOf(s, e, clsL)
 		}
 		if e < len(s) && s[e] >= utf8.RuneSelf {
 			return -1
 		}
-		if o200k {
+		if o200k && e < len(s) && s[e] == '\'' {
 			return sc.withContraction(e)
 		}
 		return e
