@@ -202,7 +202,7 @@ func TestVetoSignal(t *testing.T) {
 	t.Logf("raw %d bytes %d tokens, rewrite %d bytes %d tokens", len(raw), rt.N, len(out), st.N)
 }
 
-// TestLongPreToken: tiktoken-go's BPE is quadratic in a pre-token's length,
+// TestLongPreToken: the byte-pair merge is quadratic in a pre-token's length,
 // so a body with a pre-token longer than maxPreToken is not counted (at
 // once, without burning CPU in the background); shorter ones are exact.
 func TestLongPreToken(t *testing.T) {
