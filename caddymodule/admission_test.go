@@ -94,12 +94,6 @@ func TestCompileMemoryAdmitted(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.logger = zap.NewNop()
-	app.shared.counters.Range(func(_, v any) bool { // count tokens for real: wait for the tables
-		for !v.(counterHandle).counter.ready.Load() {
-			time.Sleep(5 * time.Millisecond)
-		}
-		return true
-	})
 
 	one := largeBody(999, 8<<20)
 	old := debug.SetGCPercent(5)

@@ -227,26 +227,28 @@ func (a *App) vault(m VaultBackend, maxArtifactBytes int64) (*openVault, func(),
 	return ov, release, nil
 }
 
-type counterHandle struct{ counter *warmCounter }
-
-func (counterHandle) Destruct() error { return nil }
-
-// counter returns the shared token counter of cfg. A new counter builds its
-// tokenizer tables in the background, so no request waits for them.
+// counter returns the shared token counter of cfg's tokenizer and cache
+// size, counting with cfg's budget (tokens.go).
 func (a *App) counter(cfg tokens.Config) (compiler.TokenCounter, func(), error) {
-	key := counterKey(cfg)
+	key := countersKey(cfg)
 	v, _, err := a.shared.counters.LoadOrNew(key, func() (caddy.Destructor, error) {
 		c, err := tokens.New(cfg)
 		if err != nil {
 			return nil, err
 		}
-		return counterHandle{counter: newWarmCounter(c, cfg.Tokenizer, a.logger.Named("tokens"))}, nil
+		return counterHandle{counter: c}, nil
 	})
 	if err != nil {
 		return nil, nil, err
 	}
 	sh := a.shared
-	return v.(counterHandle).counter, func() { _, _ = sh.counters.Delete(key) }, nil
+	release := func() { _, _ = sh.counters.Delete(key) }
+	c, err := v.(counterHandle).counter.WithBudget(cfg.Budget)
+	if err != nil {
+		release()
+		return nil, nil, err
+	}
+	return c, release, nil
 }
 
 func counterKey(cfg tokens.Config) string {

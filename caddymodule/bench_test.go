@@ -7,7 +7,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -78,14 +77,6 @@ func provisionedHandler(b *testing.B) *Handler {
 	if err := h.provision(ctx, app); err != nil {
 		b.Fatal(err)
 	}
-	// The tokenizer tables build in the background; wait for them so that
-	// their allocations are not counted against the handler.
-	app.shared.counters.Range(func(_, v any) bool {
-		for !v.(counterHandle).counter.ready.Load() {
-			time.Sleep(5 * time.Millisecond)
-		}
-		return true
-	})
 	h.logger = zap.NewNop()
 	b.Cleanup(func() {
 		cancel()

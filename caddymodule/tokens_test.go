@@ -2,49 +2,73 @@ package caddymodule
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
-
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/tokens"
 )
 
-// Until the tokenizer tables are built the gate is told "budget" (logged
-// once), models without a tokenizer are unaffected, and once warm the
-// counter measures.
-func TestWarmCounter(t *testing.T) {
-	c, err := tokens.New(tokens.Config{Tokenizer: "auto"})
+// A reload that changes only token_budget keeps the pooled counter (its
+// caches and work in flight): configurations that differ in the budget
+// share one, and each counts with its own budget.
+func TestCounterSharedAcrossBudgets(t *testing.T) {
+	app, _ := newApp(t)
+	long := tokens.Config{Tokenizer: "auto", Budget: time.Minute}
+	short := tokens.Config{Tokenizer: "auto", Budget: time.Nanosecond}
+	cl, releaseLong, err := app.counter(long)
 	if err != nil {
 		t.Fatal(err)
 	}
-	core, logs := observer.New(zapcore.InfoLevel)
-	w := &warmCounter{counter: c, auto: true, log: zap.New(core)} // not warming yet
+	defer releaseLong()
+	cs, releaseShort, err := app.counter(short)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := app.shared.counters.References(countersKey(long)); n != 2 {
+		t.Fatalf("the two budgets hold %d references to one counter, want 2", n)
+	}
+	other := tokens.Config{Tokenizer: "auto", CacheBytes: 1 << 20, Budget: time.Minute}
+	_, releaseOther, err := app.counter(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	releaseOther()
+	if countersKey(other) == countersKey(long) {
+		t.Fatal("another cache size shares the counter")
+	}
+
+	body := []byte(`{"model":"gpt-4o","messages":[{"role":"tool","content":"` + strings.Repeat("line of tool output 12345\\n", 20000) + `"}]}`)
 	ctx := context.Background()
-	body := []byte(`{"model":"gpt-4o","messages":[]}`)
-	for i := 0; i < 3; i++ {
-		if st := w.Count(ctx, "gpt-4o", body).Status; st != compiler.TokensBudget {
-			t.Fatalf("cold count: %s, want budget", st)
-		}
+	if st := cs.Count(ctx, "gpt-4o", body).Status; st != compiler.TokensBudget {
+		t.Fatalf("cold body with a 1ns budget: %s", st)
 	}
-	if logs.Len() != 1 {
-		t.Fatalf("%d cold log lines, want 1", logs.Len())
+	want := cl.Count(ctx, "gpt-4o", body)
+	if want.Status != compiler.TokensExact {
+		t.Fatalf("one minute budget: %+v", want)
 	}
-	if st := w.Count(ctx, "claude-sonnet-4", body).Status; st != compiler.TokensNone {
-		t.Fatalf("model without tokenizer: %s, want none", st)
+	if got := cs.Count(ctx, "gpt-4o", body); got != want {
+		t.Fatalf("1ns budget after the other counted it: %+v, want %+v from the shared cache", got, want)
 	}
-	go w.warm()
-	deadline := time.Now().Add(30 * time.Second)
-	for !w.ready.Load() {
-		if time.Now().After(deadline) {
-			t.Fatal("tables never became ready")
-		}
-		time.Sleep(5 * time.Millisecond)
+	releaseShort()
+	if n, _ := app.shared.counters.References(countersKey(long)); n != 1 {
+		t.Fatalf("%d references after one release, want 1", n)
 	}
-	if st := w.Count(ctx, "gpt-4o", body).Status; !st.Measured() {
-		t.Fatalf("warm count: %s", st)
+}
+
+// A negative budget is refused even when the counter already exists.
+func TestCounterNegativeBudget(t *testing.T) {
+	app, _ := newApp(t)
+	_, release, err := app.counter(tokens.Config{Tokenizer: "auto"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	if _, _, err := app.counter(tokens.Config{Tokenizer: "auto", Budget: -time.Second}); err == nil || !strings.Contains(err.Error(), "-1s") {
+		t.Fatalf("negative budget: %v", err)
+	}
+	if n, _ := app.shared.counters.References(countersKey(tokens.Config{Tokenizer: "auto"})); n != 1 {
+		t.Fatalf("%d references after the refused one, want 1", n)
 	}
 }

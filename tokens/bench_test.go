@@ -2,8 +2,10 @@ package tokens
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"slices"
 	"testing"
 	"time"
@@ -87,7 +89,7 @@ func benchCountWarm1MB(b *testing.B, hinted bool) {
 // fraction counted. Work left past the budget is drained between ops.
 func BenchmarkCountCold1MB(b *testing.B) {
 	body := newWarmBody().with(1)
-	if _, err := encodingNamed("o200k_base").get(); err != nil {
+	if _, err := encodingNamed("o200k_base").load(); err != nil {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
@@ -125,7 +127,7 @@ func BenchmarkCountColdCorpus(b *testing.B) {
 	if err != nil {
 		b.Skip("corpus absent:", err)
 	}
-	if _, err := encodingNamed("o200k_base").get(); err != nil {
+	if _, err := encodingNamed("o200k_base").load(); err != nil {
 		b.Fatal(err)
 	}
 	var d []time.Duration
@@ -145,4 +147,61 @@ func BenchmarkCountColdCorpus(b *testing.B) {
 		d = append(d, time.Since(t0))
 	}
 	reportLatency(b, d)
+}
+
+// BenchmarkFirstCount1MB: the first count of a process, right after New
+// (what provisioning does), against a cold count once the process is warm
+// (a fresh Counter, nothing cached). Each op is a new process running
+// TestFirstCountChild. Reported: first-ms and cold-ms (medians), and
+// first-budget-% (first counts past the default budget).
+func BenchmarkFirstCount1MB(b *testing.B) {
+	var first, cold []time.Duration
+	budget := 0
+	for range b.N {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestFirstCountChild$")
+		cmd.Env = append(os.Environ(), "TOKENS_FIRST_COUNT=1")
+		out, err := cmd.Output()
+		if err != nil {
+			b.Fatalf("%v\n%s", err, out)
+		}
+		var f, c time.Duration
+		var st string
+		if _, err := fmt.Sscanf(string(out), "first=%d cold=%d status=%s", &f, &c, &st); err != nil {
+			b.Fatalf("child said %q: %v", out, err)
+		}
+		first, cold = append(first, f), append(cold, c)
+		if st != string(StatusExact) {
+			budget++
+		}
+	}
+	med := func(d []time.Duration) float64 {
+		slices.Sort(d)
+		return float64(d[len(d)/2]) / 1e6
+	}
+	b.ReportMetric(med(first), "first-ms")
+	b.ReportMetric(med(cold), "cold-ms")
+	b.ReportMetric(100*float64(budget)/float64(b.N), "first-budget-%")
+}
+
+// TestFirstCountChild is BenchmarkFirstCount1MB's child process.
+func TestFirstCountChild(t *testing.T) {
+	if os.Getenv("TOKENS_FIRST_COUNT") == "" {
+		t.Skip("run by BenchmarkFirstCount1MB")
+	}
+	body := newWarmBody().with(1)
+	c, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	tc := c.Count(context.Background(), "gpt-4o", body)
+	first := time.Since(t0)
+	for c.backlog.Load() > 0 {
+		time.Sleep(time.Millisecond)
+	}
+	c2, _ := New(Config{})
+	t0 = time.Now()
+	c2.Count(context.Background(), "gpt-4o", body)
+	cold := time.Since(t0)
+	fmt.Printf("first=%d cold=%d status=%s\n", first, cold, tc.Status)
 }

@@ -9,17 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/pkoukk/tiktoken-go"
-	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
-
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
 )
-
-func init() {
-	// The default loader downloads BPE files; the offline one reads the
-	// copies embedded in the binary. Counting must never touch the network.
-	tiktoken.SetBpeLoader(tiktoken_loader.NewOfflineLoader())
-}
 
 // Statuses of a compiler.TokenCount.
 const (
@@ -50,9 +41,15 @@ type Config struct {
 
 // Counter counts tokens of request bodies. It is safe for concurrent use.
 type Counter struct {
-	fixed   *encoding // nil for auto
-	off     bool
-	budget  time.Duration
+	fixed  *encoding // nil for auto
+	off    bool
+	budget time.Duration
+	*state // shared with the Counters made by WithBudget
+}
+
+// state is what Counters of one tokenizer and cache size share whatever
+// their budgets: the count caches and the work in flight.
+type state struct {
 	cache   *cache
 	memos   []*memo      // by encoding id
 	backlog atomic.Int64 // bytes queued or being tokenized
@@ -68,7 +65,7 @@ var (
 
 // New returns a Counter for cfg.
 func New(cfg Config) (*Counter, error) {
-	c := &Counter{budget: cfg.Budget, inflight: map[key]*flight{}}
+	c := &Counter{budget: cfg.Budget, state: &state{inflight: map[key]*flight{}}}
 	switch t := strings.ToLower(strings.TrimSpace(cfg.Tokenizer)); t {
 	case "", "auto":
 	case "off":
@@ -84,6 +81,18 @@ func New(cfg Config) (*Counter, error) {
 	if c.budget == 0 {
 		c.budget = DefaultBudget
 	}
+	// The tables are built here, at provision, once per process: never on
+	// a request.
+	if !c.off {
+		for _, e := range encodings {
+			if c.fixed != nil && e != c.fixed {
+				continue
+			}
+			if _, err := e.load(); err != nil {
+				return nil, err
+			}
+		}
+	}
 	size := cfg.CacheBytes
 	if size == 0 {
 		size = DefaultCacheBytes
@@ -96,33 +105,19 @@ func New(cfg Config) (*Counter, error) {
 	return c, nil
 }
 
-// encoding is one tiktoken encoding, built once per process on first use:
-// tiktoken.GetEncoding rebuilds its maps (~0.1-0.3 s) on every call.
-type encoding struct {
-	name string
-	id   uint8
-	once sync.Once
-	tk   *tiktoken.Tiktoken
-	err  error
-}
-
-var encodings = []*encoding{
-	{name: "o200k_base", id: 0},
-	{name: "cl100k_base", id: 1},
-}
-
-func encodingNamed(name string) *encoding {
-	for _, e := range encodings {
-		if e.name == name {
-			return e
-		}
+// WithBudget returns a Counter like c with another budget (0: the default)
+// that shares c's caches and work in flight: a reload that changes only the
+// budget keeps everything counted so far. The tables are per process anyway.
+func (c *Counter) WithBudget(budget time.Duration) (*Counter, error) {
+	if budget < 0 {
+		return nil, fmt.Errorf("tokens: negative budget %v", budget)
 	}
-	return nil
-}
-
-func (e *encoding) get() (*tiktoken.Tiktoken, error) {
-	e.once.Do(func() { e.tk, e.err = tiktoken.GetEncoding(e.name) })
-	return e.tk, e.err
+	if budget == 0 {
+		budget = DefaultBudget
+	}
+	d := *c
+	d.budget = budget
+	return &d, nil
 }
 
 // EncodingFor returns the encoding of model's own tokenizer, "" if none is
@@ -348,17 +343,17 @@ func (c *Counter) start(j *job) bool {
 // count counts piece i. A worker is a goroutine of its own, out of reach
 // of the compiler's recover: a panic inside the tokenizer fails this piece
 // (no token veto for the request) instead of the whole process.
-func (j *job) count(tk *tiktoken.Tiktoken, i int) (n int, ok bool) {
+func (j *job) count(r *ranks, i int) (n int, ok bool) {
 	defer func() {
 		if recover() != nil {
 			n, ok = 0, false
 		}
 	}()
-	return j.c.memos[j.enc.id].count(tk, j.pieces[i])
+	return j.c.memos[j.enc.id].count(j.enc, r, j.pieces[i])
 }
 
 func (j *job) work() {
-	tk, err := j.enc.get()
+	r, err := j.enc.load()
 	for {
 		i := int(j.next.Add(1) - 1)
 		if i >= len(j.pieces) {
@@ -366,7 +361,7 @@ func (j *job) work() {
 		}
 		n, ok := 0, false
 		if err == nil {
-			n, ok = j.count(tk, i)
+			n, ok = j.count(r, i)
 		}
 		j.c.land(j.flights[i], n, ok)
 		j.c.backlog.Add(-int64(len(j.pieces[i])))

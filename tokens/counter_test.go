@@ -2,7 +2,10 @@ package tokens
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -87,7 +90,7 @@ func TestStatuses(t *testing.T) {
 // budget, the work still fills the cache, and the same body is then exact.
 func TestBudget(t *testing.T) {
 	body := chatBody("gpt-4o", history(rand.New(rand.NewPCG(11, 12)), 300_000))
-	if _, err := encodingNamed("o200k_base").get(); err != nil {
+	if _, err := encodingNamed("o200k_base").load(); err != nil {
 		t.Fatal(err)
 	}
 	c, err := New(Config{Budget: time.Millisecond})
@@ -199,7 +202,7 @@ func TestVetoSignal(t *testing.T) {
 	t.Logf("raw %d bytes %d tokens, rewrite %d bytes %d tokens", len(raw), rt.N, len(out), st.N)
 }
 
-// TestLongPreToken: tiktoken-go's BPE is quadratic in a pre-token's length,
+// TestLongPreToken: the byte-pair merge is quadratic in a pre-token's length,
 // so a body with a pre-token longer than maxPreToken is not counted (at
 // once, without burning CPU in the background); shorter ones are exact.
 func TestLongPreToken(t *testing.T) {
@@ -215,12 +218,65 @@ func TestLongPreToken(t *testing.T) {
 			t.Errorf("%q run of 200 KB: %+v after %v", run, got, time.Since(t0))
 		}
 	}
-	for _, c := range []struct {
-		s    string
-		want int
-	}{{"", 0}, {"abc def", 11}, {"a  =  b", 9}, {"12345", 1}, {"日本語。", 17}, {"don't", 11}} {
-		if got := longestRun([]byte(c.s)); got != c.want {
-			t.Errorf("longestRun(%q) = %d, want %d", c.s, got, c.want)
+}
+
+// TestWithBudget: a Counter made by WithBudget has its own budget and
+// shares the caches, so what one counted the other finds.
+func TestWithBudget(t *testing.T) {
+	c, err := New(Config{Tokenizer: "auto", Budget: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, err := c.WithBudget(time.Nanosecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WithBudget(-time.Second); err == nil {
+		t.Fatal("negative budget accepted")
+	}
+	if d, _ := c.WithBudget(0); d.budget != DefaultBudget || c.budget != time.Minute {
+		t.Fatalf("budgets %v and %v", d.budget, c.budget)
+	}
+	body := chatBody("gpt-4o", history(rand.New(rand.NewPCG(51, 52)), 200_000))
+	ctx := context.Background()
+	if st := short.Count(ctx, "gpt-4o", body).Status; st != StatusBudget {
+		t.Fatalf("1ns budget, cold body: %s", st)
+	}
+	want := c.Count(ctx, "gpt-4o", body)
+	if want.Status != StatusExact || want.N != direct(t, "o200k_base", string(body)) {
+		t.Fatalf("count %+v, direct %d", want, direct(t, "o200k_base", string(body)))
+	}
+	if got := short.Count(ctx, "gpt-4o", body); got != want {
+		t.Fatalf("the other budget's counter: %+v, want the shared cache's %+v", got, want)
+	}
+}
+
+// TestNewBuildsTables: New builds the tables of the encodings it may use,
+// so no request waits for them. Run in a fresh process, where no other
+// test has built them yet.
+func TestNewBuildsTables(t *testing.T) {
+	if mode := os.Getenv("TOKENS_NEW_TABLES"); mode != "" {
+		if _, err := New(Config{Tokenizer: mode}); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range encodings {
+			fmt.Printf("%s=%v\n", e.name, e.ranks != nil)
+		}
+		return
+	}
+	for mode, want := range map[string]string{
+		"auto":        "o200k_base=true\ncl100k_base=true\n",
+		"cl100k_base": "o200k_base=false\ncl100k_base=true\n",
+		"off":         "o200k_base=false\ncl100k_base=false\n",
+	} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestNewBuildsTables$")
+		cmd.Env = append(os.Environ(), "TOKENS_NEW_TABLES="+mode)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", mode, err, out)
+		}
+		if got := strings.TrimSuffix(string(out), "PASS\n"); got != want {
+			t.Errorf("tokenizer %s: tables built\n%swant\n%s", mode, got, want)
 		}
 	}
 }

@@ -1,14 +1,21 @@
-// Package tokens counts provider tokens of complete request bodies with
-// tiktoken-go, offline (BPE files embedded, never the network), for the
-// compiler's token gate.
+// Package tokens counts provider tokens of complete request bodies, exactly
+// as tiktoken counts them, offline, for the compiler's token gate.
 //
-// Counting a whole body costs about 0.5 s per MB, and an agent resends its
-// whole history on every call, so a Counter never tokenizes the same bytes
-// twice: it cuts the body at positions that are provably pre-token
-// boundaries of the encoding (see split.go), counts each piece once, and
-// remembers the count in a bounded cache keyed by the piece's hash. The sum
-// of the pieces' counts equals a direct count of the whole body exactly. A
-// new piece is counted word by word through a memo (memo.go), so only words
-// never seen before reach tiktoken. Counting that cannot finish within the
-// budget is reported as such and completes in the background.
+// Counting is done here, not by tiktoken-go: a hand-written pre-tokenizer
+// for o200k_base and cl100k_base (pretoken.go) replaces regexp2, and a flat
+// rank table read from tiktoken-go-loader's embedded files does the
+// byte-pair merge (bpe.go). Both are proven equal to tiktoken-go, which the
+// tests keep as the oracle: pieces and token ids, by fuzzing, on the
+// committed reference counts of the official tiktoken and on the corpus.
+// The tables are built once per process by New, never on a request.
+//
+// An agent resends its whole history on every call, so a Counter never
+// tokenizes the same bytes twice: it cuts the body at positions that are
+// provably pre-token boundaries of the encoding (see split.go), counts each
+// piece once, and remembers the count in a bounded cache keyed by the
+// piece's hash. The sum of the pieces' counts equals a direct count of the
+// whole body exactly. Pre-tokens that are not tokens themselves are merged
+// once and remembered (memo.go). Counting that cannot finish within the
+// budget is reported as such and completes in the background. Counters
+// made by WithBudget share the caches.
 package tokens

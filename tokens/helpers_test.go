@@ -8,8 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/pkoukk/tiktoken-go"
+	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
@@ -17,23 +21,36 @@ import (
 // corpusDir is the shared corpus, "" when absent (the tests using it skip).
 var corpusDir, _ = fixtures.CorpusDir()
 
-// direct is the reference count: tiktoken-go on the whole text at once.
-func direct(t testing.TB, enc, s string) int {
+func init() {
+	// The default loader downloads BPE files; the offline one reads the
+	// copies embedded in the binary. Tests never touch the network.
+	tiktoken.SetBpeLoader(tiktoken_loader.NewOfflineLoader())
+}
+
+// oracles are tiktoken-go's encoders, the reference the package is
+// checked against; built once per test binary (0.1-0.3 s each).
+var oracles sync.Map // encoding name -> func() (*tiktoken.Tiktoken, error)
+
+func oracle(t testing.TB, enc string) *tiktoken.Tiktoken {
 	t.Helper()
-	tk, err := encodingNamed(enc).get()
+	get, _ := oracles.LoadOrStore(enc, sync.OnceValues(func() (*tiktoken.Tiktoken, error) { return tiktoken.GetEncoding(enc) }))
+	tk, err := get.(func() (*tiktoken.Tiktoken, error))()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return len(tk.Encode(s, nil, nil))
+	return tk
+}
+
+// direct is the reference count: tiktoken-go on the whole text at once.
+func direct(t testing.TB, enc, s string) int {
+	t.Helper()
+	return len(oracle(t, enc).Encode(s, nil, nil))
 }
 
 // composed counts b piece by piece as split cuts it.
 func composed(t testing.TB, enc string, b []byte, minSize int, bits uint) (n, pieces int) {
 	t.Helper()
-	tk, err := encodingNamed(enc).get()
-	if err != nil {
-		t.Fatal(err)
-	}
+	tk := oracle(t, enc)
 	split(b, minSize, bits, func(p []byte) {
 		n += len(tk.EncodeOrdinary(string(p)))
 		pieces++

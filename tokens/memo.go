@@ -2,17 +2,13 @@ package tokens
 
 import (
 	"sync"
-	"unicode"
-	"unicode/utf8"
-
-	"github.com/pkoukk/tiktoken-go"
 )
 
-// memo counts a new piece faster than tiktoken alone: it cuts the piece at
-// every allowed position (split with minSize 1, bits 0; exact for the same
-// reason as the pieces themselves) into word-sized parts, and remembers
-// their counts. Tool output repeats its words, identifiers and indentation, so on
-// the corpus about half the bytes of a body never reach tiktoken, even cold.
+// memo remembers the counts of pre-tokens that are not tokens themselves,
+// so a word seen before is not byte-pair merged again: a merge costs a rank
+// lookup per candidate pair, a memo hit one map lookup. Tool output repeats
+// its identifiers, so most merges of a cold body are hits. Pre-tokens that
+// are tokens (most of them) never reach the memo: the rank table answers.
 //
 // Two generations bound it: entries go to cur; when cur is full it becomes
 // old and a new cur starts; a hit in old is copied to cur.
@@ -55,87 +51,35 @@ func (m *memo) put(s string, n int32) {
 	m.size += len(s) + memoEntryBytes
 }
 
-// count returns the token count of piece, tokenizing only unknown parts;
-// false if a part may hold a pre-token too long to encode in reasonable time.
-var wordPool = sync.Pool{New: func() any { w := make([][]byte, 0, 1024); return &w }}
-
-func (m *memo) count(tk *tiktoken.Tiktoken, piece []byte) (int, bool) {
-	// The word list is pooled: a cold megabyte has ~100k words, and a
-	// fresh list per piece was a third of all the gateway's allocation.
-	wp := wordPool.Get().(*[][]byte)
-	words := (*wp)[:0]
-	defer func() {
-		clear(words) // drop references into the caller's body
-		*wp = words[:0]
-		wordPool.Put(wp)
-	}()
-	var miss [][]byte
-	split(piece, 1, 0, func(w []byte) { words = append(words, w) })
-	total := 0
-	m.mu.Lock()
-	for _, b := range words {
-		if n, ok := m.get(b); ok {
-			total += n
-		} else {
-			miss = append(miss, b)
-		}
-	}
-	m.mu.Unlock()
-	if len(miss) == 0 {
-		return total, true
-	}
-	for _, b := range miss {
-		if len(b) > maxPreToken && longestRun(b) > maxPreToken {
+// count returns the token count of piece; false if it holds a pre-token too
+// long to merge in reasonable time (see maxPreToken).
+func (m *memo) count(enc *encoding, r *ranks, piece []byte) (n int, ok bool) {
+	var buf [64]part
+	text := validUTF8(piece)
+	sc := scanner{s: text}
+	for i := 0; i < len(text); {
+		e := sc.next(i, enc.o200k)
+		p := text[i:e]
+		i = e
+		if len(p) > maxPreToken {
 			return 0, false
 		}
-	}
-	counts := make([]int32, len(miss))
-	for i, b := range miss {
-		// EncodeOrdinary: special-token text is ordinary text, as in
-		// Encode(text, nil, nil), without its extra scan.
-		counts[i] = int32(len(tk.EncodeOrdinary(string(b))))
-		total += int(counts[i])
-	}
-	m.mu.Lock()
-	for i, b := range miss {
-		if len(b) <= maxMemoLen {
-			m.put(string(b), counts[i])
+		if r.isToken(p) {
+			n++
+			continue
 		}
+		m.mu.Lock()
+		k, hit := m.get(p)
+		m.mu.Unlock()
+		if !hit {
+			k = len(r.merge(p, buf[:0])) - 1
+			if len(p) <= maxMemoLen {
+				m.mu.Lock()
+				m.put(string(p), int32(k))
+				m.mu.Unlock()
+			}
+		}
+		n += k
 	}
-	m.mu.Unlock()
-	return total, true
-}
-
-// maxPreToken bounds the pre-tokens we let tiktoken-go encode: its BPE merge
-// is quadratic in the pre-token's length (16 KB of spaces take ~0.15 s, 1 MB
-// would take minutes), so a body holding a longer one is not counted.
-const maxPreToken = 16 << 10
-
-// longestRun bounds the longest pre-token of b in bytes. Both regexes keep a
-// pre-token inside one run of letters and marks (plus one leading character
-// and a contraction: +8) or inside one run of whitespace and punctuation;
-// digits come in threes.
-func longestRun(b []byte) int {
-	longest, run, class := 0, 0, -1
-	for len(b) > 0 {
-		r, size := utf8.DecodeRune(b)
-		b = b[size:]
-		c := 0 // whitespace, punctuation, symbols
-		switch {
-		case unicode.IsLetter(r) || unicode.IsMark(r):
-			c = 1
-		case unicode.IsNumber(r):
-			c = 2
-		}
-		if c != class || c == 2 {
-			class, run = c, 0
-		}
-		run += size
-		if c == 1 {
-			longest = max(longest, run+8)
-		} else {
-			longest = max(longest, run)
-		}
-	}
-	return longest
+	return n, true
 }

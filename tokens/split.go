@@ -97,18 +97,29 @@ const (
 // next position where cutOK holds. Text without such positions (e.g. a long
 // CJK run) stays one piece.
 func split(b []byte, minSize int, bits uint, emit func([]byte)) {
+	// h>>(64-bits) == 0 as a mask test (no variable shift in the loop);
+	// bits 0 makes the mask 0: every position arms.
+	mask := ^uint64(0) << (64 - bits)
 	for start := 0; start < len(b); {
 		// The hash only needs the 64 bytes before the first armable position.
 		p := max(start+1, start+minSize-64)
 		var h uint64
-		for ; p < start+minSize && p < len(b); p++ {
-			h = h<<1 + gear[b[p-1]]
-		}
-		for ; p < len(b); p++ {
-			h = h<<1 + gear[b[p-1]]
-			if h>>(64-bits) == 0 { // always when bits is 0
-				break
+		if end := min(start+minSize, len(b)); p < end {
+			for _, c := range b[p-1 : end-1] {
+				h = h<<1 + gear[c]
 			}
+			p = end
+		}
+		if p < len(b) {
+			armed := len(b)
+			for i, c := range b[p-1 : len(b)-1] { // c is b[q-1] for q = p+i
+				h = h<<1 + gear[c]
+				if h&mask == 0 {
+					armed = p + i
+					break
+				}
+			}
+			p = armed
 		}
 		for p < len(b) && !cutOK(b, p) {
 			p++

@@ -3,6 +3,7 @@ package tokens
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -128,4 +129,53 @@ func TestSplitPieceSizes(t *testing.T) {
 		t.Fatalf("%d pieces of %d bytes, %d short", n, len(b), small)
 	}
 	t.Logf("%d bytes -> %d pieces, avg %d", len(b), n, len(b)/n)
+}
+
+// splitBefore is split as it was before its loops were tightened: the cut
+// positions (and so the cache keys) must not change.
+func splitBefore(b []byte, minSize int, bits uint, emit func([]byte)) {
+	for start := 0; start < len(b); {
+		p := max(start+1, start+minSize-64)
+		var h uint64
+		for ; p < start+minSize && p < len(b); p++ {
+			h = h<<1 + gear[b[p-1]]
+		}
+		for ; p < len(b); p++ {
+			h = h<<1 + gear[b[p-1]]
+			if h>>(64-bits) == 0 {
+				break
+			}
+		}
+		for p < len(b) && !cutOK(b, p) {
+			p++
+		}
+		if p >= len(b) {
+			p = len(b)
+		}
+		emit(b[start:p])
+		start = p
+	}
+}
+
+// TestSplitCutsUnchanged: split cuts where splitBefore cut, for the
+// production sizes, the memo's (cut everywhere) and small ones.
+func TestSplitCutsUnchanged(t *testing.T) {
+	r := rand.New(rand.NewPCG(61, 62))
+	bodies := [][]byte{nil, []byte("a"), []byte("ab cd"), chatBody("gpt-4o", history(r, 300_000))}
+	for range 50 {
+		bodies = append(bodies, []byte(genText(r, r.IntN(5000))))
+	}
+	for _, b := range bodies {
+		for _, sz := range []struct {
+			min  int
+			bits uint
+		}{{minPiece, avgBits}, {1, 0}, {2, 1}, {64, 3}, {65, 4}, {100, 64}} {
+			var got, want []int
+			split(b, sz.min, sz.bits, func(p []byte) { got = append(got, len(p)) })
+			splitBefore(b, sz.min, sz.bits, func(p []byte) { want = append(want, len(p)) })
+			if !slices.Equal(got, want) {
+				t.Fatalf("%d bytes, min %d bits %d: pieces %v, before %v", len(b), sz.min, sz.bits, got, want)
+			}
+		}
+	}
 }
