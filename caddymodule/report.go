@@ -32,7 +32,7 @@ type report struct {
 	// and of what was sent; zero when not modelled.
 	costRaw, costSent float64
 
-	read, parse, vault, compile, total time.Duration
+	read, parse, vault, gate, compile, total time.Duration
 
 	// The provider's answer, known once next has returned.
 	status        int   // final status; 0 when none was written
@@ -68,7 +68,7 @@ func (rep *report) fromResult(res compiler.Result, raw, sent int64, mode compile
 	rep.detail = res.Detail
 	rep.slots = res.Slots
 	rep.tokens = res.Tokens
-	rep.parse, rep.vault, rep.compile = res.Parse, res.Vault, res.Total
+	rep.parse, rep.vault, rep.gate, rep.compile = res.Parse, res.Vault, res.Gate, res.Total
 	switch {
 	case mode == compiler.ModeShadow && res.Decision != compiler.Passthrough:
 		// shadow reports what would have been sent
@@ -189,6 +189,7 @@ func (rep *report) fields() []zap.Field {
 		f = append(f,
 			zap.Float64("parse_ms", ms(rep.parse)),
 			zap.Float64("vault_ms", ms(rep.vault)),
+			zap.Float64("gate_ms", ms(rep.gate)),
 			zap.Float64("compile_ms", ms(rep.compile)),
 		)
 	}

@@ -240,6 +240,9 @@ type Result struct {
 	expectRead float64 // tokens the decision expected the provider to read from its cache
 
 	Parse, Vault, Total time.Duration
+	// Gate is the final gate's time (bytes, tokens, cost), inside Total;
+	// zero when no rewrite reached the gate.
+	Gate time.Duration
 
 	// Commit writes the lineage record of the request (its inline
 	// deliveries) when Request.DeferCommit was set; nil when there is

@@ -467,7 +467,10 @@ func (c *Compiler) rewrite(ctx context.Context, f format, p *plan, req Request, 
 			return nil, ReasonInvalidOutput
 		}
 	}
-	if reason := c.gate(ctx, p, req.Body, out, res); reason != "" {
+	tg := time.Now()
+	reason := c.gate(ctx, p, req.Body, out, res)
+	res.Gate = time.Since(tg)
+	if reason != "" {
 		return nil, reason
 	}
 	// Nothing is lost: receipts go out only once their content is durable.
