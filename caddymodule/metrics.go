@@ -9,6 +9,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/vault"
+	"github.com/tokenterminator/caddy-token-terminator/vault/redisvault"
 )
 
 // metrics are the gateway's Prometheus series. They live in the App's
@@ -235,11 +236,18 @@ var modelFamilies = []struct {
 }
 
 // vaultCollector reports the open vaults' sizes at scrape time, from the
-// backends that keep Stats (Badger); values are summed over the open
-// vaults.
+// backends that keep Stats (Badger, Redis); values are summed over the open
+// vaults. A Redis vault's sizes are the fleet's (every replica reports the
+// same), its counters the replica's own.
 type vaultCollector struct{ sh *shared }
 
 type vaultStatser interface{ Stats() vault.Stats }
+
+// Both built-in backends report their sizes.
+var (
+	_ vaultStatser = (*vault.Store)(nil)
+	_ vaultStatser = (*redisvault.Store)(nil)
+)
 
 var (
 	descVaultArtifacts = prometheus.NewDesc(metricsNamespace+"_vault_artifacts", "Artifacts stored in the open vaults.", nil, nil)
