@@ -34,8 +34,23 @@ func startObserved(t *testing.T, snippet string, up *upstream) *observed {
 
 func (o *observed) loadWithAdmin(snippet string) {
 	o.t.Helper()
+	o.loadAdmin(snippet, "admin "+strings.TrimPrefix(o.admin, "http://"))
+}
+
+// loadWithAdminOrigins loads snippet with the admin API allowing its own
+// address (as 127.0.0.1 and localhost) and the extra origins.
+func (o *observed) loadWithAdminOrigins(snippet string, extra ...string) {
+	o.t.Helper()
+	addr := strings.TrimPrefix(o.admin, "http://")
+	_, port, _ := strings.Cut(addr, ":")
+	origins := append([]string{addr, "localhost:" + port}, extra...)
+	o.loadAdmin(snippet, fmt.Sprintf("admin %s {\n\t\torigins %s\n\t}", addr, strings.Join(origins, " ")))
+}
+
+func (o *observed) loadAdmin(snippet, adminLine string) {
+	o.t.Helper()
 	cfg := gatewayConfig(o.port, o.LogFile, snippet, o.up.addr(), o.VaultDir)
-	cfg = strings.Replace(cfg, "admin off", "admin "+strings.TrimPrefix(o.admin, "http://"), 1)
+	cfg = strings.Replace(cfg, "admin off", adminLine, 1)
 	o.load(cfg)
 	o.reloaded = true
 }
