@@ -122,6 +122,9 @@ func New(opts Options, store Store, tokens TokenCounter) (*Compiler, error) {
 	if err := opts.Cost.Validate(); err != nil {
 		return nil, fmt.Errorf("compiler: %w", err)
 	}
+	if err := checkWorkingStateChars(opts.WorkingStateChars); err != nil {
+		return nil, fmt.Errorf("compiler: %w", err)
+	}
 	return &Compiler{opts: opts, store: store, tokens: tokens, texts: newTextCache(), usage: newUsageNotes()}, nil
 }
 
@@ -468,7 +471,7 @@ func (c *Compiler) rewrite(ctx context.Context, f format, p *plan, req Request, 
 		}
 	}
 	tg := time.Now()
-	reason := c.gate(ctx, p, req.Body, out, res)
+	out, reason := c.gateWorkingState(ctx, f, p, req.Body, out, res)
 	res.Gate = time.Since(tg)
 	if reason != "" {
 		return nil, reason
