@@ -430,3 +430,42 @@ func TestWorkingStateCheckerNarrow(t *testing.T) {
 		})
 	}
 }
+
+// FuzzCompileWorkingState: whatever the body, a rewrite with working state
+// is the rewrite without it plus exactly one block, passes the checker and
+// is smaller than the original; without a block it is the same bytes.
+func FuzzCompileWorkingState(f *testing.F) {
+	o := compilertest.ToolOutput(1, 700) // saves more than a block costs
+	turns := []compilertest.ChatTurn{{Tool: "Read", Args: `{"path":"a/b.go"}`, Output: o}, {Tool: "Read", Output: o}}
+	f.Add(compilertest.ChatBody("gpt-4o", turns, "hi"), uint8(0))
+	f.Add(compilertest.ResponsesBody("gpt-5", turns, "hi", compilertest.ResponsesOptions{Reasoning: true}), uint8(1))
+	f.Add(compilertest.AnthropicBody("claude", turns, "", compilertest.AnthropicOptions{Thinking: true, CacheLast: true}), uint8(2))
+	f.Add(compilertest.AnthropicBody("claude", turns, "hi", compilertest.AnthropicOptions{PartsOutput: true}), uint8(2))
+	paths := []string{chatPath, responsesPath, messagesPath}
+	f.Fuzz(func(t *testing.T, body []byte, which uint8) {
+		path := paths[int(which)%len(paths)]
+		opts := compiler.Options{MinArtifactChars: 16}
+		plain := compileAt(newCompiler(t, opts, compilertest.NewMemStore(), nil), path, "t", body)
+		opts.WorkingStateChars = compiler.WorkingStateMinChars
+		ws := compileAt(newCompiler(t, opts, compilertest.NewMemStore(), nil), path, "t", body)
+		switch ws.Reason {
+		case compiler.ReasonPanic, compiler.ReasonInternal, compiler.ReasonInvalidOutput:
+			t.Fatalf("compiler %s", ws.Reason)
+		}
+		if ws.WorkingState == 0 {
+			if !bytes.Equal(ws.Body, plain.Body) {
+				t.Fatal("no block, yet the bytes differ from the rewrite without working state")
+			}
+			return
+		}
+		if ws.Decision != compiler.Accepted || len(ws.Body) >= len(body) || ws.WorkingState > compiler.WorkingStateMinChars {
+			t.Fatalf("block of %d chars in a %s rewrite of %d -> %d bytes", ws.WorkingState, ws.Decision, len(body), len(ws.Body))
+		}
+		if !bytes.Equal(compiler.WithoutWorkingState(path, ws.Body), plain.Body) {
+			t.Fatal("the rewrite is not the one without working state plus the block")
+		}
+		if err := compiler.CheckCompacted(path, body, ws.Body); err != nil {
+			t.Fatalf("checker: %v", err)
+		}
+	})
+}
