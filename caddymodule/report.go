@@ -24,6 +24,7 @@ type report struct {
 	rawBytes, sentBytes int64 // -1 when unknown (streamed body of unknown length)
 	receipts, slots     int
 	folded              int    // old turns folded into summaries
+	workingState        int    // characters of the working-state block sent
 	detail              string // the store's error behind vault_error (no content)
 	invalidTotal        uint64 // with invalid_output: refused rewrites since start
 	tokens              compiler.TokenReport
@@ -65,6 +66,7 @@ func (rep *report) fromResult(res compiler.Result, raw, sent int64, mode compile
 	rep.receipts = res.Receipts
 	rep.costRaw, rep.costSent = res.CostRaw, res.CostSent
 	rep.folded = res.Folded
+	rep.workingState = res.WorkingState
 	rep.detail = res.Detail
 	rep.slots = res.Slots
 	rep.tokens = res.Tokens
@@ -166,6 +168,9 @@ func (rep *report) fields() []zap.Field {
 		zap.Int("folded", rep.folded),
 		zap.Int("slots", rep.slots),
 	)
+	if rep.workingState > 0 {
+		f = append(f, zap.Int("working_state_chars", rep.workingState))
+	}
 	if rep.detail != "" {
 		f = append(f, zap.String("detail", rep.detail))
 	}

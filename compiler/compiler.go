@@ -122,7 +122,7 @@ func New(opts Options, store Store, tokens TokenCounter) (*Compiler, error) {
 	if err := opts.Cost.Validate(); err != nil {
 		return nil, fmt.Errorf("compiler: %w", err)
 	}
-	if err := checkWorkingStateChars(opts.WorkingStateChars); err != nil {
+	if err := CheckWorkingStateChars(opts.WorkingStateChars); err != nil {
 		return nil, fmt.Errorf("compiler: %w", err)
 	}
 	return &Compiler{opts: opts, store: store, tokens: tokens, texts: newTextCache(), usage: newUsageNotes()}, nil

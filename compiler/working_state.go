@@ -64,8 +64,9 @@ const (
 	wsPathChars = 80
 )
 
-// checkWorkingStateChars validates Options.WorkingStateChars (0 is off).
-func checkWorkingStateChars(n int) error {
+// CheckWorkingStateChars validates Options.WorkingStateChars (0 is off);
+// the error names the value.
+func CheckWorkingStateChars(n int) error {
 	if n != 0 && (n < WorkingStateMinChars || n > WorkingStateMaxChars) {
 		return fmt.Errorf("working_state_chars must be 0 (off) or between %d and %d, got %d", WorkingStateMinChars, WorkingStateMaxChars, n)
 	}
