@@ -23,16 +23,17 @@ import (
 // list of parts; appended inside a string content's value), never inside a
 // tool result, never touching another part or block. When the request
 // ends with something else (a Chat "tool" message, a Responses
-// function_call_output), no block is added.
+// function_call_output), or that message holds a cache_control breakpoint
+// (wsTarget), no block is added.
 //
 // Prompt cache: the block is never there on the next request. The next
 // request carries this user message as the client wrote it, with no block,
 // and puts the block (if any) at its own end. Since the block followed
 // everything else of this request, whatever a provider cached of this
 // request up to the block still matches the next one: Anthropic caches up
-// to a cache_control breakpoint, and every breakpoint of the request comes
-// before the block; OpenAI caches the longest common prefix, which reaches
-// the block's start. The alternative, a block replayed byte for byte in the
+// to a cache_control breakpoint, and every breakpoint of the request is in
+// an earlier message (a message holding one gets no block, wsTarget);
+// OpenAI caches the longest common prefix, which reaches the block's start. The alternative, a block replayed byte for byte in the
 // older message, would need its bytes recorded per conversation and could
 // never list anything newer; a block that changed in an old message would
 // bust the cache from there on.
@@ -214,7 +215,15 @@ func wsUserMessage(src []byte, m *jsonv.Node) bool {
 
 // wsTarget finds where the block goes in the original: the end of the
 // content of the last history element, when that is a user message whose
-// content is a string or a non-empty list of parts.
+// content is a string or a non-empty list of parts, and the message holds
+// no cache_control breakpoint. With a breakpoint in it, the provider keys a
+// cache entry at the marked block, before the block, but the team's
+// simulator (cost.Render) keys it at the end of the message, block included,
+// so the next request could not read it: measured with tt-replay on the
+// corpus's SWE-agent session (breakpoints on the last two messages), every
+// step would write its newest message again and the session would cost
+// more than the original. Until that is settled against the provider, such
+// a message gets no block.
 func wsTarget(f format, d *doc) (pos int, inString, ok bool) {
 	key, _ := wsShape(f)
 	list := d.root.Get(key)
@@ -222,8 +231,8 @@ func wsTarget(f format, d *doc) (pos int, inString, ok bool) {
 		return 0, false, false
 	}
 	m := list.Elems[len(list.Elems)-1]
-	if !wsUserMessage(d.src, m) {
-		return 0, false, false
+	if !wsUserMessage(d.src, m) || bytes.Contains(m.Raw(d.src), cacheControl) {
+		return 0, false, false // not a user message, or it holds a cache breakpoint (see wsTarget)
 	}
 	switch c := m.Get("content"); {
 	case c.Is(jsonv.String):

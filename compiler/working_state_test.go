@@ -65,7 +65,9 @@ func wsCases(t *testing.T) []wsCase {
 			"content": []any{map[string]any{"type": "input_text", "text": "Now fix it."}}}), true, false, "input_text"},
 		{"responses ends with an output", responsesPath, resp, false, false, ""},
 		{"anthropic tool results only", messagesPath, compilertest.AnthropicBody("claude-sonnet-4-5", turns, "", compilertest.AnthropicOptions{
-			Thinking: true, CacheLast: true}), true, false, "text"},
+			Thinking: true, System: true}), true, false, "text"},
+		{"anthropic breakpoint in the last message", messagesPath, compilertest.AnthropicBody("claude-sonnet-4-5", turns, "", compilertest.AnthropicOptions{
+			Thinking: true, CacheLast: true}), false, false, ""},
 		{"anthropic results and text", messagesPath, compilertest.AnthropicBody("claude-sonnet-4-5", turns, "Now fix it.", compilertest.AnthropicOptions{
 			Thinking: true, System: true}), true, false, "text"},
 		{"anthropic string", messagesPath, appendItem(t, compilertest.AnthropicBody("claude-sonnet-4-5", turns, "", compilertest.AnthropicOptions{}), "messages",
@@ -286,7 +288,7 @@ func TestWorkingStateNextRequest(t *testing.T) {
 		step2      func([]byte) []byte // the client's next request after step1
 	}{
 		{"anthropic", messagesPath, true,
-			compilertest.AnthropicBody("claude-sonnet-4-5", turns, "", compilertest.AnthropicOptions{CacheLast: true}),
+			compilertest.AnthropicBody("claude-sonnet-4-5", turns, "", compilertest.AnthropicOptions{System: true}),
 			func(b []byte) []byte {
 				b = appendItem(t, b, "messages", map[string]any{"role": "assistant", "content": []any{map[string]any{"type": "text", "text": "Looking."}}})
 				return appendItem(t, b, "messages", map[string]any{"role": "user", "content": "Go on."})
@@ -439,7 +441,8 @@ func FuzzCompileWorkingState(f *testing.F) {
 	turns := []compilertest.ChatTurn{{Tool: "Read", Args: `{"path":"a/b.go"}`, Output: o}, {Tool: "Read", Output: o}}
 	f.Add(compilertest.ChatBody("gpt-4o", turns, "hi"), uint8(0))
 	f.Add(compilertest.ResponsesBody("gpt-5", turns, "hi", compilertest.ResponsesOptions{Reasoning: true}), uint8(1))
-	f.Add(compilertest.AnthropicBody("claude", turns, "", compilertest.AnthropicOptions{Thinking: true, CacheLast: true}), uint8(2))
+	f.Add(compilertest.AnthropicBody("claude", turns, "", compilertest.AnthropicOptions{Thinking: true, System: true}), uint8(2))
+	f.Add(compilertest.AnthropicBody("claude", turns, "", compilertest.AnthropicOptions{CacheLast: true}), uint8(2))
 	f.Add(compilertest.AnthropicBody("claude", turns, "hi", compilertest.AnthropicOptions{PartsOutput: true}), uint8(2))
 	paths := []string{chatPath, responsesPath, messagesPath}
 	f.Fuzz(func(t *testing.T, body []byte, which uint8) {

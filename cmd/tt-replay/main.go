@@ -45,6 +45,7 @@ func main() {
 	gap := flag.Duration("gap", 20*time.Second, "time between steps")
 	idle := flag.Duration("idle", 0, "an idle gap inserted every -idle_every steps (e.g. past the cache TTL)")
 	idleEvery := flag.Int("idle_every", 0, "steps between idle gaps (0: none)")
+	workingState := flag.Int("working_state", 0, "working_state_chars: the working-state block's bound (0: off)")
 	recoverEvery := flag.Int("recover_every", 0, "report recovery (recovery.go): the simulated model recovers every receipt of every n-th step (-1: report without recovering; 0: no report)")
 	flag.Parse()
 
@@ -92,6 +93,7 @@ func main() {
 	opts.InlineLeases = *leases
 	opts.Compaction.Enabled = *compaction
 	opts.Cost.Off = !*costOn
+	opts.WorkingStateChars = *workingState
 	off := opts
 	off.Compaction.Enabled = false
 	on, err := compiler.New(opts, store, counter)
