@@ -58,6 +58,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        min_prefix <tokens>; granularity <tokens>; ttl <duration>
 //	    }
 //	    bypass_header           <name>
+//	    working_state_chars     <n>       # 0 (off) or 512..65536
 //	    ledger_retention        <duration>
 //	    ledger_max_records      <n>
 //	    ledger_max_bytes        <size>
@@ -204,6 +205,14 @@ var subdirectives = map[string]func(t *Handler, v string) error{
 		return nil
 	},
 	"ledger_max_bytes": func(t *Handler, v string) error { return setSize(&t.LedgerMaxBytes, v) },
+	"working_state_chars": func(t *Handler, v string) error {
+		var n *int
+		if err := setInt(&n, v, 0); err != nil {
+			return err
+		}
+		t.WorkingStateChars = *n
+		return nil
+	},
 	"mode": func(t *Handler, v string) error {
 		switch v {
 		case "enforce", "shadow", "off":

@@ -116,6 +116,12 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{name: "compaction invariant", input: "token_terminator {\ncollapse_after_turns 3\ninline_recent_turns 5\n}", err: "collapse_after_turns (3) must be 0 or at least inline_recent_turns (5)"},
 		{name: "compaction invariant with default recent", input: "token_terminator {\ncollapse_after_turns 4\n}", err: "collapse_after_turns (4) must be 0 or at least inline_recent_turns (5)"},
 		{name: "compaction invariant with default collapse", input: "token_terminator {\ninline_recent_turns 7\n}", err: "collapse_after_turns (6) must be 0 or at least inline_recent_turns (7)"},
+		{name: "working_state_chars", input: "token_terminator {\nworking_state_chars 2000\n}", want: `{"working_state_chars":2000}`},
+		{name: "working_state_chars 0 is off", input: "token_terminator {\nworking_state_chars 0\n}", want: `{}`},
+		{name: "working_state_chars too small", input: "token_terminator {\nworking_state_chars 100\n}", err: "working_state_chars must be 0 (off) or between 512 and 65536, got 100"},
+		{name: "working_state_chars too large", input: "token_terminator {\nworking_state_chars 70000\n}", err: "working_state_chars must be 0 (off) or between 512 and 65536, got 70000"},
+		{name: "negative working_state_chars", input: "token_terminator {\nworking_state_chars -1\n}", err: "working_state_chars: must be at least 0, got -1"},
+		{name: "bad working_state_chars", input: "token_terminator {\nworking_state_chars lots\n}", err: "working_state_chars: not an integer: 'lots'"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -237,6 +243,9 @@ func TestValidateJSON(t *testing.T) {
 		{`{"vault":{"backend":"badger"},"vault_dir":"/x"}`, "vault_dir cannot be combined with a vault block"},
 		{`{"vault":{"backend":"badger"},"vault_max_bytes":5}`, "vault_max_bytes cannot be combined with a vault block"},
 		{`{"vault":{"backend":"badger","dir":"/x"}}`, ""},
+		{`{"working_state_chars":512}`, ""},
+		{`{"working_state_chars":511}`, "working_state_chars must be 0 (off) or between 512 and 65536, got 511"},
+		{`{"working_state_chars":-5}`, "working_state_chars must be 0 (off) or between 512 and 65536, got -5"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.json, func(t *testing.T) {
@@ -271,5 +280,22 @@ func TestModuleInfo(t *testing.T) {
 	}
 	if _, err := caddy.GetModule("http.handlers.token_terminator"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// working_state_chars reaches the compiler (0, the default, is off).
+func TestWorkingStateReachesCompiler(t *testing.T) {
+	for _, tt := range []struct {
+		json string
+		want int
+	}{{`{}`, 0}, {`{"working_state_chars":2000}`, 2000}} {
+		var h Handler
+		if err := json.Unmarshal([]byte(tt.json), &h); err != nil {
+			t.Fatal(err)
+		}
+		h.applyDefaults()
+		if got := h.compilerOptions().WorkingStateChars; got != tt.want {
+			t.Errorf("%s: compiler WorkingStateChars %d, want %d", tt.json, got, tt.want)
+		}
 	}
 }

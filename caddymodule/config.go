@@ -152,6 +152,12 @@ type Handler struct {
 	// (passthrough=no_tenant).
 	Tenant string `json:"tenant,omitempty"`
 
+	// Characters of the working-state block: an index of the artifacts a
+	// rewrite's receipts and folds name, added at the end of a request
+	// that ends with a user message (compiler/working_state.go). 0 (the
+	// default) adds none; otherwise 512 to 65536.
+	WorkingStateChars int `json:"working_state_chars,omitempty"`
+
 	// Request header that makes the gateway forward a request untouched
 	// when its value is "bypass" (passthrough=bypass); it is removed
 	// before the request goes upstream. Default: Token-Terminator.
@@ -326,6 +332,9 @@ func (h *Handler) check() error {
 	if *h.MaxBufferedBytes < 1 {
 		return errf("max_buffered_bytes must be positive, got %d", *h.MaxBufferedBytes)
 	}
+	if err := compiler.CheckWorkingStateChars(h.WorkingStateChars); err != nil {
+		return err
+	}
 	if err := h.checkRecovery(); err != nil {
 		return err
 	}
@@ -360,6 +369,7 @@ func (h *Handler) compilerOptions() compiler.Options {
 			CollapseAfterTurns: *h.CollapseAfterTurns,
 			InlineRecentTurns:  *h.InlineRecentTurns,
 		},
-		Recovery: h.compilerRecovery(),
+		Recovery:          h.compilerRecovery(),
+		WorkingStateChars: h.WorkingStateChars,
 	}
 }

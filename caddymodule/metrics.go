@@ -9,6 +9,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/vault"
+	"github.com/tokenterminator/caddy-token-terminator/vault/redisvault"
 )
 
 // metrics are the gateway's Prometheus series. They live in the App's
@@ -44,12 +45,14 @@ const (
 	receiptFoldedTurn = "folded_turn"
 )
 
-// Latency stages, the values of the stage label of duration_seconds. The
-// gate's own time is inside compile (the compiler does not time it apart).
+// Latency stages, the values of the stage label of duration_seconds.
+// parse, vault and gate are parts of compile, observed apart so an operator
+// sees which one a slow compile spent its time in.
 const (
 	stageRead    = "read"    // reading the body
 	stageParse   = "parse"   // parsing it
 	stageVault   = "vault"   // vault lookups and writes during the compile
+	stageGate    = "gate"    // the final gate (bytes, tokens, cost), when a rewrite reached it
 	stageCompile = "compile" // the whole compile, gate included
 	stageCommit  = "commit"  // recording the lineage after the answer
 )
@@ -71,7 +74,7 @@ func newMetrics(sh *shared) *metrics {
 		upgrades:       counter("websocket_upgrades_total", "WebSocket upgrades of provider paths passed through uncompiled.", "format"),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: metricsNamespace, Name: "duration_seconds",
-			Help:    "Time spent per candidate, by stage: read, parse, vault, compile (gate included), commit.",
+			Help:    "Time spent per candidate, by stage: read, parse, vault, gate (the final gate, when a rewrite reached it), compile (parse, vault and gate included), commit.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"stage", "format"}),
 		ledgerDropped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metricsNamespace, Name: "ledger_dropped_total",
@@ -178,6 +181,9 @@ func (m *metrics) observe(rep *report, ob *observation) {
 		m.latency.WithLabelValues(stageParse, format).Observe(rep.parse.Seconds())
 		m.latency.WithLabelValues(stageVault, format).Observe(rep.vault.Seconds())
 		m.latency.WithLabelValues(stageCompile, format).Observe(rep.compile.Seconds())
+		if rep.gate > 0 {
+			m.latency.WithLabelValues(stageGate, format).Observe(rep.gate.Seconds())
+		}
 	}
 	if rep.committed {
 		m.latency.WithLabelValues(stageCommit, format).Observe(rep.commit.Seconds())
@@ -230,11 +236,18 @@ var modelFamilies = []struct {
 }
 
 // vaultCollector reports the open vaults' sizes at scrape time, from the
-// backends that keep Stats (Badger); values are summed over the open
-// vaults.
+// backends that keep Stats (Badger, Redis); values are summed over the open
+// vaults. A Redis vault's sizes are the fleet's (every replica reports the
+// same), its counters the replica's own.
 type vaultCollector struct{ sh *shared }
 
 type vaultStatser interface{ Stats() vault.Stats }
+
+// Both built-in backends report their sizes.
+var (
+	_ vaultStatser = (*vault.Store)(nil)
+	_ vaultStatser = (*redisvault.Store)(nil)
+)
 
 var (
 	descVaultArtifacts = prometheus.NewDesc(metricsNamespace+"_vault_artifacts", "Artifacts stored in the open vaults.", nil, nil)

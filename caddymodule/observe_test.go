@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 
@@ -101,9 +103,10 @@ func TestMetricsAfterSequence(t *testing.T) {
 		{Decision: compiler.Accepted, Body: small, Format: "openai_chat", Model: "claude-sonnet-4-5-20250929",
 			Receipts: 3, Folded: 1, Kinds: compiler.ReceiptKinds{Duplicate: 1, Lease: 1, Compaction: 1},
 			Tokens:  compiler.TokenReport{Status: compiler.TokensExact, Raw: 400, Sent: 100},
-			CostRaw: 400, CostSent: 150, Parse: time.Millisecond, Total: 3 * time.Millisecond},
+			CostRaw: 400, CostSent: 150, Parse: time.Millisecond, Gate: 2 * time.Millisecond, Total: 3 * time.Millisecond},
 		{Decision: compiler.Passthrough, Reason: compiler.ReasonNotSmaller, Format: "openai_chat", Model: "gpt-4o-2024-08-06",
-			Tokens: compiler.TokenReport{Status: compiler.TokensExact, Raw: 400, Sent: 420}, CostRaw: 400, CostSent: 400},
+			Tokens: compiler.TokenReport{Status: compiler.TokensExact, Raw: 400, Sent: 420}, CostRaw: 400, CostSent: 400,
+			Gate: 20 * time.Millisecond, Total: 30 * time.Millisecond},
 		{Decision: compiler.Passthrough, Reason: compiler.ReasonVaultFull, Format: "openai_chat", Model: "gpt-4o"},
 	}
 	n := 0
@@ -157,7 +160,12 @@ func TestMetricsAfterSequence(t *testing.T) {
 		{"not_smaller is no failure", testutil.ToFloat64(m.failOpen.WithLabelValues("not_smaller")), 0},
 		{"vault write failures", testutil.ToFloat64(m.vaultFailures.WithLabelValues("vault_full")), 1},
 		{"websocket", testutil.ToFloat64(m.upgrades.WithLabelValues("openai_responses")), 1},
-		{"compile latency observations", float64(testutil.CollectAndCount(m.latency)), 4}, // read, parse, vault, compile series
+		{"latency series", float64(testutil.CollectAndCount(m.latency)), 5}, // read, parse, vault, gate, compile
+		{"compile observations", histCount(t, m, stageCompile), 3},
+		// The vault_full compile never reached the gate.
+		{"gate observations", histCount(t, m, stageGate), 2},
+		{"gate seconds", histSum(t, m, stageGate), 0.022},
+		{"compile seconds", histSum(t, m, stageCompile), 0.033},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
@@ -422,4 +430,38 @@ func TestMetricsCostDearerThanRaw(t *testing.T) {
 	if v := testutil.ToFloat64(m.tokens.WithLabelValues("openai_chat", "gpt-4o", "saved")); v != 0 {
 		t.Fatalf("tokens saved %v, want 0", v)
 	}
+}
+
+// histCount and histSum read one stage's latency histogram (format
+// openai_chat) as a scrape would.
+func histCount(t *testing.T, m *metrics, stage string) float64 {
+	count, _ := histogram(t, m, stage)
+	return count
+}
+
+func histSum(t *testing.T, m *metrics, stage string) float64 {
+	_, sum := histogram(t, m, stage)
+	return math.Round(sum*1e6) / 1e6 // a sum of float seconds is not exact
+}
+
+func histogram(t *testing.T, m *metrics, stage string) (count, sum float64) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m.latency)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, s := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range s.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["stage"] == stage && labels["format"] == "openai_chat" {
+				return float64(s.GetHistogram().GetSampleCount()), s.GetHistogram().GetSampleSum()
+			}
+		}
+	}
+	return 0, 0
 }

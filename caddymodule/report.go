@@ -24,6 +24,7 @@ type report struct {
 	rawBytes, sentBytes int64 // -1 when unknown (streamed body of unknown length)
 	receipts, slots     int
 	folded              int    // old turns folded into summaries
+	workingState        int    // characters of the working-state block sent
 	detail              string // the store's error behind vault_error (no content)
 	invalidTotal        uint64 // with invalid_output: refused rewrites since start
 	tokens              compiler.TokenReport
@@ -35,7 +36,7 @@ type report struct {
 	// compiler.Result.CostHorizonRaw/CostHorizonSent) and its length.
 	costHorizonRaw, costHorizonSent, costHorizon float64
 
-	read, parse, vault, compile, total time.Duration
+	read, parse, vault, gate, compile, total time.Duration
 
 	// The provider's answer, known once next has returned.
 	status        int   // final status; 0 when none was written
@@ -69,10 +70,11 @@ func (rep *report) fromResult(res compiler.Result, raw, sent int64, mode compile
 	rep.costRaw, rep.costSent = res.CostRaw, res.CostSent
 	rep.costHorizonRaw, rep.costHorizonSent, rep.costHorizon = res.CostHorizonRaw, res.CostHorizonSent, res.CostHorizon
 	rep.folded = res.Folded
+	rep.workingState = res.WorkingState
 	rep.detail = res.Detail
 	rep.slots = res.Slots
 	rep.tokens = res.Tokens
-	rep.parse, rep.vault, rep.compile = res.Parse, res.Vault, res.Total
+	rep.parse, rep.vault, rep.gate, rep.compile = res.Parse, res.Vault, res.Gate, res.Total
 	switch {
 	case mode == compiler.ModeShadow && res.Decision != compiler.Passthrough:
 		// shadow reports what would have been sent
@@ -179,6 +181,9 @@ func (rep *report) fields() []zap.Field {
 		zap.Int("folded", rep.folded),
 		zap.Int("slots", rep.slots),
 	)
+	if rep.workingState > 0 {
+		f = append(f, zap.Int("working_state_chars", rep.workingState))
+	}
 	if rep.detail != "" {
 		f = append(f, zap.String("detail", rep.detail))
 	}
@@ -202,6 +207,7 @@ func (rep *report) fields() []zap.Field {
 		f = append(f,
 			zap.Float64("parse_ms", ms(rep.parse)),
 			zap.Float64("vault_ms", ms(rep.vault)),
+			zap.Float64("gate_ms", ms(rep.gate)),
 			zap.Float64("compile_ms", ms(rep.compile)),
 		)
 	}

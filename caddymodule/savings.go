@@ -23,11 +23,14 @@ func init() {
 // SavingsHandler serves the savings page and its data on an ordinary site
 // route (http.handlers.token_terminator_savings, Caddyfile directive
 // token_terminator_savings): the same as the admin API's
-// /token-terminator/. Caddy's admin API refuses browser navigation (its
-// origin check wants an Origin or Referer that a typed address has not),
-// so this is how people open the page; protect its route with the usual
-// matchers and basic_auth. A path ending in /stats or /ledger gets the
-// JSON; any other path the page.
+// /token-terminator/. With its default origins Caddy's admin API refuses a
+// browser's typed navigation: the browser sends Sec-Fetch-Mode, which makes
+// the admin check the origin, and a navigation has no Origin or Referer, so
+// the origin is empty (admin { origins … "" } allows that one; README,
+// "Savings page"). A site route needs no change to the admin API and can
+// be opened from another machine: protect it with the usual matchers and
+// basic_auth. A path ending in /stats or /ledger gets the JSON; any other
+// path the page.
 type SavingsHandler struct{}
 
 // CaddyModule returns the Caddy module information.

@@ -182,6 +182,9 @@ type Options struct {
 	// Recovery is the receipts' recovery hint and the recovery tool
 	// (recovery_tool.go); the zero value offers neither.
 	Recovery Recovery
+	// WorkingStateChars bounds the working-state block added to a rewrite
+	// that carries receipts or folds (working_state.go); 0 adds none.
+	WorkingStateChars int
 }
 
 // Request is one candidate provider request.
@@ -250,6 +253,12 @@ type Result struct {
 	CostHorizon                     float64
 
 	Parse, Vault, Total time.Duration
+	// Gate is the final gate's time (bytes, tokens, cost), inside Total;
+	// zero when no rewrite reached the gate.
+	Gate time.Duration
+	// WorkingState is the characters of the working-state block the
+	// rewrite carries (Options.WorkingStateChars); 0 when none.
+	WorkingState int
 
 	// Commit writes the lineage record of the request (its inline
 	// deliveries) when Request.DeferCommit was set; nil when there is

@@ -122,6 +122,9 @@ func New(opts Options, store Store, tokens TokenCounter) (*Compiler, error) {
 	if err := opts.Cost.Validate(); err != nil {
 		return nil, fmt.Errorf("compiler: %w", err)
 	}
+	if err := CheckWorkingStateChars(opts.WorkingStateChars); err != nil {
+		return nil, fmt.Errorf("compiler: %w", err)
+	}
 	return &Compiler{opts: opts, store: store, tokens: tokens, texts: newTextCache(), usage: newUsageNotes()}, nil
 }
 
@@ -472,7 +475,10 @@ func (c *Compiler) rewrite(ctx context.Context, f format, p *plan, req Request, 
 			return nil, ReasonInvalidOutput
 		}
 	}
-	if reason := c.gate(ctx, p, req.Body, out, res); reason != "" {
+	tg := time.Now()
+	out, reason := c.gateWorkingState(ctx, f, p, req.Body, out, res)
+	res.Gate = time.Since(tg)
+	if reason != "" {
 		return nil, reason
 	}
 	// Nothing is lost: receipts go out only once their content is durable.

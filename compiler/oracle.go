@@ -30,6 +30,13 @@ func check(path string, orig, out []byte, folding bool) error {
 	if f == nil {
 		return fmt.Errorf("not a candidate path, yet the body changed")
 	}
+	// The working-state block has its own narrow rule (working_state.go);
+	// the compiler adds none to an original that already ends with one.
+	if bytes.Equal(WithoutWorkingState(path, orig), orig) {
+		if out = WithoutWorkingState(path, out); bytes.Equal(orig, out) {
+			return nil
+		}
+	}
 	d, reason := parseDoc(f, orig, nil)
 	if reason != "" {
 		return fmt.Errorf("original is %s, yet the body changed", reason)

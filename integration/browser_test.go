@@ -136,7 +136,21 @@ func domValue(t *testing.T, dom, id string) string {
 // TestBrowser_SavingsPage loads the savings page in headless Chromium
 // against a gateway that served a session, and checks that the page's
 // script rendered the totals the client saw (read from the DOM after the
-// script ran, not from the API).
+// script ran, not from the API): on a site route (token_terminator_savings)
+// and on Caddy's admin API at /token-terminator/.
+//
+// The admin API checks a browser's request for an allowed origin whenever
+// it carries Origin or Sec-Fetch-Mode (caddy v2.11.9 admin.go, serveHTTP
+// and checkOrigin). Chromium sends Sec-Fetch-Mode: navigate to a loopback
+// address, but a typed or bookmarked navigation has neither Origin nor
+// Referer, so the origin it compares is the empty one, which no default
+// origin matches:
+//
+//	client is not allowed to access from origin ''
+//
+// An empty entry in admin { origins … } matches exactly that, and the page's
+// own fetches carry a Referer of the admin address, which the listed
+// origins match.
 func TestBrowser_SavingsPage(t *testing.T) {
 	bin := chromium(t)
 	up := newUpstream(t)
@@ -145,14 +159,37 @@ func TestBrowser_SavingsPage(t *testing.T) {
 	if ct.accepted == 0 || ct.saved <= 0 {
 		t.Fatalf("%s saved nothing: %+v", what, ct)
 	}
-	// Caddy's admin API refuses a browser's navigation (no Origin or
-	// Referer), so people open the page on a site route; both serve the
-	// same page and data.
 	url := o.URL + "/tt-savings/"
 	if page := o.do(http.MethodGet, "/tt-savings/", nil, 0); !bytes.Equal(page.Body, o.adminGet("/token-terminator/")) {
 		t.Fatal("the site route and the admin API serve different pages")
 	}
-	dom := string(runChromium(t, bin, url, "--dump-dom"))
+	t.Run("site route", func(t *testing.T) {
+		checkRenderedPage(t, string(runChromium(t, bin, url, "--dump-dom")), ct, what)
+	})
+	adminPage := o.admin + "/token-terminator/"
+	t.Run("admin API, default origins", func(t *testing.T) {
+		dom := string(runChromium(t, bin, adminPage, "--dump-dom"))
+		if strings.Contains(dom, `data-rendered="true"`) || !strings.Contains(dom, "client is not allowed to access from origin ''") {
+			t.Fatalf("want the admin API to refuse the navigation's empty origin; got:\n%.1000s", dom)
+		}
+	})
+	t.Run("admin API, origins with the empty one", func(t *testing.T) {
+		o.loadWithAdminOrigins(o.snip, `""`)
+		checkRenderedPage(t, string(runChromium(t, bin, adminPage, "--dump-dom")), ct, what)
+	})
+
+	// A screenshot, for people: TT_SAVINGS_SCREENSHOT=/path/page.png.
+	if shot := os.Getenv("TT_SAVINGS_SCREENSHOT"); shot != "" {
+		abs, _ := filepath.Abs(shot)
+		runChromium(t, bin, url, "--screenshot="+abs, "--window-size=1400,1100", "--hide-scrollbars")
+		t.Logf("screenshot of %s: %s", what, abs)
+	}
+}
+
+// checkRenderedPage checks the DOM Chromium rendered for the savings page
+// against what the client saw.
+func checkRenderedPage(t *testing.T, dom string, ct clientTotals, what string) {
+	t.Helper()
 	if !strings.Contains(dom, `data-rendered="true"`) {
 		t.Fatalf("the page did not render (%s):\n%.2000s", what, dom)
 	}
@@ -199,12 +236,5 @@ func TestBrowser_SavingsPage(t *testing.T) {
 	}
 	if !strings.Contains(dom, `data-artifacts="`) || strings.Contains(dom, `data-artifacts=""`) {
 		t.Error("vault usage not shown")
-	}
-
-	// A screenshot, for people: TT_SAVINGS_SCREENSHOT=/path/page.png.
-	if shot := os.Getenv("TT_SAVINGS_SCREENSHOT"); shot != "" {
-		abs, _ := filepath.Abs(shot)
-		runChromium(t, bin, url, "--screenshot="+abs, "--window-size=1400,1100", "--hide-scrollbars")
-		t.Logf("screenshot of %s: %s", what, abs)
 	}
 }

@@ -34,8 +34,23 @@ func startObserved(t *testing.T, snippet string, up *upstream) *observed {
 
 func (o *observed) loadWithAdmin(snippet string) {
 	o.t.Helper()
+	o.loadAdmin(snippet, "admin "+strings.TrimPrefix(o.admin, "http://"))
+}
+
+// loadWithAdminOrigins loads snippet with the admin API allowing its own
+// address (as 127.0.0.1 and localhost) and the extra origins.
+func (o *observed) loadWithAdminOrigins(snippet string, extra ...string) {
+	o.t.Helper()
+	addr := strings.TrimPrefix(o.admin, "http://")
+	_, port, _ := strings.Cut(addr, ":")
+	origins := append([]string{addr, "localhost:" + port}, extra...)
+	o.loadAdmin(snippet, fmt.Sprintf("admin %s {\n\t\torigins %s\n\t}", addr, strings.Join(origins, " ")))
+}
+
+func (o *observed) loadAdmin(snippet, adminLine string) {
+	o.t.Helper()
 	cfg := gatewayConfig(o.port, o.LogFile, snippet, o.up.addr(), o.VaultDir)
-	cfg = strings.Replace(cfg, "admin off", "admin "+strings.TrimPrefix(o.admin, "http://"), 1)
+	cfg = strings.Replace(cfg, "admin off", adminLine, 1)
 	o.load(cfg)
 	o.reloaded = true
 }
@@ -251,11 +266,18 @@ func TestObserve_MetricsAfterKnownSequence(t *testing.T) {
 		{"vault artifacts", sum(m, "token_terminator_vault_artifacts", nil), 2},
 		{"vault written", sum(m, "token_terminator_vault_artifacts_written_total", nil), 2},
 		{"compile latency count", sum(m, "token_terminator_duration_seconds_count", map[string]string{"stage": "compile"}), float64(ct.requests - 1)}, // the bypass is not compiled
+		// Only the two rewrites reached the final gate (the first delivery
+		// had nothing to replace, the small request no candidates).
+		{"gate latency count", sum(m, "token_terminator_duration_seconds_count", map[string]string{"stage": "gate"}), 2},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
 			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
 		}
+	}
+	gate, compile := sum(m, "token_terminator_duration_seconds_sum", map[string]string{"stage": "gate"}), sum(m, "token_terminator_duration_seconds_sum", map[string]string{"stage": "compile"})
+	if gate <= 0 || gate >= compile {
+		t.Errorf("gate seconds %v, compile seconds %v: the gate is part of the compile", gate, compile)
 	}
 	if sum(m, "token_terminator_vault_bytes", nil) <= 0 || sum(m, "token_terminator_cost_units_total", map[string]string{"kind": "raw"}) <= 0 {
 		t.Error("vault bytes or cost not reported")

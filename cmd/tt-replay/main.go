@@ -48,6 +48,7 @@ func main() {
 	leaseMin := flag.Int("lease_min_chars", 0, "smallest result a lease priced by the cost decision may receipt (0: the default)")
 	horizon := flag.Int("horizon", 0, "cost horizon bound (0: the default)")
 	trace := flag.Bool("trace", false, "print every step of the replayed sessions (compaction on) to stderr")
+	workingState := flag.Int("working_state", 0, "working_state_chars: the working-state block's bound (0: off)")
 	recoverEvery := flag.Int("recover_every", 0, "report recovery (recovery.go): the simulated model recovers every receipt of every n-th step (-1: report without recovering; 0: no report)")
 	flag.Parse()
 
@@ -96,6 +97,7 @@ func main() {
 	opts.Compaction.Enabled = *compaction
 	opts.Cost.Off = !*costOn
 	opts.Cost.LeaseMinChars, opts.Cost.MaxHorizon = *leaseMin, *horizon
+	opts.WorkingStateChars = *workingState
 	off := opts
 	off.Compaction.Enabled = false
 	on, err := compiler.New(opts, store, counter)

@@ -47,6 +47,7 @@ func (s *Store) Persist(ctx context.Context, scope compiler.Scope, arts []compil
 			missing = append(missing, a)
 		}
 	}
+	s.counts.verified.Add(uint64(len(uniq) - len(missing)))
 	if len(missing) == 0 {
 		return nil
 	}
@@ -293,6 +294,7 @@ func (s *Store) write(ctx context.Context, tk tenantKeys, arts []*compiler.Artif
 		return fmt.Errorf("redisvault: write: %w", errors.Join(rerr, err))
 	}
 	giveBack += res[1] // freed by the tenant's own eviction
+	s.counts.evicted.Add(uint64(max(res[2], 0)))
 	if res[2] > 0 {
 		s.log.Info("redis vault evicted within tenant quota", zap.Int64("artifacts", res[2]), zap.Int64("bytes", res[1]))
 	}
@@ -306,7 +308,15 @@ func (s *Store) write(ctx context.Context, tk tenantKeys, arts []*compiler.Artif
 	if err != nil {
 		return fmt.Errorf("redisvault: write: %w", err)
 	}
-	return s.readBack(ctx, tk, arts, enc, res[3:])
+	if err := s.readBack(ctx, tk, arts, enc, res[3:]); err != nil {
+		return err
+	}
+	for _, v := range res[3:] {
+		if v == 1 {
+			s.counts.written.Add(1) // stored by this call, not by a concurrent writer
+		}
+	}
+	return nil
 }
 
 // readBack compares what this call wrote byte for byte with its stored form
@@ -474,6 +484,7 @@ func (s *Store) evict(ctx context.Context, need int64) error {
 		}
 		freed += res[0]
 		n += res[1]
+		s.counts.evicted.Add(uint64(max(res[1], 0)))
 	}
 	if freed > 0 {
 		if err := s.rdb.DecrBy(ctx, s.k.global("bytes"), freed).Err(); err != nil {

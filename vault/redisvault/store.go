@@ -77,6 +77,9 @@ type Store struct {
 	nextEvict atomic.Int64
 	evictMu   sync.Mutex
 
+	counts counters // activity since Open, for Stats (stats.go)
+	sizes  sizes    // the fleet-wide sizes Stats last read
+
 	mu     sync.RWMutex // held for reading by calls, for writing by Close
 	closed bool
 }
