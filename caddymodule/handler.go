@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -269,7 +270,15 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 		setBody(r, buf)
 		return release
 	}
+	// The reservation is returned when the compile stops, not when it
+	// returns: one abandoned at compile_timeout keeps working (and holding
+	// its memory) in the background until it finishes.
+	work = sync.OnceFunc(work)
+	req.Done = work
 	res := h.compile(r.Context(), req)
+	if res.Reason != compiler.ReasonTimeout {
+		work() // stopped (a compile that panicked may not have said so)
+	}
 	if res.Reason == compiler.ReasonTimeout && r.Context().Err() != nil {
 		res.Reason = compiler.ReasonClientAbort // the client left; the compile was not slow
 	}
@@ -281,7 +290,6 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 		rewrite := h.holdRewrite(len(out))
 		release = func() { rewrite(); body() }
 	}
-	work()
 	setBody(r, out)
 	ex.commit = res.Commit
 	h.noteRecovery(r, ex, res, buf, out, tenant)

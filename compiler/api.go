@@ -200,6 +200,12 @@ type Request struct {
 	// writing it: a gateway commits only once the provider has answered, so
 	// a request it rejected never counts as an inline delivery.
 	DeferCommit bool
+	// Done, when set, is called once when the compile's own work has
+	// stopped: before Compile returns when it finishes in time, and later,
+	// when it does, for a compile Compile gave up on at its timeout (which
+	// goes on reading Body and holding its working memory until then). The
+	// gateway returns the compile's memory reservation there.
+	Done func()
 }
 
 // Result is the outcome of a compile. Body is what must be forwarded: the

@@ -139,10 +139,14 @@ func (c *Compiler) Compile(ctx context.Context, req Request) Result {
 	res := Result{Body: req.Body, Decision: Passthrough, RawBytes: len(req.Body), SentBytes: len(req.Body)}
 	f := formatFor("POST", req.Path)
 	switch {
-	case req.Mode == ModeOff:
+	case req.Mode == ModeOff, f == nil:
 		res.Reason = ReasonOff
-	case f == nil:
-		res.Reason = ReasonNotCandidate
+		if f == nil && req.Mode != ModeOff {
+			res.Reason = ReasonNotCandidate
+		}
+		if req.Done != nil {
+			req.Done()
+		}
 	default:
 		res.Format = f.name()
 		ctx, cancel := context.WithTimeout(ctx, c.opts.Timeout)
@@ -160,6 +164,9 @@ func (c *Compiler) Compile(ctx context.Context, req Request) Result {
 					// it may quote request content.
 					o = outcome{res: base}
 					o.res.Reason = ReasonPanic
+				}
+				if req.Done != nil {
+					req.Done() // before the outcome: a compile that finishes in time has stopped when Compile returns
 				}
 				done <- o
 			}()

@@ -138,9 +138,42 @@ func TestTimeoutEnforced(t *testing.T) {
 	body := compilertest.ChatBody("gpt-4o", []compilertest.ChatTurn{{Tool: "bash", Output: o}, {Tool: "bash", Output: o}}, "")
 	store := compilertest.NewMemStore()
 	c := newCompiler(t, compiler.Options{InlineLeases: 1, Timeout: 20 * time.Millisecond}, stubbornStore{store}, nil)
-	res := compile(c, "t", body)
+	stopped := make(chan struct{})
+	res := c.Compile(context.Background(), compiler.Request{Path: chatPath, Body: body, Scope: compiler.Scope{Tenant: "t"},
+		Mode: compiler.ModeEnforce, Done: func() { close(stopped) }})
 	if res.Reason != compiler.ReasonTimeout || &res.Body[0] != &body[0] {
 		t.Fatalf("%s/%s: the original was not forwarded at the timeout", res.Decision, res.Reason)
+	}
+	// Done says when the abandoned compile has really stopped (the gateway
+	// holds its memory reservation until then): not yet when Compile gave
+	// up on it, once the stuck store returns.
+	select {
+	case <-stopped:
+		t.Fatal("Done was called before the abandoned compile stopped")
+	default:
+	}
+	select {
+	case <-stopped:
+	case <-time.After(time.Minute):
+		t.Fatal("Done was never called for the abandoned compile")
+	}
+}
+
+// Done is called exactly once, before Compile returns, for a compile that
+// finishes in time and for requests that are not compiled at all.
+func TestDoneBeforeReturn(t *testing.T) {
+	o := compilertest.ToolOutput(951, 9000)
+	body := compilertest.ChatBody("gpt-4o", []compilertest.ChatTurn{{Tool: "bash", Output: o}, {Tool: "bash", Output: o}}, "")
+	c := newCompiler(t, compiler.Options{InlineLeases: 1, Timeout: time.Minute}, compilertest.NewMemStore(), nil)
+	for _, tc := range []struct {
+		name, path string
+		mode       compiler.Mode
+	}{{"compiled", chatPath, compiler.ModeEnforce}, {"not a candidate", "/v1/embeddings", compiler.ModeEnforce}, {"off", chatPath, compiler.ModeOff}} {
+		calls := 0
+		c.Compile(context.Background(), compiler.Request{Path: tc.path, Body: body, Scope: compiler.Scope{Tenant: "t"}, Mode: tc.mode, Done: func() { calls++ }})
+		if calls != 1 {
+			t.Errorf("%s: Done called %d times by the time Compile returned, want 1", tc.name, calls)
+		}
 	}
 }
 
