@@ -280,7 +280,12 @@ func TestWorkingStateNextRequest(t *testing.T) {
 	turns := []compilertest.ChatTurn{w[0], w[2], w[1]}
 	// Leases off: a lease would receipt step 1's inline copy in step 2,
 	// which changes step 2 before the block's place whatever the block does.
+	// The cost model off: this request's Anthropic case caches only its
+	// system (its one breakpoint), so the bill lets step 2 re-decide the
+	// uncached messages freely, before the block's place too; the block's
+	// placement is under test, on decisions that stay put.
 	opts := compiler.Options{WorkingStateChars: 2000, InlineLeases: 0}
+	opts.Cost.Off = true
 	tests := []struct {
 		name, path string
 		stable     bool // the compiler keeps step 1's decisions in step 2
@@ -310,7 +315,9 @@ func TestWorkingStateNextRequest(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			// The same two steps without working state: how much of step 1
 			// step 2 keeps by the compiler's own decisions.
-			pc := newCompiler(t, compiler.Options{InlineLeases: 0}, compilertest.NewMemStore(), nil)
+			plain := opts
+			plain.WorkingStateChars = 0
+			pc := newCompiler(t, plain, compilertest.NewMemStore(), nil)
 			preq := func(body []byte) compiler.Result {
 				return pc.Compile(context.Background(), compiler.Request{Path: tt.path, Body: body, Scope: compiler.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce})
 			}
