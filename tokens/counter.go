@@ -236,6 +236,13 @@ func (c *Counter) count(ctx context.Context, enc *encoding, body []byte, hints [
 	if len(j.flights) > 0 && !c.start(j) {
 		return 0, false
 	}
+	// The budget is a ceiling, whichever of the deadline and the last
+	// count a select would see first: a split that took the whole budget,
+	// or counts that landed after it, are "budget" (the flights go on and
+	// fill the cache, so the same body is counted on a retry).
+	if !time.Now().Before(deadline) {
+		return 0, false
+	}
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	for _, f := range waits {
@@ -250,6 +257,9 @@ func (c *Counter) count(ctx context.Context, enc *encoding, body []byte, hints [
 		case <-ctx.Done():
 			return 0, false
 		}
+	}
+	if time.Now().After(deadline) {
+		return 0, false
 	}
 	c.landSegments(segs, waits)
 	return total, true
