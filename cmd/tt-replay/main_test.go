@@ -68,16 +68,7 @@ func TestReplayGeneratedTargets(t *testing.T) {
 		clocks = clocks[:1]
 	}
 	for _, clock := range clocks {
-		on, err := compiler.New(DefaultOptions(), compilertest.NewMemStore(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		offOpts := DefaultOptions()
-		offOpts.Compaction.Enabled = false
-		off, err := compiler.New(offOpts, compilertest.NewMemStore(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		on, off := compactionOnOff(t)
 		var rows []Row
 		for _, s := range Generated() {
 			if raceEnabled && len(s.Requests) > 22 {
@@ -134,16 +125,7 @@ func TestReplayCorpusTargets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	on, err := compiler.New(DefaultOptions(), compilertest.NewMemStore(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	offOpts := DefaultOptions()
-	offOpts.Compaction.Enabled = false
-	off, err := compiler.New(offOpts, compilertest.NewMemStore(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	on, off := compactionOnOff(t)
 	clock := Clock{Gap: 20 * time.Second}
 	n := 0
 	for _, f := range files {
@@ -165,4 +147,20 @@ func TestReplayCorpusTargets(t *testing.T) {
 	if n == 0 {
 		t.Skip("no step sessions in the corpus")
 	}
+}
+
+// compactionOnOff returns two compilers with the replay's defaults, each on
+// a fresh vault: compaction on, and compaction off.
+func compactionOnOff(t *testing.T) (on, off *compiler.Compiler) {
+	t.Helper()
+	on, err := compiler.New(DefaultOptions(), compilertest.NewMemStore(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	offOpts := DefaultOptions()
+	offOpts.Compaction.Enabled = false
+	if off, err = compiler.New(offOpts, compilertest.NewMemStore(), nil); err != nil {
+		t.Fatal(err)
+	}
+	return on, off
 }
