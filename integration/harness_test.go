@@ -281,11 +281,20 @@ func (g *gateway) post(path string, body []byte, headers ...string) response {
 		g.reloaded = false
 		if r, err := g.try(http.MethodPost, path, bytes.NewReader(body), int64(len(body)), headers...); err == nil {
 			return r
-		} else if !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		} else if !listenerReset(err) {
 			g.t.Fatalf("POST %s: %v", path, err)
 		}
 	}
 	return g.do(http.MethodPost, path, bytes.NewReader(body), int64(len(body)), headers...)
+}
+
+// listenerReset reports a connection reset or closed before any response:
+// what a client sees when its connection was queued on a listener socket
+// that a reload closed (see runLoad). A client still writing its body when
+// the reset arrives sees it as a broken pipe (EPIPE), or as a write on a
+// closed connection (net.ErrClosed) when the transport closed it first.
+func listenerReset(err error) bool {
+	return err != nil && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed))
 }
 
 // do sends a request; contentLength -1 sends the body chunked.

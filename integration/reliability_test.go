@@ -2,9 +2,7 @@ package integration
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -282,14 +280,6 @@ func TestReliabilityReloadsDoNotGrowMemory(t *testing.T) {
 	if end > base+16<<20 {
 		t.Fatalf("heap grew by %d bytes over 80 reloads", end-base)
 	}
-}
-
-// listenerReset reports a connection reset or closed before any response:
-// what a client sees when its connection was queued on a listener socket
-// that a reload closed (see runLoad). A client still writing its body when
-// the reset arrives sees it as a broken pipe (EPIPE).
-func listenerReset(err error) bool {
-	return err != nil && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed))
 }
 
 // postRetryingResets posts body, sending it again (at most twice) when a
