@@ -18,8 +18,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -235,8 +237,48 @@ func startGateway(t testing.TB, snippet string, up *upstream, vaultDir ...string
 // port and (unless the snippet says otherwise) the same vault directory.
 func (g *gateway) reload(snippet string, up *upstream) {
 	g.t.Helper()
-	g.load(gatewayConfig(g.port, g.LogFile, snippet, up.addr(), g.VaultDir))
+	gen := strconv.FormatInt(reloadGeneration.Add(1), 10)
+	site := fmt.Sprintf("http://127.0.0.1:%d {\n", g.port)
+	cfg := strings.Replace(gatewayConfig(g.port, g.LogFile, snippet, up.addr(), g.VaultDir), site,
+		site+"\trespond "+generationPath+" \""+gen+"\" 200\n", 1)
+	g.load(cfg)
 	g.reloaded = true
+	g.awaitGeneration(gen)
+}
+
+// reloadGeneration numbers the configs reload loads; generationPath
+// answers with the number of the config that served the request.
+var reloadGeneration atomic.Int64
+
+const generationPath = "/__harness/generation"
+
+// awaitGeneration returns once the config numbered gen serves new
+// connections. caddy.Load returns when the old servers have been told to
+// shut down, and Caddy says (caddyhttp App.Stop) the scheduler may still
+// let one accept a connection right after: a test's next request could
+// then be served by the old config. Three answers in a row from the new one
+// (each a new connection) say the old listener is gone.
+func (g *gateway) awaitGeneration(gen string) {
+	g.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for inRow := 0; inRow < 3; {
+		if time.Now().After(deadline) {
+			g.t.Fatalf("config %s never served %s after the reload", gen, generationPath)
+		}
+		resp, err := g.client.Get(g.URL + generationPath)
+		if err != nil {
+			inRow = 0
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(b) == gen {
+			inRow++
+		} else {
+			inRow = 0
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 }
 
 func (g *gateway) load(caddyfileText string) {
