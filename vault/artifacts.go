@@ -43,7 +43,7 @@ func (s *Store) Persist(ctx context.Context, scope compiler.Scope, arts []compil
 		return err
 	}
 	defer release()
-	uniq, err := s.validate(arts)
+	uniq, err := Unique(arts, s.maxArt)
 	if err != nil {
 		return err
 	}
@@ -96,22 +96,24 @@ func (s *Store) Missing(ctx context.Context, scope compiler.Scope, digests []com
 	return out, nil
 }
 
-// stringBytes views s as bytes without copying, for read-only use: hashing
+// StringBytes views s as bytes without copying, for read-only use: hashing
 // every artifact of a warm request is the hot path's main cost, and a copy
-// would add a megabyte of garbage per request.
-func stringBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+// would add a megabyte of garbage per request. Every backend uses it.
+func StringBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
-func artSize(a *compiler.Artifact) int64 { return int64(len(a.Text)) + int64(len(a.Raw)) }
+// ArtifactSize is what an artifact counts against a vault's capacity and
+// quota, in every backend.
+func ArtifactSize(a *compiler.Artifact) int64 { return int64(len(a.Text)) + int64(len(a.Raw)) }
 
-// validate enforces the per-artifact cap and drops repeated digests (the
-// first copy wins).
-func (s *Store) validate(arts []compiler.Artifact) ([]*compiler.Artifact, error) {
+// Unique enforces the per-artifact cap maxArt and drops repeated digests
+// (the first copy wins): the first step of every backend's Persist.
+func Unique(arts []compiler.Artifact, maxArt int64) ([]*compiler.Artifact, error) {
 	uniq := make([]*compiler.Artifact, 0, len(arts))
 	seen := make(map[compiler.Digest]struct{}, len(arts))
 	for i := range arts {
 		a := &arts[i]
-		if n := artSize(a); n > s.maxArt {
-			return nil, fmt.Errorf("%w: %d bytes, cap %d", ErrTooLarge, n, s.maxArt)
+		if n := ArtifactSize(a); n > maxArt {
+			return nil, fmt.Errorf("%w: %d bytes, cap %d", ErrTooLarge, n, maxArt)
 		}
 		if _, dup := seen[a.Digest]; dup {
 			continue
@@ -211,7 +213,7 @@ func (s *Store) touch(txn *badger.Txn, tenant string, d compiler.Digest, now int
 func (s *Store) write(ctx context.Context, tenant string, arts []*compiler.Artifact, now int64) error {
 	var need int64
 	for _, a := range arts {
-		need += artSize(a)
+		need += ArtifactSize(a)
 	}
 	// Content is at most its plain size once compressed; keys, metadata
 	// and Badger's entry headers add well under 1 KiB per artifact.
@@ -269,7 +271,7 @@ func (s *Store) write(ctx context.Context, tenant string, arts []*compiler.Artif
 			return fmt.Errorf("vault: write: %w", err)
 		}
 		for _, a := range wrote {
-			reserved -= artSize(a)
+			reserved -= ArtifactSize(a)
 		}
 		s.count.Add(int64(len(wrote)))
 		s.written.Add(uint64(len(wrote)))
@@ -346,7 +348,7 @@ func encodeAll(arts []*compiler.Artifact) ([][]byte, error) {
 	enc := make([][]byte, len(arts))
 	var total int64
 	for _, a := range arts {
-		total += artSize(a)
+		total += ArtifactSize(a)
 	}
 	workers := min(runtime.GOMAXPROCS(0), len(arts))
 	if total < parallelEncodeBytes || workers < 2 {
@@ -620,7 +622,7 @@ func (s *Store) Get(ctx context.Context, tenant string, d compiler.Digest) (comp
 	if !found {
 		return compiler.Artifact{}, false, nil
 	}
-	if !NamesStored(d, stringBytes(a.Text), a.Raw) {
+	if !NamesStored(d, StringBytes(a.Text), a.Raw) {
 		return compiler.Artifact{}, false, fmt.Errorf("%w: stored artifact %x", ErrDigest, d[:8])
 	}
 	return a, true, nil

@@ -16,7 +16,7 @@ func TestTenantQuota(t *testing.T) {
 	clk := newClock()
 	const retention = time.Hour
 	art := func(tenant string, i int) compiler.Artifact { return mkArt(text(fmt.Sprint(tenant, i), 2000)) }
-	size := func() int64 { a := art("x", 0); return artSize(&a) }()
+	size := func() int64 { a := art("x", 0); return ArtifactSize(&a) }()
 	// Default quota: a quarter of the cap, here 2 artifacts of 8.
 	s := openTest(t, Config{MaxBytes: 8*size + size/2, Retention: retention, now: clk.Now})
 	ctx := context.Background()
@@ -105,7 +105,7 @@ func TestTenantQuotaConfig(t *testing.T) {
 func TestTenantQuotaPrefix(t *testing.T) {
 	clk := newClock()
 	art := func(tenant string, i int) compiler.Artifact { return mkArt(text(fmt.Sprint(tenant, i), 2000)) }
-	size := func() int64 { a := art("x", 0); return artSize(&a) }()
+	size := func() int64 { a := art("x", 0); return ArtifactSize(&a) }()
 	s := openTest(t, Config{MaxBytes: 8*size + size/2, Retention: time.Hour, now: clk.Now})
 	ctx := context.Background()
 	for _, tenant := range []string{"a/b", "a"} {

@@ -129,7 +129,7 @@ func TestPersistGet(t *testing.T) {
 			got.Args != want.Args || got.Chars != want.Chars || got.Digest != want.Digest {
 			t.Errorf("Get(%x) = %+v, want %+v", want.Digest[:4], got, want)
 		}
-		bytes += artSize(&want)
+		bytes += ArtifactSize(&want)
 	}
 	if _, ok, err := s.Get(ctx, sc.Tenant, dg("absent")); ok || err != nil {
 		t.Errorf("Get(absent) = %v, %v", ok, err)
@@ -151,7 +151,7 @@ func TestPersistExisting(t *testing.T) {
 		t.Fatal(err)
 	}
 	m0, _ := readMeta(t, s, "t", a.Digest)
-	if st := s.Stats(); st.Written != 1 || st.Artifacts != 1 || st.Bytes != artSize(&a) {
+	if st := s.Stats(); st.Written != 1 || st.Artifacts != 1 || st.Bytes != ArtifactSize(&a) {
 		t.Fatalf("after first Persist: %+v", st)
 	}
 
@@ -224,7 +224,7 @@ func TestEviction(t *testing.T) {
 	for i := range arts {
 		arts[i] = mkArt(text(fmt.Sprint("art", i), 1500))
 	}
-	size := artSize(&arts[0])
+	size := ArtifactSize(&arts[0])
 	// One tenant: this is about the cap, so its quota is the whole vault.
 	s := openTest(t, Config{MaxBytes: 3*size + size/2, TenantMaxBytes: 3*size + size/2, Retention: retention, now: clk.Now})
 	ctx := context.Background()
@@ -583,7 +583,7 @@ func TestConcurrent(t *testing.T) {
 	}
 	// Racing writers of the same artifact must not double count it.
 	wantN := int64(workers*rounds + 4*len(shared))
-	wantB := int64(workers*rounds)*10_000 + 4*(artSize(&shared[0])+artSize(&shared[1]))
+	wantB := int64(workers*rounds)*10_000 + 4*(ArtifactSize(&shared[0])+ArtifactSize(&shared[1]))
 	var rawExtra int64
 	for w := range workers {
 		for r := range rounds {
@@ -627,7 +627,7 @@ func TestContextCanceled(t *testing.T) {
 func TestMaintenance(t *testing.T) {
 	clk := newClock()
 	a, b := mkArt(text("old", 4000)), mkArt(text("new", 4000))
-	s := openTest(t, Config{MaxBytes: 2 * artSize(&a), TenantMaxBytes: 2 * artSize(&a), Retention: time.Hour, now: clk.Now, maintainEvery: 10 * time.Millisecond})
+	s := openTest(t, Config{MaxBytes: 2 * ArtifactSize(&a), TenantMaxBytes: 2 * ArtifactSize(&a), Retention: time.Hour, now: clk.Now, maintainEvery: 10 * time.Millisecond})
 	ctx := context.Background()
 	sc := compiler.Scope{Tenant: "t"}
 	if err := s.Persist(ctx, sc, []compiler.Artifact{a}); err != nil {

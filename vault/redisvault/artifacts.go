@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -31,7 +30,7 @@ func (s *Store) Persist(ctx context.Context, scope compiler.Scope, arts []compil
 		return err
 	}
 	defer done()
-	uniq, err := s.validate(arts)
+	uniq, err := vault.Unique(arts, s.maxArt)
 	if err != nil {
 		return err
 	}
@@ -119,7 +118,7 @@ func (s *Store) Get(ctx context.Context, tenant string, d compiler.Digest) (comp
 	if _, a.Chars, err = parseMeta(meta.Val()); err != nil {
 		return compiler.Artifact{}, false, fmt.Errorf("redisvault: get %x: %w", d[:8], err)
 	}
-	if !vault.NamesStored(d, stringBytes(a.Text), a.Raw) {
+	if !vault.NamesStored(d, vault.StringBytes(a.Text), a.Raw) {
 		return compiler.Artifact{}, false, fmt.Errorf("%w: stored artifact %x", vault.ErrDigest, d[:8])
 	}
 	return a, true, nil
@@ -150,29 +149,6 @@ func parseMetaCreated(m string) (size int64, chars int, created int64, err error
 	return size, n, created, nil
 }
 
-// stringBytes views s as bytes without copying, for hashing (the hot path:
-// every artifact of a request).
-func stringBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
-
-func artSize(a *compiler.Artifact) int64 { return int64(len(a.Text)) + int64(len(a.Raw)) }
-
-// validate enforces the per-artifact cap and drops repeated digests.
-func (s *Store) validate(arts []compiler.Artifact) ([]*compiler.Artifact, error) {
-	uniq := make([]*compiler.Artifact, 0, len(arts))
-	seen := make(map[compiler.Digest]struct{}, len(arts))
-	for i := range arts {
-		a := &arts[i]
-		if n := artSize(a); n > s.maxArt {
-			return nil, fmt.Errorf("%w: %d bytes, cap %d", vault.ErrTooLarge, n, s.maxArt)
-		}
-		if _, dup := seen[a.Digest]; dup {
-			continue
-		}
-		seen[a.Digest] = struct{}{}
-		uniq = append(uniq, a)
-	}
-	return uniq, nil
-}
 
 // touch reports which of arts tenant has, bumping stale last-seen times.
 func (s *Store) touch(ctx context.Context, tk tenantKeys, arts []*compiler.Artifact, now int64) ([]bool, error) {
@@ -248,7 +224,7 @@ func (s *Store) touchReplicated(ctx context.Context, tk tenantKeys, ks []string,
 func (s *Store) write(ctx context.Context, tk tenantKeys, arts []*compiler.Artifact, enc [][]byte, now int64) error {
 	var need int64
 	for _, a := range arts {
-		need += artSize(a)
+		need += vault.ArtifactSize(a)
 	}
 	if need > s.tenantMax {
 		return fmt.Errorf("%w: need %d bytes, tenant quota %d", compiler.ErrFull, need, s.tenantMax)
@@ -277,7 +253,7 @@ func (s *Store) write(ctx context.Context, tk tenantKeys, arts []*compiler.Artif
 	for i, a := range arts {
 		h := hexOf(a.Digest)
 		ks = append(ks, tk.artifact(h))
-		args = append(args, h, artSize(a), a.Chars, enc[i])
+		args = append(args, h, vault.ArtifactSize(a), a.Chars, enc[i])
 	}
 	node, err := s.node(ctx, tk.seen)
 	if err != nil {

@@ -115,10 +115,10 @@ func (s *Store) Search(ctx context.Context, tenant, query string, limit int) ([]
 				continue // evicted between the scan and now
 			}
 			a := compiler.Artifact{Digest: batch[i].digest}
-			if vault.DecodeContent(stringBytes(str), &a) != nil {
+			if vault.DecodeContent(vault.StringBytes(str), &a) != nil {
 				continue
 			}
-			if vault.SearchMatches(stringBytes(a.Text), a.Tool, q) {
+			if vault.SearchMatches(vault.StringBytes(a.Text), a.Tool, q) {
 				out = append(out, compiler.Artifact{Digest: a.Digest, Tool: a.Tool, Chars: batch[i].chars})
 				if len(out) == limit {
 					return out, nil
