@@ -78,7 +78,7 @@ func check(path string, orig, out []byte, folding bool) error {
 		}
 		k := -1
 		for ; oi < len(list.Elems); oi++ {
-			if sameExcept(orig, list.Elems[oi], out, e, slotAt) == nil {
+			if sameExcept(orig, list.Elems[oi], out, e, slotAt, receiptBlocksAllowed(f)) == nil {
 				k = oi
 				break
 			}
