@@ -46,8 +46,6 @@ func receipts(t testing.TB, body []byte) []string {
 	return out
 }
 
-var receiptBlockRE = regexp.MustCompile(`\[\{"type":"text","text":("(?:[^"\\]|\\.)*")(?:,"cache_control":\{"type":"ephemeral"\})?\}\]`)
-
 // assertSpliced checks, independently of the compiler's parser, that out is
 // orig with some complete JSON values replaced by receipt strings and every
 // other byte unchanged.
@@ -56,14 +54,7 @@ func assertSpliced(t testing.TB, orig, out []byte) {
 	if !json.Valid(out) {
 		t.Fatalf("output is not valid JSON")
 	}
-	// An Anthropic receipt block list (receipt_breakpoint.go) stands for
-	// the string it holds (the client's own lists stay as they are).
-	out = receiptBlockRE.ReplaceAllFunc(out, func(b []byte) []byte {
-		if q := receiptBlockRE.FindSubmatch(b)[1]; bytes.Contains(q, []byte(compiler.ReceiptPrefix)) {
-			return q
-		}
-		return b
-	})
+	out = compiler.WithoutReceiptBlocks(out) // a receipt block list stands for the string it holds
 	// A receipt is a whole string value, or sits inside a string between
 	// the client's wrapper parts (then the oracle, CheckRewrite, checks
 	// that exactly the body was replaced).
