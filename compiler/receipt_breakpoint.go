@@ -39,7 +39,8 @@ type receiptBlocks struct {
 }
 
 // receiptBlocksFor decides a request's receipt form: on for Anthropic
-// requests whose client marks breakpoints, none of them 1-hour (a 5-minute
+// requests whose client marks a breakpoint in a message after the first
+// unit, none of them 1-hour (a 5-minute
 // breakpoint must not precede a 1-hour one, and the gateway adds only
 // 5-minute ones); marked is choice.marked, max the provider's limit.
 func receiptBlocksFor(d *doc, marked []bool, oneHour bool, max int) receiptBlocks {
@@ -49,17 +50,20 @@ func receiptBlocksFor(d *doc, marked []bool, oneHour bool, max int) receiptBlock
 	if max <= 0 {
 		max = 4
 	}
-	rb := receiptBlocks{on: true, marked: marked, limit: -1}
+	rb := receiptBlocks{marked: marked, limit: -1}
 	for u := len(marked) - 1; u >= 1; u-- {
 		if marked[u] {
 			rb.limit = u - 1
 			break
 		}
 	}
+	// Without a breakpoint after the first unit no receipt can be before
+	// one, and the plain string is shorter.
+	rb.on = rb.limit > 0
 	// A literal "cache_control" inside a tool result counts too: the count
 	// can only come out high, and then nothing is added. An escaped key the
-	// count misses is caught by the check (anthropicBreakpoints).
-	rb.free = rb.limit > 0 && bytes.Count(d.src, cacheControl) < max
+	// count misses is caught by the check (checkAddedBreakpoint).
+	rb.free = rb.on && bytes.Count(d.src, cacheControl) < max
 	return rb
 }
 

@@ -112,7 +112,9 @@ func TestReceiptBreakpointRules(t *testing.T) {
 	// first assistant's tool_use.
 	four := strings.Replace(base, `"text":"Fix the bug. `, `"cache_control":{"type":"ephemeral"},"text":"Fix the bug. `, 1)
 	four = strings.Replace(four, `{"id":"toolu_a"`, `{"cache_control":{"type":"ephemeral"},"id":"toolu_a"`, 1)
-	if strings.Count(four, `"cache_control"`) != 4 || strings.Count(base, `"cache_control"`) != 2 || strings.Contains(noMarks, "cache_control") {
+	systemOnly := strings.Replace(base, `{"cache_control":{"type":"ephemeral"},"content":"ok"`, `{"content":"ok"`, 1)
+	if strings.Count(four, `"cache_control"`) != 4 || strings.Count(base, `"cache_control"`) != 2 || strings.Contains(noMarks, "cache_control") ||
+		strings.Count(systemOnly, `"cache_control"`) != 1 {
 		t.Fatal("fixtures")
 	}
 	for _, tt := range []struct {
@@ -124,6 +126,7 @@ func TestReceiptBreakpointRules(t *testing.T) {
 		{"four breakpoints", four, true, false},
 		{"a 1-hour breakpoint", oneHour, false, false},
 		{"no breakpoints", noMarks, false, false},
+		{"a breakpoint on the system prompt only", systemOnly, false, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := newCompiler(t, compiler.Options{InlineLeases: 1}, compilertest.NewMemStore(), nil)
