@@ -39,8 +39,8 @@ type receiptBlocks struct {
 }
 
 // receiptBlocksFor decides a request's receipt form: on for Anthropic
-// requests whose client marks a breakpoint in a message after the first
-// unit, none of them 1-hour (a 5-minute
+// requests whose client marks one breakpoint in the history, after its
+// first message, and none 1-hour (a 5-minute
 // breakpoint must not precede a 1-hour one, and the gateway adds only
 // 5-minute ones); marked is choice.marked, max the provider's limit.
 func receiptBlocksFor(d *doc, marked []bool, oneHour bool, max int) receiptBlocks {
@@ -51,15 +51,24 @@ func receiptBlocksFor(d *doc, marked []bool, oneHour bool, max int) receiptBlock
 		max = 4
 	}
 	rb := receiptBlocks{marked: marked, limit: -1}
+	history := 0 // breakpoints in the history
 	for u := len(marked) - 1; u >= 1; u-- {
-		if marked[u] {
+		if !marked[u] {
+			continue
+		}
+		if rb.limit < 0 {
 			rb.limit = u - 1
-			break
+		}
+		if u-1 >= d.offset {
+			history++
 		}
 	}
-	// Without a breakpoint after the first unit no receipt can be before
-	// one, and the plain string is shorter.
-	rb.on = rb.limit > 0
+	// Only a single history breakpoint (Claude Code's, on the newest
+	// block) leaves the receipts without an entry of their own. With two
+	// or more (SWE-agent marks the last two user messages) the client's
+	// second one already ends right before the newest round, where new
+	// receipts go, and plain strings are shorter.
+	rb.on = history == 1 && rb.limit > 0
 	// A literal "cache_control" inside a tool result counts too: the count
 	// can only come out high, and then nothing is added. An escaped key the
 	// count misses is caught by the check (checkAddedBreakpoint).

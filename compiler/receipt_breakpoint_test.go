@@ -108,13 +108,15 @@ func TestReceiptBreakpointRules(t *testing.T) {
 	oneHour := strings.Replace(base, `"cache_control":{"type":"ephemeral"}`, `"cache_control":{"ttl":"1h","type":"ephemeral"}`, 1)
 	noMarks := strings.ReplaceAll(base, `,"cache_control":{"type":"ephemeral"}`, "")
 	noMarks = strings.ReplaceAll(noMarks, `"cache_control":{"type":"ephemeral"},`, "")
-	// Four markers: two more on the first user message's block and on the
-	// first assistant's tool_use.
-	four := strings.Replace(base, `"text":"Fix the bug. `, `"cache_control":{"type":"ephemeral"},"text":"Fix the bug. `, 1)
-	four = strings.Replace(four, `{"id":"toolu_a"`, `{"cache_control":{"type":"ephemeral"},"id":"toolu_a"`, 1)
+	// Four markers: two more system blocks, each with one.
+	four := strings.Replace(base, `"system":[`, `"system":[{"cache_control":{"type":"ephemeral"},"text":"a","type":"text"},{"cache_control":{"type":"ephemeral"},"text":"b","type":"text"},`, 1)
+	// SWE-agent's shape: the last two user messages marked (the client's
+	// second breakpoint already ends before the newest round).
+	enc, _ := json.Marshal(x)
+	twoInHistory := strings.Replace(base, `{"content":`+string(enc[:20]), `{"cache_control":{"type":"ephemeral"},"content":`+string(enc[:20]), 1)
 	systemOnly := strings.Replace(base, `{"cache_control":{"type":"ephemeral"},"content":"ok"`, `{"content":"ok"`, 1)
 	if strings.Count(four, `"cache_control"`) != 4 || strings.Count(base, `"cache_control"`) != 2 || strings.Contains(noMarks, "cache_control") ||
-		strings.Count(systemOnly, `"cache_control"`) != 1 {
+		strings.Count(systemOnly, `"cache_control"`) != 1 || strings.Count(twoInHistory, `"cache_control"`) != 3 {
 		t.Fatal("fixtures")
 	}
 	for _, tt := range []struct {
@@ -124,6 +126,7 @@ func TestReceiptBreakpointRules(t *testing.T) {
 	}{
 		{"two 5-minute breakpoints", base, true, true},
 		{"four breakpoints", four, true, false},
+		{"two breakpoints in the history", twoInHistory, false, false},
 		{"a 1-hour breakpoint", oneHour, false, false},
 		{"no breakpoints", noMarks, false, false},
 		{"a breakpoint on the system prompt only", systemOnly, false, false},
