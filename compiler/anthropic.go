@@ -28,6 +28,9 @@ func (anthropicFormat) name() string { return "anthropic_messages" }
 const (
 	anthToolUse    = "tool_use"
 	anthToolResult = "tool_result"
+	// anthropicMaxBreakpoints is the API's limit of cache_control
+	// breakpoints per request (more is a 400).
+	anthropicMaxBreakpoints = 4
 )
 
 // parse walks the messages once: slots, the calls they answer, and each
@@ -114,7 +117,8 @@ func (anthropicFormat) parse(d *doc, h *hasher) Reason {
 // blocks, images, documents), and of a tool_result every member but content;
 // tool_use / tool_result pairing (results in the immediately following user
 // message, before any other block) unchanged; the same cache_control
-// breakpoints at the same places.
+// breakpoints at the same places, or one more on a receipt
+// (receipt_breakpoint.go).
 func (anthropicFormat) check(orig, out *doc) error {
 	if err := sameOutside(orig, out, "messages"); err != nil {
 		return fmt.Errorf("anthropic: %w", err)
@@ -137,13 +141,10 @@ func (anthropicFormat) check(orig, out *doc) error {
 			return fmt.Errorf("anthropic: tool pairing changed")
 		}
 	}
-	var co, cn []string
+	var co, cn []breakpoint
 	cacheBreakpoints(orig.src, orig.root, nil, &co)
 	cacheBreakpoints(out.src, out.root, nil, &cn)
-	if strings.Join(co, ",") != strings.Join(cn, ",") {
-		return fmt.Errorf("anthropic: cache_control breakpoints changed (%d -> %d)", len(co), len(cn))
-	}
-	return nil
+	return checkAddedBreakpoint(co, cn, anthropicMaxBreakpoints)
 }
 
 // anthSameBlocks compares the content blocks of one message.
@@ -231,10 +232,11 @@ func anthPairing(src []byte, msgs *jsonv.Node) (int, error) {
 	return paired, nil
 }
 
-// cacheBreakpoints appends the path of every object that holds a
-// cache_control member, in document order. path is the stack of keys
-// (idx < 0) and indexes leading to n; it is rendered only for a hit.
-func cacheBreakpoints(src []byte, n *jsonv.Node, path []pathStep, out *[]string) {
+// cacheBreakpoints appends every cache_control marker: the path of the
+// object that holds it, in document order, and its TTL. path is the stack
+// of keys (idx < 0) and indexes leading to n; it is rendered only for a
+// hit.
+func cacheBreakpoints(src []byte, n *jsonv.Node, path []pathStep, out *[]breakpoint) {
 	switch n.Kind {
 	case jsonv.Object:
 		for _, m := range n.Members {
@@ -248,7 +250,7 @@ func cacheBreakpoints(src []byte, n *jsonv.Node, path []pathStep, out *[]string)
 						b.WriteString(strconv.Itoa(p.idx))
 					}
 				}
-				*out = append(*out, b.String())
+				*out = append(*out, breakpoint{path: b.String(), oneHour: m.Value.Get("ttl").StringIs(src, "1h")})
 			}
 		}
 		for _, m := range n.Members {

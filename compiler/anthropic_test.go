@@ -28,8 +28,15 @@ func TestAnthropicDuplicates(t *testing.T) {
 		assertValidRewrite(t, messagesPath, body, res)
 		msgs := decode(t, res.Body)["messages"].([]any)
 		first := msgs[2].(map[string]any)["content"].([]any)[0].(map[string]any)
-		if s, _ := first["content"].(string); !strings.HasPrefix(s, compiler.ReceiptPrefix) || !strings.Contains(s, "tool=Read") {
+		s, marked := resultText(first["content"])
+		if !strings.HasPrefix(s, compiler.ReceiptPrefix) || !strings.Contains(s, "tool=Read") {
 			t.Fatalf("older copy not receipted: %.80q", s)
+		}
+		// With the client's breakpoint on the newest message (and one
+		// free), the receipt goes out as a block list carrying its own
+		// breakpoint; without breakpoints, as a string.
+		if _, list := first["content"].([]any); list != o.CacheLast || marked != o.CacheLast {
+			t.Fatalf("%+v: receipt as a list %v, with a breakpoint %v", o, list, marked)
 		}
 		if first["type"] != "tool_result" || first["tool_use_id"] != "toolu_00" {
 			t.Fatalf("block fields changed: %v", first)

@@ -41,7 +41,7 @@ func verifyTree(f format, p *plan, out []byte, root *jsonv.Node, cache *textCach
 	if p.compaction != nil && len(p.compaction.folds) > 0 {
 		list, keep = p.compaction.list, p.compaction.keep
 	}
-	if err := sameFolded(orig, out, root, replaced, list, keep); err != nil {
+	if err := sameFolded(orig, out, root, replaced, list, keep, receiptBlocksAllowed(f)); err != nil {
 		return err
 	}
 	nd := &doc{src: out, root: root, bare: true}
@@ -92,10 +92,10 @@ type ruleFormat interface {
 // sameFolded is sameExcept for a root object whose history list had turns
 // folded: keep maps each output element to its original, -1 for a summary,
 // preambleOf(i) for element i's session-context parts alone.
-func sameFolded(orig *doc, bs []byte, b *jsonv.Node, replaced map[int]bool, list *jsonv.Node, keep []int) error {
+func sameFolded(orig *doc, bs []byte, b *jsonv.Node, replaced map[int]bool, list *jsonv.Node, keep []int, blocks bool) error {
 	as, a := orig.src, orig.root
 	if list == nil {
-		return sameExcept(as, a, bs, b, replaced)
+		return sameExcept(as, a, bs, b, replaced, blocks)
 	}
 	if a.Kind != jsonv.Object || b.Kind != jsonv.Object || len(a.Members) != len(b.Members) {
 		return fmt.Errorf("root changed shape")
@@ -106,7 +106,7 @@ func sameFolded(orig *doc, bs []byte, b *jsonv.Node, replaced map[int]bool, list
 			return fmt.Errorf("key changed at %d", a.Start)
 		}
 		if am.Value != list {
-			if err := sameExcept(as, am.Value, bs, bm.Value, replaced); err != nil {
+			if err := sameExcept(as, am.Value, bs, bm.Value, replaced, blocks); err != nil {
 				return err
 			}
 			continue
@@ -128,7 +128,7 @@ func sameFolded(orig *doc, bs []byte, b *jsonv.Node, replaced map[int]bool, list
 				}
 				continue
 			}
-			if err := sameExcept(as, list.Elems[k], bs, e, replaced); err != nil {
+			if err := sameExcept(as, list.Elems[k], bs, e, replaced, blocks); err != nil {
 				return err
 			}
 		}
@@ -176,10 +176,11 @@ func foldedText(src []byte, e *jsonv.Node) string {
 
 // sameExcept compares two trees: identical kinds, keys in the same order,
 // identical scalar bytes; an original value whose start offset is in
-// replaced must be unchanged or have become a string.
-func sameExcept(as []byte, a *jsonv.Node, bs []byte, b *jsonv.Node, replaced map[int]bool) error {
+// replaced must be unchanged or have become a string, or with blocks (see
+// receiptBlocksAllowed) a receipt block list (isReceiptBlock).
+func sameExcept(as []byte, a *jsonv.Node, bs []byte, b *jsonv.Node, replaced map[int]bool, blocks bool) error {
 	if replaced[a.Start] && !bytes.Equal(a.Raw(as), b.Raw(bs)) {
-		if b.Kind != jsonv.String {
+		if b.Kind != jsonv.String && !(blocks && isReceiptBlock(bs, b)) {
 			return fmt.Errorf("replaced value at %d is %s", a.Start, b.Kind)
 		}
 		return nil
@@ -196,7 +197,7 @@ func sameExcept(as []byte, a *jsonv.Node, bs []byte, b *jsonv.Node, replaced map
 			if a.Members[i].Key != b.Members[i].Key {
 				return fmt.Errorf("key changed at %d", a.Start)
 			}
-			if err := sameExcept(as, a.Members[i].Value, bs, b.Members[i].Value, replaced); err != nil {
+			if err := sameExcept(as, a.Members[i].Value, bs, b.Members[i].Value, replaced, blocks); err != nil {
 				return err
 			}
 		}
@@ -205,7 +206,7 @@ func sameExcept(as []byte, a *jsonv.Node, bs []byte, b *jsonv.Node, replaced map
 			return fmt.Errorf("array at %d changed size", a.Start)
 		}
 		for i := range a.Elems {
-			if err := sameExcept(as, a.Elems[i], bs, b.Elems[i], replaced); err != nil {
+			if err := sameExcept(as, a.Elems[i], bs, b.Elems[i], replaced, blocks); err != nil {
 				return err
 			}
 		}

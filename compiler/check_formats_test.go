@@ -13,6 +13,9 @@ func TestFormatChecks(t *testing.T) {
 		`{"role":"user","content":"go"},` +
 		`{"role":"assistant","content":[{"type":"thinking","thinking":"hm","signature":"SIG"},{"type":"redacted_thinking","data":"RED"},{"type":"server_tool_use","id":"srv","name":"web_search","input":{}},{"type":"web_search_tool_result","tool_use_id":"srv","content":[]},{"type":"tool_use","id":"t1","name":"Read","input":{}},{"type":"tool_use","id":"t2","name":"Read","input":{}}]},` +
 		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","is_error":true,"content":"OUT1"},{"type":"tool_result","tool_use_id":"t2","content":[{"type":"text","text":"OUT2"}],"cache_control":{"type":"ephemeral"}},{"type":"text","text":"next"}]}]}`
+	anth4 := strings.Replace(strings.Replace(anth, `{"name":"Read"}`, `{"name":"Read","cache_control":{"type":"ephemeral"}}`, 1),
+		`"content":"go"`, `"content":[{"type":"text","text":"go","cache_control":{"type":"ephemeral"}}]`, 1)
+	anth1h := strings.Replace(anth, `"text":"sys","cache_control":{"type":"ephemeral"}`, `"text":"sys","cache_control":{"type":"ephemeral","ttl":"1h"}`, 1)
 	resp := `{"instructions":"be good","input":[{"role":"user","content":"go"},` +
 		`{"type":"compaction","id":"cmp","encrypted_content":"CMP"},` +
 		`{"type":"reasoning","id":"rs_1","encrypted_content":"ENC"},` +
@@ -40,7 +43,17 @@ func TestFormatChecks(t *testing.T) {
 		{"system", anthropicFormat{}, anth, `"sys"`, `"SYS"`, "system changed"},
 		{"tools", anthropicFormat{}, anth, `"name":"Read"}]`, `"name":"Write"}]`, "tools changed"},
 		{"text before results", anthropicFormat{}, anth, `{"type":"tool_result","tool_use_id":"t1","is_error":true,"content":"OUT1"}`, `{"type":"text","text":"early"}`, "changed shape"},
-		{"cache breakpoint moved in slot", anthropicFormat{}, anth, `[{"type":"text","text":"OUT2"}]`, `[{"type":"text","text":"OUT2","cache_control":{"type":"ephemeral"}}]`, "cache_control breakpoints changed"},
+		// One breakpoint may be added inside a slot (a receipt breakpoint; its
+		// value's shape is sameExcept's to check), within the limit of four,
+		// and never next to a 1-hour one.
+		{"breakpoint added in a slot", anthropicFormat{}, anth, `[{"type":"text","text":"OUT2"}]`, `[{"type":"text","text":"OUT2","cache_control":{"type":"ephemeral"}}]`, ""},
+		{"breakpoint added outside a slot", anthropicFormat{}, anth, `{"type":"text","text":"next"}`, `{"type":"text","text":"next","cache_control":{"type":"ephemeral"}}`, "block 2 changed"},
+		{"breakpoint added past a slot's first block", anthropicFormat{}, anth, `[{"type":"text","text":"OUT2"}]`, `[{"type":"text","text":"x"},{"type":"text","text":"y","cache_control":{"type":"ephemeral"}}]`, "outside a receipt"},
+		{"breakpoint moved", anthropicFormat{}, anth, `"OUT1"},{"type":"tool_result","tool_use_id":"t2","content":[{"type":"text","text":"OUT2"}],"cache_control":{"type":"ephemeral"}}`, `[{"type":"text","text":"r","cache_control":{"type":"ephemeral"}}]},{"type":"tool_result","tool_use_id":"t2","content":[{"type":"text","text":"OUT2"}],"cache_contro":{"type":"ephemeral"}}`, "changed keys"},
+		{"two breakpoints added", anthropicFormat{}, anth, `"OUT1"},{"type":"tool_result","tool_use_id":"t2","content":[{"type":"text","text":"OUT2"}]`, `[{"type":"text","text":"r","cache_control":{"type":"ephemeral"}}]},{"type":"tool_result","tool_use_id":"t2","content":[{"type":"text","text":"OUT2","cache_control":{"type":"ephemeral"}}]`, "breakpoints changed (2 -> 4)"},
+		{"breakpoint beyond four", anthropicFormat{}, anth4, `"OUT1"`, `[{"type":"text","text":"r","cache_control":{"type":"ephemeral"}}]`, "more than 4"},
+		{"breakpoint next to a 1-hour one", anthropicFormat{}, anth1h, `"OUT1"`, `[{"type":"text","text":"r","cache_control":{"type":"ephemeral"}}]`, "1-hour"},
+		{"breakpoint added with a 1-hour TTL", anthropicFormat{}, anth, `"OUT1"`, `[{"type":"text","text":"r","cache_control":{"type":"ephemeral","ttl":"1h"}}]`, "outside a receipt"},
 		{"responses string slot", responsesFormat{}, resp, `"OUT1"`, `"receipt"`, ""},
 		{"responses parts slot", responsesFormat{}, resp, `[{"type":"input_text","text":"OUT2"}]`, `"receipt"`, ""},
 		{"encrypted content", responsesFormat{}, resp, `"ENC"`, `"ENX"`, "opaque item 2 changed"},

@@ -203,14 +203,15 @@ type plan struct {
 	compaction *compaction // nil when compaction does not apply
 
 	// The cost decision (nil with Cost.Off) and this plan's variant.
-	choice     *choice
-	variant    variant
-	prev       *cacheState  // the conversation's recorded cache state, nil if none
-	head       uint64       // fingerprint of what renders before the units
-	headSize   int          // its bytes
-	foldMemo   map[int]fold // folded turns by first element, shared by the variants
-	sameAs     []int        // per slot: the earlier copy a receipt names, -1 for none
-	receiptLen []int        // per slot: bytes of its receipt JSON string
+	choice       *choice
+	variant      variant
+	prev         *cacheState   // the conversation's recorded cache state, nil if none
+	head         uint64        // fingerprint of what renders before the units
+	headSize     int           // its bytes
+	foldMemo     map[int]fold  // folded turns by first element, shared by the variants
+	sameAs       []int         // per slot: the earlier copy a receipt names, -1 for none
+	receiptDelta []int         // per slot: bytes its receipt adds to the body (negative: saves), without a receipt breakpoint
+	blocks       receiptBlocks // receipts as block lists, and where one may carry a breakpoint
 
 	// Built from the decisions by build:
 	edits    []edit
@@ -219,6 +220,7 @@ type plan struct {
 	receipt  []bool     // per slot: goes out as a receipt
 	gone     []bool     // per slot: folded away with its turn
 	receipts int
+	markUnit int          // the unit whose receipt carries the receipt breakpoint, -1 for none
 	kinds    ReceiptKinds // receipts by why they were made
 
 	recovery  Recovery        // Options.Recovery for this request (forDoc): the hint and the tool
@@ -238,7 +240,7 @@ func (p *plan) build() {
 	slots := p.d.slots
 	p.receipt = make([]bool, len(slots))
 	p.gone = make([]bool, len(slots))
-	p.receiptLen = make([]int, len(slots))
+	p.receiptDelta = make([]int, len(slots))
 	named := map[Digest]bool{}
 	add := func(a Artifact, t *text) {
 		if !named[a.Digest] {
@@ -254,6 +256,8 @@ func (p *plan) build() {
 		}
 	}
 	cp := p.compaction
+	p.markUnit = -1
+	mark := -1 // the edit of the last receipt that may carry the receipt breakpoint
 	for i, s := range slots {
 		if cp != nil && cp.inFolded[i] {
 			p.gone[i] = true
@@ -278,12 +282,31 @@ func (p *plan) build() {
 		}
 		r = p.recovery.receiptHint(r)
 		repl := jsonv.AppendString(nil, r)
-		if s.inner {
+		start, end := s.start, s.end
+		switch {
+		case p.blocks.on:
+			if s.inner {
+				// The whole string goes into the block, the client's
+				// wrapper parts around the receipt with it, byte for byte.
+				src := p.d.src
+				q := make([]byte, 0, len(repl)+(s.start-s.value.Start)+(s.value.End-s.end))
+				q = append(append(append(q, src[s.value.Start:s.start]...), repl[1:len(repl)-1]...), src[s.end:s.value.End]...)
+				repl, start, end = q, s.value.Start, s.value.End
+			}
+			repl = blockReceipt(repl, false)
+			if p.blocks.markable(s) {
+				mark, p.markUnit = len(p.edits), s.unit
+			}
+		case s.inner:
 			repl = repl[1 : len(repl)-1] // spliced inside the string, between its wrapper parts
 		}
-		p.receiptLen[i] = len(repl)
-		p.edits = append(p.edits, edit{start: s.start, end: s.end, at: s.value.Start, repl: repl})
+		p.receiptDelta[i] = len(repl) - (end - start)
+		p.edits = append(p.edits, edit{start: start, end: end, at: s.value.Start, repl: repl})
 		add(Artifact{Digest: s.text.digest, Raw: p.d.src[s.start:s.end], Tool: s.tool, Args: s.args, Chars: s.text.chars}, s.text)
+	}
+	if mark >= 0 {
+		e := &p.edits[mark]
+		e.repl = append(e.repl[:len(e.repl)-len(receiptBlockClose)], receiptMarker+receiptBlockClose...)
 	}
 	for _, f := range p.folds() {
 		p.edits = append(p.edits, f.edits...)

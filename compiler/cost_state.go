@@ -257,7 +257,8 @@ func headFingerprint(d *doc) (fp uint64, size int) {
 // marked (nil for automatic prefix caching) holds, for the head and then
 // every unit, whether it carries a cache_control breakpoint; rendered
 // returns the breakpoint flag of each segment with it (nil when marked is
-// nil). A fold's summary carries none.
+// nil). A fold's summary carries none; a receipt breakpoint
+// (receipt_breakpoint.go) marks its unit.
 func (p *plan) rendered(edited bool, marked []bool) ([]seg, []bool) {
 	d := p.d
 	if len(p.chain) != len(d.units) {
@@ -269,8 +270,12 @@ func (p *plan) rendered(edited bool, marked []bool) ([]seg, []bool) {
 	if edited {
 		for i, s := range d.slots {
 			if p.receipt[i] {
-				delta[s.unit] += p.receiptLen[i] - (s.end - s.start)
-				marks[s.unit] = mix(marks[s.unit]+1, short(s.text.digest)^uint64(p.sameAs[i]+1))
+				delta[s.unit] += p.receiptDelta[i]
+				v := short(s.text.digest) ^ uint64(p.sameAs[i]+1)
+				if p.blocks.on {
+					v = mix(v, receiptBlockFingerprint)
+				}
+				marks[s.unit] = mix(marks[s.unit]+1, v)
 			}
 		}
 	}
@@ -287,7 +292,7 @@ func (p *plan) rendered(edited bool, marked []bool) ([]seg, []bool) {
 		end += unitSize(d.units[u]) + delta[u]
 		out = append(out, seg{fp, end})
 		if bps != nil {
-			bps = append(bps, marked[u+1])
+			bps = append(bps, marked[u+1] || (edited && u == p.markUnit))
 		}
 	}
 	cp := p.compaction

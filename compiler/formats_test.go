@@ -62,6 +62,10 @@ func assertPlaces(t testing.TB, path string, out []byte) int {
 	inSlots := 0
 	obj, _ := root.(map[string]any)
 	isReceipt := func(v any) bool {
+		if l, ok := v.([]any); ok && len(l) == 1 { // an Anthropic receipt block list
+			b, _ := l[0].(map[string]any)
+			v = b["text"]
+		}
 		s, ok := v.(string)
 		return ok && strings.Contains(s, compiler.ReceiptPrefix) // whole, or inside a client wrapper
 	}

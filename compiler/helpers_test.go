@@ -28,3 +28,16 @@ func storedDigest(store *compilertest.MemStore, tenant, text string) compiler.Di
 	}
 	return compiler.Digest{}
 }
+
+// resultText is a tool result's content as the model reads it: a string,
+// or the text of an Anthropic receipt block list (one text block); marked
+// reports whether that block carries a cache_control breakpoint.
+func resultText(v any) (text string, marked bool) {
+	if l, ok := v.([]any); ok && len(l) == 1 {
+		b, _ := l[0].(map[string]any)
+		text, _ = b["text"].(string)
+		return text, b["cache_control"] != nil
+	}
+	text, _ = v.(string)
+	return text, false
+}

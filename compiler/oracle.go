@@ -3,6 +3,7 @@ package compiler
 import (
 	"bytes"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler/jsonv"
@@ -78,7 +79,7 @@ func check(path string, orig, out []byte, folding bool) error {
 		}
 		k := -1
 		for ; oi < len(list.Elems); oi++ {
-			if sameExcept(orig, list.Elems[oi], out, e, slotAt) == nil {
+			if sameExcept(orig, list.Elems[oi], out, e, slotAt, receiptBlocksAllowed(f)) == nil {
 				k = oi
 				break
 			}
@@ -125,6 +126,23 @@ func check(path string, orig, out []byte, folding bool) error {
 		p.compaction = &compaction{list: list, keep: keep, folds: make([]fold, folds)}
 	}
 	return verify(f, p, out, nil)
+}
+
+// receiptBlockRE matches a receipt block list as blockReceipt writes it,
+// capturing the JSON string it holds.
+var receiptBlockRE = regexp.MustCompile(`\[\{"type":"text","text":("(?:[^"\\]|\\.)*")(?:,"cache_control":\{"type":"ephemeral"\})?\}\]`)
+
+// WithoutReceiptBlocks returns out with every Anthropic receipt block list
+// (receipt_breakpoint.go) replaced by the JSON string it holds, so a check
+// written for receipts sent as strings reads it as one. A client's own
+// block list (no receipt in it) stays as it is.
+func WithoutReceiptBlocks(out []byte) []byte {
+	return receiptBlockRE.ReplaceAllFunc(out, func(b []byte) []byte {
+		if q := receiptBlockRE.FindSubmatch(b)[1]; bytes.Contains(q, []byte(ReceiptPrefix)) {
+			return q
+		}
+		return b
+	})
 }
 
 // valueAt finds in b the node at the same path as target within a.

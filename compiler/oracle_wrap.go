@@ -32,6 +32,7 @@ const oracleSpace = " \t\r\n"
 // leading and trailing client wrapper parts (decoded and raw bytes alike),
 // and the receipt must name the remaining body: its SHA-256 and size.
 func oracleReceipt(origRaw, outRaw []byte) error {
+	outRaw = oracleUnblock(outRaw)
 	var q string
 	if json.Unmarshal(outRaw, &q) != nil {
 		return fmt.Errorf("changed into something other than a receipt")
@@ -79,6 +80,21 @@ func oracleReceipt(origRaw, outRaw []byte) error {
 		return fmt.Errorf("wrapper bytes changed")
 	}
 	return oracleNames(rec, body, origRaw[len(a):len(origRaw)-len(b)])
+}
+
+// oracleUnblock returns the quoted string S of an Anthropic receipt block
+// list (receipt_breakpoint.go: [{"type":"text","text":S}], with an
+// optional 5-minute cache_control after S), and anything else as it is.
+func oracleUnblock(raw []byte) []byte {
+	s, ok := bytes.CutPrefix(raw, []byte(`[{"type":"text","text":`))
+	if !ok {
+		return raw
+	}
+	if s, ok = bytes.CutSuffix(s, []byte(`}]`)); !ok {
+		return raw
+	}
+	s, _ = bytes.CutSuffix(s, []byte(`,"cache_control":{"type":"ephemeral"}`))
+	return s
 }
 
 // oracleNames checks that a receipt names the artifact of text whose raw

@@ -101,15 +101,17 @@ func (c *Compiler) choose(base *plan, format string, req Request) (*plan, *choic
 		ch.now = time.Now()
 	}
 	if ch.model.Breakpoints {
+		oneHour := bytes.Contains(d.src, oneHourTTL[0]) || bytes.Contains(d.src, oneHourTTL[1])
 		switch {
 		case !bytes.Contains(d.src, cacheControl):
 			ch.model = ch.model.Uncached() // no breakpoint: the provider caches nothing
-		case bytes.Contains(d.src, oneHourTTL[0]) || bytes.Contains(d.src, oneHourTTL[1]):
+		case oneHour:
 			ch.model.TTL, ch.model.CacheWrite = ch.model.TTL1h, ch.model.CacheWrite1h
 			ch.marked = breakpointMarks(d)
 		default:
 			ch.marked = breakpointMarks(d)
 		}
+		base.blocks = receiptBlocksFor(d, ch.marked, oneHour, anthropicMaxBreakpoints)
 	}
 	base.head, base.headSize = headFingerprint(d)
 	if base.lineage.Found {
@@ -268,7 +270,8 @@ func (c *Compiler) planned(base *plan, v variant, prev *cacheState) *plan {
 		base.foldMemo = map[int]fold{}
 	}
 	p := &plan{d: base.d, chain: base.chain, lineage: base.lineage, eligible: base.eligible, hist: base.hist,
-		head: base.head, headSize: base.headSize, foldMemo: base.foldMemo, variant: v, prev: prev, recovery: base.recovery}
+		head: base.head, headSize: base.headSize, foldMemo: base.foldMemo, variant: v, prev: prev, recovery: base.recovery,
+		blocks: base.blocks}
 	c.decide(p)
 	if p.hist != nil && c.opts.Compaction.Enabled {
 		p.compaction = c.compact(p, p.hist, v.aligned)

@@ -154,7 +154,8 @@ func DefaultOptions() compiler.Options {
 }
 
 // Generated are the generated sessions the replay reports: 36 steps with 12
-// person turns and re-reads in each format, and real-client shapes.
+// person turns and re-reads in each format, and real-client shapes (22
+// steps, and 36 as the long ones).
 func Generated() []fixtures.CorpusFile {
 	var out []fixtures.CorpusFile
 	for _, g := range []fixtures.SessionOptions{
@@ -164,6 +165,7 @@ func Generated() []fixtures.CorpusFile {
 		{Format: "openai_responses", Steps: 22, PersonTurns: 6, OutputChars: 9000, ReReadEvery: 4, Seed: 4, Client: "codex"},
 		{Format: "anthropic_messages", Steps: 22, PersonTurns: 6, OutputChars: 9000, ReReadEvery: 4, Seed: 5, Client: "claude-code"},
 		{Format: "openai_chat", Steps: 60, PersonTurns: 15, OutputChars: 9000, ReReadEvery: 7, Seed: 6},
+		{Format: "openai_responses", Steps: 36, PersonTurns: 12, OutputChars: 9000, ReReadEvery: 5, Seed: 7, Client: "codex"},
 	} {
 		name := fmt.Sprintf("generated/%s-%d-steps-%d-turns", g.Format, g.Steps, g.PersonTurns)
 		if g.Client != "" {
