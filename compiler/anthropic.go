@@ -272,9 +272,14 @@ type pathStep struct {
 	idx int
 }
 
-// rules checks tool pairing on its own: results in the immediately
-// following user message, before any other block.
+// rules checks the provider's rules on one request: tool pairing (results
+// in the immediately following user message, before any other block) and
+// the cache_control breakpoints (breakpointRules).
 func (anthropicFormat) rules(d *doc) error {
-	_, err := anthPairing(d.src, d.root.Get("messages"))
-	return err
+	if _, err := anthPairing(d.src, d.root.Get("messages")); err != nil {
+		return err
+	}
+	var bps []breakpoint
+	cacheBreakpoints(d.src, d.root, nil, &bps)
+	return breakpointRules(bps)
 }

@@ -127,3 +127,45 @@ func TestAnthropicPairingRules(t *testing.T) {
 		})
 	}
 }
+
+// The breakpoint rules on one request: at most four, and no 1-hour
+// breakpoint after a 5-minute one in render order (tools, system,
+// messages), whatever the body's key order (Claude Code sends messages
+// first).
+func TestAnthropicBreakpointRules(t *testing.T) {
+	mark := func(ttl string) string {
+		if ttl == "" {
+			return `"cache_control":{"type":"ephemeral"},`
+		}
+		return `"cache_control":{"type":"ephemeral","ttl":"` + ttl + `"},`
+	}
+	body := func(tools, system string, msgs ...string) string {
+		var m []string
+		for _, x := range msgs {
+			m = append(m, `{"role":"user","content":[{`+x+`"type":"text","text":"hi"}]}`)
+		}
+		return `{"messages":[` + strings.Join(m, `,{"role":"assistant","content":"ok"},`) + `],` +
+			`"tools":[{` + tools + `"name":"a","input_schema":{}}],"system":[{` + system + `"type":"text","text":"s"}]}`
+	}
+	for _, tt := range []struct {
+		name, body, wantErr string
+	}{
+		{"four", body(mark(""), mark(""), mark(""), mark("")), ""},
+		{"five", body(mark(""), mark(""), mark(""), mark(""), mark("")), "more than 4"},
+		{"1-hour system before 5-minute messages", body("", mark("1h"), mark("")), ""},
+		{"5-minute tools before a 1-hour system", body(mark(""), mark("1h")), "after a 5-minute one"},
+		{"a 1-hour message after a 5-minute one", body("", "", mark(""), mark("1h")), "after a 5-minute one"},
+		{"all 1-hour", body(mark("1h"), mark("1h"), mark("1h")), ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p, reason := parseDoc(anthropicFormat{}, []byte(tt.body), nil)
+			if reason != "" {
+				t.Fatal(reason)
+			}
+			err := anthropicFormat{}.rules(p.doc)
+			if (tt.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Fatalf("error %v, want %q", err, tt.wantErr)
+			}
+		})
+	}
+}

@@ -189,3 +189,35 @@ func receiptBlocksAllowed(f format) bool {
 	_, ok := f.(anthropicFormat)
 	return ok
 }
+
+// breakpointRules checks a request's breakpoints (in document order) by
+// Anthropic's rules: at most four, and every 1-hour one before every
+// 5-minute one in render order (tools, system, messages; a 400 otherwise).
+func breakpointRules(bps []breakpoint) error {
+	if len(bps) > anthropicMaxBreakpoints {
+		return fmt.Errorf("anthropic: %d cache_control breakpoints, more than %d", len(bps), anthropicMaxBreakpoints)
+	}
+	rank := func(b breakpoint) int {
+		for i, top := range []string{`/"tools"`, `/"system"`, `/"messages"`} {
+			if strings.HasPrefix(b.path, top+"/") || b.path == top {
+				return i
+			}
+		}
+		return 3
+	}
+	seen5 := false
+	for r := 0; r <= 3; r++ {
+		for _, b := range bps {
+			if rank(b) != r {
+				continue
+			}
+			if b.oneHour && seen5 {
+				return fmt.Errorf("anthropic: a 1-hour cache_control breakpoint after a 5-minute one")
+			}
+			if !b.oneHour {
+				seen5 = true
+			}
+		}
+	}
+	return nil
+}
