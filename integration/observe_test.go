@@ -177,6 +177,7 @@ type clientTotals struct {
 	// requests: this request's and over the horizon.
 	judged                                     int
 	costRaw, costSent, horizonRaw, horizonSent int64
+	actualJudged                               float64 // the stats' provider-billed figure, for the page
 }
 
 func (c *clientTotals) add(t testing.TB, r response) {
