@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/cost"
 	"github.com/tokenterminator/caddy-token-terminator/vault"
 )
 
@@ -277,6 +278,17 @@ func (h *Handler) account(r *http.Request, ex *exchange) {
 	}
 }
 
+// costModel is the cost model of a request: from the configuration
+// mapped at provision, or (a handler that was not provisioned, in tests)
+// mapped now.
+func (h *Handler) costModel(format, model string) cost.Model {
+	if h.prices != nil {
+		return h.prices.Model(format, model)
+	}
+	cfg, _ := h.costConfig()
+	return cfg.Model(format, model)
+}
+
 // usageFigures splits the provider's reported input tokens by how they
 // are billed and prices them by the request's cost model (the same
 // multipliers the expected figures use), so what the provider billed can
@@ -288,11 +300,7 @@ func (h *Handler) usageFigures(rep *report, ob *observation) *vault.LedgerUsage 
 	if !u.Known {
 		return nil
 	}
-	cfg, err := h.costConfig() // checked at provision; an error here is a test handler's
-	if err != nil {
-		return nil
-	}
-	m := cfg.Model(rep.format, ob.model)
+	m := h.costModel(rep.format, ob.model)
 	lu := &vault.LedgerUsage{
 		// Input counts every input token, cached and written ones too
 		// (response.Usage).

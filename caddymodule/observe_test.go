@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/cost"
 	"github.com/tokenterminator/caddy-token-terminator/response"
 	"github.com/tokenterminator/caddy-token-terminator/vault"
 )
@@ -449,7 +450,8 @@ func TestRecoveryHooks(t *testing.T) {
 }
 
 // BenchmarkAccount is what a finished candidate adds: metrics and the
-// ledger record queued (the writer drains it concurrently).
+// ledger record queued (the writer drains it concurrently), without and
+// with the provider's usage to price.
 func BenchmarkAccount(b *testing.B) {
 	s, err := vault.Open(vault.Config{Dir: b.TempDir()})
 	if err != nil {
@@ -458,6 +460,7 @@ func BenchmarkAccount(b *testing.B) {
 	defer s.Close()
 	sh := &shared{vaults: caddy.NewUsagePool()}
 	h := &Handler{}
+	h.prices = &cost.Config{} // as provision maps it
 	h.metrics = newMetrics(sh)
 	h.ledger = newLedgerWriter(s, vault.LedgerLimits{Retention: time.Hour, MaxRecords: 1 << 20, MaxBytes: 1 << 30}, h.metrics, zap.NewNop())
 	defer h.ledger.close()
@@ -465,10 +468,22 @@ func BenchmarkAccount(b *testing.B) {
 	ex := &exchange{start: time.Now(), rep: report{decision: compiler.Accepted, format: "openai_chat", rawBytes: 100000, sentBytes: 20000,
 		receipts: 3, compiled: true, tenant: "t1", tokens: compiler.TokenReport{Status: compiler.TokensExact, Raw: 25000, Sent: 5000}},
 		obs: observation{family: "gpt-4o", conversation: "c_1", kinds: compiler.ReceiptKinds{Lease: 3}, costRaw: 25000, costSent: 6000}}
-	b.ReportAllocs()
-	for b.Loop() {
-		h.account(r, ex)
-	}
+	// A request is accounted once: each iteration accounts a fresh copy.
+	b.Run("no usage", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			e := *ex
+			h.account(r, &e)
+		}
+	})
+	ex.rep.usage = response.Usage{Input: 25000, CacheRead: 18000, Output: 300, Known: true}
+	b.Run("usage", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			e := *ex
+			h.account(r, &e)
+		}
+	})
 }
 
 // stuckLedger blocks every append until released: a vault that hangs.
