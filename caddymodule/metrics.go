@@ -193,9 +193,10 @@ const (
 	costHorizonRaw  = "horizon_raw"  // expected over the decision's horizon: the original
 	costHorizonSent = "horizon_sent" // the same for what was sent; never above horizon_raw for a rewrite
 	costActual      = "actual"       // the provider's reported usage, priced by the cost model
-	// The requests that have both: actual_judged is their priced usage,
-	// expected_judged their expected sent cost, so the two compare like
-	// for like.
+	// The requests that have both (and no recovery rounds, whose usage
+	// sums several upstream requests): actual_judged is their priced
+	// usage, expected_judged their expected sent cost, so the two compare
+	// like for like.
 	costActualJudged   = "actual_judged"
 	costExpectedJudged = "expected_judged"
 )
@@ -247,7 +248,7 @@ func (m *metrics) observeCost(rep *report, ob *observation) {
 	}
 	if u := ob.usage; u != nil {
 		both(costActual, u.Cost)
-		if ob.costRaw > 0 {
+		if ob.costRaw > 0 && u.RecoveryRounds == 0 { // the expected figures are of one upstream request
 			both(costActualJudged, u.Cost)
 			both(costExpectedJudged, ob.costSent)
 		}

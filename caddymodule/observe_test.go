@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -315,13 +316,16 @@ func TestSummarize(t *testing.T) {
 		// An older record (no horizon figures) with usage but no expected cost.
 		{Time: day2, Tenant: "tb", Conversation: "c2", Model: "claude-sonnet", Decision: "shadow",
 			RawBytes: 800, SentBytes: 100, Receipts: 4, Usage: &vault.LedgerUsage{Uncached: 5, CacheRead: 100, CacheWrite: 20, Cost: 40}},
+		// Its usage sums a recovery round: billed, but not set against
+		// the one request's expected cost.
 		{Time: day2, Tenant: "tb", Conversation: "c3", Model: "claude-sonnet", Decision: "accepted",
-			RawBytes: 2000, SentBytes: 200, Receipts: 1},
+			RawBytes: 2000, SentBytes: 200, Receipts: 1, CostRaw: 0.5, CostSent: 0.5,
+			Usage: &vault.LedgerUsage{Uncached: 1, Cost: 1, RecoveryRounds: 1}},
 	}
 	st := summarize(recs)
 	want := savings{Requests: 4, Accepted: 2, RawBytes: 4300, SentBytes: 300 + 500 + 800 + 200, RawTokens: 370, SentTokens: 80 + 120,
-		Receipts: 3, Folded: 1, CostRaw: 370, CostSent: 210, CostHorizonRaw: 1200, CostHorizonSent: 700,
-		UsageRequests: 2, UsageUncached: 45, UsageCacheRead: 160, UsageCacheWrite: 20, CostActual: 110,
+		Receipts: 3, Folded: 1, CostRaw: 370.5, CostSent: 210.5, CostHorizonRaw: 1200, CostHorizonSent: 700,
+		UsageRequests: 3, UsageUncached: 46, UsageCacheRead: 160, UsageCacheWrite: 20, CostActual: 111,
 		JudgedRequests: 1, CostActualJudged: 70, CostExpectedJudged: 90}
 	want.SavedBytes, want.SavedTok, want.CostSaved = want.RawBytes-want.SentBytes, want.RawTokens-want.SentTokens, want.CostRaw-want.CostSent
 	want.CostHorizonSaved = 500
@@ -338,7 +342,7 @@ func TestSummarize(t *testing.T) {
 		t.Fatalf("tenants %+v", st.Tenants)
 	}
 	if ta, tb := st.Tenants[1], st.Tenants[0]; ta.CostHorizonSaved != 500 || ta.CostActual != 70 || ta.CostExpectedJudged != 90 ||
-		tb.CostHorizonRaw != 0 || tb.CostActual != 40 || tb.JudgedRequests != 0 || tb.UsageCacheWrite != 20 {
+		tb.CostHorizonRaw != 0 || tb.CostActual != 41 || tb.JudgedRequests != 0 || tb.UsageCacheWrite != 20 {
 		t.Fatalf("tenant cost figures %+v / %+v", ta, tb)
 	}
 	if len(st.Models) != 2 || st.Models[0].Model != "claude-sonnet" || st.Models[1].SavedTok != 170 {
@@ -588,4 +592,38 @@ func histogram(t *testing.T, m *metrics, stage string) (count, sum float64) {
 		}
 	}
 	return 0, 0
+}
+
+// TestObserveCostJudged: the provider's usage counts as actual whenever it
+// came back, and against the expected figures only for a judged request
+// that went upstream once (a recovery round's usage sums several).
+func TestObserveCostJudged(t *testing.T) {
+	tests := []struct {
+		name           string
+		costRaw        float64
+		rounds         int
+		actual, judged float64
+		expectedJudged float64
+	}{
+		{"judged", 100, 0, 40, 40, 60},
+		{"not judged (cost model off, bypass)", 0, 0, 40, 0, 0},
+		{"recovery round", 100, 1, 40, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := newMetrics(&shared{vaults: caddy.NewUsagePool()})
+			rep := &report{format: "openai_chat"}
+			ob := &observation{family: "gpt-4o", label: "team-a", costRaw: tt.costRaw, costSent: 60,
+				usage: &vault.LedgerUsage{Uncached: 40, Cost: 40, RecoveryRounds: tt.rounds}}
+			m.observeCost(rep, ob)
+			got := []float64{
+				testutil.ToFloat64(m.tenantCost.WithLabelValues("team-a", costActual)),
+				testutil.ToFloat64(m.cost.WithLabelValues("openai_chat", "gpt-4o", costActualJudged)),
+				testutil.ToFloat64(m.tenantCost.WithLabelValues("team-a", costExpectedJudged)),
+			}
+			if want := []float64{tt.actual, tt.judged, tt.expectedJudged}; !slices.Equal(got, want) {
+				t.Fatalf("actual, actual_judged, expected_judged = %v, want %v", got, want)
+			}
+		})
+	}
 }

@@ -36,7 +36,8 @@ type savings struct {
 	UsageCacheRead  int64   `json:"usage_cache_read_tokens"`
 	UsageCacheWrite int64   `json:"usage_cache_write_tokens"`
 	CostActual      float64 `json:"cost_actual"`
-	// The requests with both usage and expected figures, like for like:
+	// The requests with both usage and expected figures (and no recovery
+	// rounds, whose usage sums several upstream requests), like for like:
 	// their reported cost and their expected cost_sent.
 	JudgedRequests     int64   `json:"judged_requests"`
 	CostActualJudged   float64 `json:"cost_actual_judged"`
@@ -72,7 +73,9 @@ func (s *savings) add(r *vault.LedgerRecord) {
 		s.UsageCacheRead += int64(u.CacheRead)
 		s.UsageCacheWrite += int64(u.CacheWrite)
 		s.CostActual += u.Cost
-		if r.CostRaw > 0 {
+		if r.CostRaw > 0 && u.RecoveryRounds == 0 {
+			// The expected figures are of one request; recovery rounds'
+			// usage sums several.
 			s.JudgedRequests++
 			s.CostActualJudged += u.Cost
 			s.CostExpectedJudged += r.CostSent
