@@ -186,19 +186,19 @@ func (m *metrics) observe(rep *report, ob *observation) {
 
 // Values of the kind label of cost_units_total and tenant_cost_units_total.
 const (
-	costRaw         = "raw"          // expected, this request, as if the conversation had gone out raw
-	costSent        = "sent"         // expected, this request, what was sent
-	costSaved       = "saved"        // raw - sent where positive (cost_units_total only)
-	costExtra       = "extra"        // sent - raw where positive (cost_units_total only)
-	costHorizonRaw  = "horizon_raw"  // expected over the decision's horizon: the original
-	costHorizonSent = "horizon_sent" // the same for what was sent; never above horizon_raw for a rewrite
-	costActual      = "actual"       // the provider's reported usage, priced by the cost model
+	costKindRaw         = "raw"          // expected, this request, as if the conversation had gone out raw
+	costKindSent        = "sent"         // expected, this request, what was sent
+	costKindSaved       = "saved"        // raw - sent where positive (cost_units_total only)
+	costKindExtra       = "extra"        // sent - raw where positive (cost_units_total only)
+	costKindHorizonRaw  = "horizon_raw"  // expected over the decision's horizon: the original
+	costKindHorizonSent = "horizon_sent" // the same for what was sent; never above horizon_raw for a rewrite
+	costKindActual      = "actual"       // the provider's reported usage, priced by the cost model
 	// The requests that have both (and no recovery rounds, whose usage
 	// sums several upstream requests): actual_judged is their priced
 	// usage, expected_judged their expected sent cost, so the two compare
 	// like for like.
-	costActualJudged   = "actual_judged"
-	costExpectedJudged = "expected_judged"
+	costKindActualJudged   = "actual_judged"
+	costKindExpectedJudged = "expected_judged"
 )
 
 const costKinds = "raw and sent (this request's expected cost: as if the conversation had gone out raw, and of what was sent), " +
@@ -231,26 +231,26 @@ func (m *metrics) observeCost(rep *report, ob *observation) {
 		m.tenantCost.WithLabelValues(tenant, kind).Add(v)
 	}
 	if ob.costRaw > 0 {
-		both(costRaw, ob.costRaw)
-		both(costSent, ob.costSent)
+		both(costKindRaw, ob.costRaw)
+		both(costKindSent, ob.costSent)
 		// What was sent can be judged dearer than the all-raw baseline
 		// (it counts what the conversation's earlier rewrites did to the
 		// cache); a counter never decreases, so that goes apart.
 		if d := ob.costRaw - ob.costSent; d >= 0 {
-			byModel(costSaved, d)
+			byModel(costKindSaved, d)
 		} else {
-			byModel(costExtra, -d)
+			byModel(costKindExtra, -d)
 		}
 	}
 	if rep.costHorizonRaw > 0 {
-		both(costHorizonRaw, rep.costHorizonRaw)
-		both(costHorizonSent, rep.costHorizonSent)
+		both(costKindHorizonRaw, rep.costHorizonRaw)
+		both(costKindHorizonSent, rep.costHorizonSent)
 	}
 	if u := ob.usage; u != nil {
-		both(costActual, u.Cost)
+		both(costKindActual, u.Cost)
 		if ob.costRaw > 0 && u.RecoveryRounds == 0 { // the expected figures are of one upstream request
-			both(costActualJudged, u.Cost)
-			both(costExpectedJudged, ob.costSent)
+			both(costKindActualJudged, u.Cost)
+			both(costKindExpectedJudged, ob.costSent)
 		}
 		for _, k := range [...]struct {
 			kind string

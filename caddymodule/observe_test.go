@@ -617,9 +617,9 @@ func TestObserveCostJudged(t *testing.T) {
 				usage: &vault.LedgerUsage{Uncached: 40, Cost: 40, RecoveryRounds: tt.rounds}}
 			m.observeCost(rep, ob)
 			got := []float64{
-				testutil.ToFloat64(m.tenantCost.WithLabelValues("team-a", costActual)),
-				testutil.ToFloat64(m.cost.WithLabelValues("openai_chat", "gpt-4o", costActualJudged)),
-				testutil.ToFloat64(m.tenantCost.WithLabelValues("team-a", costExpectedJudged)),
+				testutil.ToFloat64(m.tenantCost.WithLabelValues("team-a", costKindActual)),
+				testutil.ToFloat64(m.cost.WithLabelValues("openai_chat", "gpt-4o", costKindActualJudged)),
+				testutil.ToFloat64(m.tenantCost.WithLabelValues("team-a", costKindExpectedJudged)),
 			}
 			if want := []float64{tt.actual, tt.judged, tt.expectedJudged}; !slices.Equal(got, want) {
 				t.Fatalf("actual, actual_judged, expected_judged = %v, want %v", got, want)
