@@ -27,6 +27,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/cost"
 	"github.com/tokenterminator/caddy-token-terminator/response"
 	"github.com/tokenterminator/caddy-token-terminator/tokens"
 )
@@ -55,6 +56,7 @@ type handlerState struct {
 	releases         []func()
 	// recovery is nil when recovery is off (recovery.go).
 	recovery *recoveryRuntime
+	prices   *cost.Config // the cost configuration, for pricing the provider's usage (ledger.go)
 }
 
 // compileFunc and tenantFunc are the handler's only dependencies on the
@@ -90,6 +92,9 @@ func (h *Handler) provision(ctx caddy.Context, app *App) error {
 		return err
 	}
 	h.applyDefaults()
+	if cfg, err := h.costConfig(); err == nil { // checked by Validate
+		h.prices = &cfg
+	}
 	h.formatFor = compiler.FormatFor
 	h.buffered = new(atomic.Int64)
 	h.stats = app.Stats()

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/cost"
 	"github.com/tokenterminator/caddy-token-terminator/vault"
 )
 
@@ -25,13 +26,16 @@ type observation struct {
 	kinds        compiler.ReceiptKinds
 	costRaw      float64
 	costSent     float64
-	label        string // the operator's tenant label, if one matches
-	accounted    bool   // counted and queued: a request is accounted once
+	model        string             // the request's model as sent: only to pick its cost model, never recorded
+	usage        *vault.LedgerUsage // the provider's usage priced (usageFigures); nil when none came back
+	label        string             // the operator's tenant label, if one matches
+	accounted    bool               // counted and queued: a request is accounted once
 }
 
 // note keeps what the observation needs of a compile.
 func (ob *observation) note(res compiler.Result, tenant string) {
 	ob.family = modelFamily(res.Model)
+	ob.model = res.Model
 	ob.kinds = res.Kinds
 	ob.costRaw, ob.costSent = res.CostRaw, res.CostSent
 	if res.Conversation != (compiler.Digest{}) && tenant != "" {
@@ -185,6 +189,10 @@ func ledgerRecord(rep *report, ob *observation, at time.Time) vault.LedgerRecord
 		Folded:       rep.folded,
 		CostRaw:      ob.costRaw,
 		CostSent:     ob.costSent,
+		// The report owns the horizon figures (report.fromResult).
+		CostHorizonRaw:  rep.costHorizonRaw,
+		CostHorizonSent: rep.costHorizonSent,
+		Usage:           ob.usage,
 	}
 	if rep.tokens.Status.Measured() {
 		r.RawTokens, r.SentTokens = rep.tokens.Raw, rep.tokens.Sent
@@ -262,9 +270,45 @@ func (h *Handler) account(r *http.Request, ex *exchange) {
 	if ob.family == "" {
 		ob.family = "unknown"
 	}
+	ob.label = h.tenantLabel(r, ex.rep.format)
+	ob.usage = h.usageFigures(&ex.rep, ob)
 	h.metrics.observe(&ex.rep, ob)
 	if h.ledger != nil {
-		ob.label = h.tenantLabel(r, ex.rep.format)
 		h.ledger.add(ledgerRecord(&ex.rep, ob, ex.start))
 	}
+}
+
+// costModel is the cost model of a request: from the configuration
+// mapped at provision, or (a handler that was not provisioned, in tests)
+// mapped now.
+func (h *Handler) costModel(format, model string) cost.Model {
+	if h.prices != nil {
+		return h.prices.Model(format, model)
+	}
+	cfg, _ := h.costConfig()
+	return cfg.Model(format, model)
+}
+
+// usageFigures splits the provider's reported input tokens by how they
+// are billed and prices them by the request's cost model (the same
+// multipliers the expected figures use), so what the provider billed can
+// be set against what was expected. nil when the answer carried no usage.
+// Anthropic's 1-hour cache writes are not told apart in the usage the
+// response reader keeps; they are priced as 5-minute writes.
+func (h *Handler) usageFigures(rep *report, ob *observation) *vault.LedgerUsage {
+	u := rep.usage
+	if !u.Known {
+		return nil
+	}
+	m := h.costModel(rep.format, ob.model)
+	lu := &vault.LedgerUsage{
+		// Input counts every input token, cached and written ones too
+		// (response.Usage).
+		Uncached:       max(u.Input-u.CacheRead-u.CacheWrite, 0),
+		CacheRead:      u.CacheRead,
+		CacheWrite:     u.CacheWrite,
+		RecoveryRounds: rep.recovery.rounds,
+	}
+	lu.Cost = m.CacheRead*float64(lu.CacheRead) + m.CacheWrite*float64(lu.CacheWrite) + float64(lu.Uncached)
+	return lu
 }

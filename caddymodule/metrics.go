@@ -16,13 +16,16 @@ import (
 // shared state, so their values survive `caddy reload`, and are registered
 // on each loaded config's registry (ctx.GetMetricsRegistry(), served by the
 // admin API's /metrics). Labels are bounded: format, decision, reason,
-// receipt kind, stage and the normalized model family; never tenant ids,
+// receipt kind, stage, the normalized model family and the operator's
+// tenant labels (tenant_label, a configured set); never tenant ids,
 // conversation ids or raw model names.
 type metrics struct {
 	candidates     *prometheus.CounterVec   // format, decision, reason, model
 	bytes          *prometheus.CounterVec   // format, model, kind (raw, sent, saved)
 	tokens         *prometheus.CounterVec   // format, model, kind
 	cost           *prometheus.CounterVec   // format, model, kind
+	tenantCost     *prometheus.CounterVec   // tenant (the operator's label), kind
+	usageTokens    *prometheus.CounterVec   // format, model, kind (uncached, cache_read, cache_write)
 	receipts       *prometheus.CounterVec   // format, kind
 	failOpen       *prometheus.CounterVec   // reason
 	vaultFailures  *prometheus.CounterVec   // reason (vault_full, vault_error)
@@ -65,7 +68,9 @@ func newMetrics(sh *shared) *metrics {
 		candidates:     counter("candidate_requests_total", "Candidate provider requests by outcome.", "format", "decision", "reason", "model"),
 		bytes:          counter("bytes_total", "Request body bytes: raw (as the client sent), sent (forwarded), saved (raw - sent of accepted rewrites).", "format", "model", "kind"),
 		tokens:         counter("tokens_total", "Request tokens as the gate measured them: raw, sent, saved.", "format", "model", "kind"),
-		cost:           counter("cost_units_total", "Expected billed input cost in base-input-token units: raw, sent, saved (raw - sent where positive), extra (sent - raw where positive).", "format", "model", "kind"),
+		cost:           counter("cost_units_total", costHelp, "format", "model", "kind"),
+		tenantCost:     counter("tenant_cost_units_total", "Billed input cost in base-input-token units per tenant label (unlabelled: no tenant_label matched), by kind: "+costKinds, "tenant", "kind"),
+		usageTokens:    counter("usage_tokens_total", "Input tokens the provider reported billing, where its answer carried usage: uncached, cache_read, cache_write.", "format", "model", "kind"),
 		receipts:       counter("receipts_total", "Receipts forwarded, by kind: duplicate, lease, compaction, folded_turn.", "format", "kind"),
 		failOpen:       counter("fail_open_total", "Candidates forwarded unchanged because something failed or was odd, by reason.", "reason"),
 		vaultFailures:  counter("vault_write_failures_total", "Compiles whose vault write or lookup failed, by reason.", "reason"),
@@ -86,7 +91,7 @@ func newMetrics(sh *shared) *metrics {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.candidates, m.bytes, m.tokens, m.cost, m.receipts, m.failOpen, m.vaultFailures,
+	return []prometheus.Collector{m.candidates, m.bytes, m.tokens, m.cost, m.tenantCost, m.usageTokens, m.receipts, m.failOpen, m.vaultFailures,
 		m.recoveryRounds, m.recoveryReads, m.upgrades, m.latency, m.ledgerDropped, m.ledgerFailures, m.vault}
 }
 
@@ -144,18 +149,7 @@ func (m *metrics) observe(rep *report, ob *observation) {
 		m.tokens.WithLabelValues(format, model, "sent").Add(float64(sent))
 		m.tokens.WithLabelValues(format, model, "saved").Add(float64(max(rep.tokens.Raw-sent, 0)))
 	}
-	if ob.costRaw > 0 {
-		m.cost.WithLabelValues(format, model, "raw").Add(ob.costRaw)
-		m.cost.WithLabelValues(format, model, "sent").Add(ob.costSent)
-		// What was sent can be judged dearer than the all-raw baseline
-		// (it counts what the conversation's earlier rewrites did to the
-		// cache); a counter never decreases, so that goes apart.
-		if d := ob.costRaw - ob.costSent; d >= 0 {
-			m.cost.WithLabelValues(format, model, "saved").Add(d)
-		} else {
-			m.cost.WithLabelValues(format, model, "extra").Add(-d)
-		}
-	}
+	m.observeCost(rep, ob)
 	if rep.decision == compiler.Accepted {
 		kinds := [...]struct {
 			kind string
@@ -187,6 +181,83 @@ func (m *metrics) observe(rep *report, ob *observation) {
 	}
 	if rep.committed {
 		m.latency.WithLabelValues(stageCommit, format).Observe(rep.commit.Seconds())
+	}
+}
+
+// Values of the kind label of cost_units_total and tenant_cost_units_total.
+const (
+	costKindRaw         = "raw"          // expected, this request, as if the conversation had gone out raw
+	costKindSent        = "sent"         // expected, this request, what was sent
+	costKindSaved       = "saved"        // raw - sent where positive (cost_units_total only)
+	costKindExtra       = "extra"        // sent - raw where positive (cost_units_total only)
+	costKindHorizonRaw  = "horizon_raw"  // expected over the decision's horizon: the original
+	costKindHorizonSent = "horizon_sent" // the same for what was sent; never above horizon_raw for a rewrite
+	costKindActual      = "actual"       // the provider's reported usage, priced by the cost model
+	// The requests that have both (and no recovery rounds, whose usage
+	// sums several upstream requests): actual_judged is their priced
+	// usage, expected_judged their expected sent cost, so the two compare
+	// like for like.
+	costKindActualJudged   = "actual_judged"
+	costKindExpectedJudged = "expected_judged"
+)
+
+const costKinds = "raw and sent (this request's expected cost: as if the conversation had gone out raw, and of what was sent), " +
+	"horizon_raw and horizon_sent (the same over the decision's horizon, the cache as the conversation left it), " +
+	"actual (the provider's reported usage priced by the cost model), actual_judged and expected_judged (the requests with both: reported and expected)."
+
+const costHelp = "Billed input cost in base-input-token units by kind: " + costKinds +
+	" Also saved (raw - sent where positive) and extra (sent - raw where positive)."
+
+// Values of the kind label of usage_tokens_total.
+const (
+	usageUncached   = "uncached"
+	usageCacheRead  = "cache_read"
+	usageCacheWrite = "cache_write"
+)
+
+// untenanted is the tenant label value of requests no tenant_label names.
+const untenanted = "unlabelled"
+
+// observeCost counts a candidate's cost figures, per format and model
+// family and per tenant label.
+func (m *metrics) observeCost(rep *report, ob *observation) {
+	byModel := func(kind string, v float64) { m.cost.WithLabelValues(rep.format, ob.family, kind).Add(v) }
+	tenant := ob.label
+	if tenant == "" {
+		tenant = untenanted
+	}
+	both := func(kind string, v float64) {
+		byModel(kind, v)
+		m.tenantCost.WithLabelValues(tenant, kind).Add(v)
+	}
+	if ob.costRaw > 0 {
+		both(costKindRaw, ob.costRaw)
+		both(costKindSent, ob.costSent)
+		// What was sent can be judged dearer than the all-raw baseline
+		// (it counts what the conversation's earlier rewrites did to the
+		// cache); a counter never decreases, so that goes apart.
+		if d := ob.costRaw - ob.costSent; d >= 0 {
+			byModel(costKindSaved, d)
+		} else {
+			byModel(costKindExtra, -d)
+		}
+	}
+	if rep.costHorizonRaw > 0 {
+		both(costKindHorizonRaw, rep.costHorizonRaw)
+		both(costKindHorizonSent, rep.costHorizonSent)
+	}
+	if u := ob.usage; u != nil {
+		both(costKindActual, u.Cost)
+		if ob.costRaw > 0 && u.RecoveryRounds == 0 { // the expected figures are of one upstream request
+			both(costKindActualJudged, u.Cost)
+			both(costKindExpectedJudged, ob.costSent)
+		}
+		for _, k := range [...]struct {
+			kind string
+			n    int
+		}{{usageUncached, u.Uncached}, {usageCacheRead, u.CacheRead}, {usageCacheWrite, u.CacheWrite}} {
+			m.usageTokens.WithLabelValues(rep.format, ob.family, k.kind).Add(float64(k.n))
+		}
 	}
 }
 

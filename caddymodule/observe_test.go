@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/cost"
+	"github.com/tokenterminator/caddy-token-terminator/response"
 	"github.com/tokenterminator/caddy-token-terminator/vault"
 )
 
@@ -103,10 +106,11 @@ func TestMetricsAfterSequence(t *testing.T) {
 		{Decision: compiler.Accepted, Body: small, Format: "openai_chat", Model: "claude-sonnet-4-5-20250929",
 			Receipts: 3, Folded: 1, Kinds: compiler.ReceiptKinds{Duplicate: 1, Lease: 1, Compaction: 1},
 			Tokens:  compiler.TokenReport{Status: compiler.TokensExact, Raw: 400, Sent: 100},
-			CostRaw: 400, CostSent: 150, Parse: time.Millisecond, Gate: 2 * time.Millisecond, Total: 3 * time.Millisecond},
+			CostRaw: 400, CostSent: 150, CostHorizonRaw: 1200, CostHorizonSent: 700,
+			Parse: time.Millisecond, Gate: 2 * time.Millisecond, Total: 3 * time.Millisecond},
 		{Decision: compiler.Passthrough, Reason: compiler.ReasonNotSmaller, Format: "openai_chat", Model: "gpt-4o-2024-08-06",
 			Tokens: compiler.TokenReport{Status: compiler.TokensExact, Raw: 400, Sent: 420}, CostRaw: 400, CostSent: 400,
-			Gate: 20 * time.Millisecond, Total: 30 * time.Millisecond},
+			CostHorizonRaw: 900, CostHorizonSent: 900, Gate: 20 * time.Millisecond, Total: 30 * time.Millisecond},
 		{Decision: compiler.Passthrough, Reason: compiler.ReasonVaultFull, Format: "openai_chat", Model: "gpt-4o"},
 	}
 	n := 0
@@ -119,9 +123,36 @@ func TestMetricsAfterSequence(t *testing.T) {
 		res.RawBytes, res.SentBytes = len(req.Body), len(res.Body)
 		return res
 	}}
-	h := observedHandler(t, fc, nil)
-	for range results {
-		serve(t, h, newRequest(http.MethodPost, chatPath, strings.NewReader(orig)))
+	// The provider's usage per request (chat: prompt_tokens counts the
+	// cached ones too), and who sent it: the first request's credential
+	// has a tenant label.
+	usages := []string{
+		`{"prompt_tokens":400,"completion_tokens":9,"prompt_tokens_details":{"cached_tokens":300}}`,
+		`{"prompt_tokens":400,"completion_tokens":9,"prompt_tokens_details":{"cached_tokens":256}}`,
+		`{"prompt_tokens":50,"completion_tokens":9}`,
+	}
+	h := observedHandler(t, fc, func(h *Handler) { h.TenantLabels = map[string]string{sha256Hex("sk-team-a")[:10]: "team-a"} })
+	store, err := vault.Open(vault.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	h.ledger = newLedgerWriter(store, vault.LedgerLimits{Retention: time.Hour, MaxRecords: 100, MaxBytes: 1 << 20}, h.metrics, zap.NewNop())
+	defer h.ledger.close()
+	for i := range results {
+		r := newRequest(http.MethodPost, chatPath, strings.NewReader(orig))
+		if i == 0 {
+			r.Header.Set("Authorization", "Bearer sk-team-a")
+		}
+		next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+			io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/json")
+			_, err := io.WriteString(w, `{"id":"x","choices":[],"usage":`+usages[i]+`}`)
+			return err
+		})
+		if err := h.ServeHTTP(httptest.NewRecorder(), r, next); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ws := newRequest(http.MethodGet, "/v1/responses", nil)
 	h.formatFor = func(method, path string) (string, bool) {
@@ -152,6 +183,26 @@ func TestMetricsAfterSequence(t *testing.T) {
 		{"tokens sent gpt-4o (the original)", testutil.ToFloat64(m.tokens.WithLabelValues("openai_chat", "gpt-4o", "sent")), 400},
 		{"cost raw", testutil.ToFloat64(m.cost.WithLabelValues("openai_chat", "claude-sonnet", "raw")), 400},
 		{"cost saved", testutil.ToFloat64(m.cost.WithLabelValues("openai_chat", "claude-sonnet", "saved")), 250},
+		{"cost horizon raw", testutil.ToFloat64(m.cost.WithLabelValues("openai_chat", "claude-sonnet", "horizon_raw")), 1200},
+		{"cost horizon sent", testutil.ToFloat64(m.cost.WithLabelValues("openai_chat", "claude-sonnet", "horizon_sent")), 700},
+		// Priced by the cost model: claude-* on the chat API is the
+		// "other" family (cached 0.1), gpt-4o reads its cache at 0.5.
+		{"cost actual claude", testutil.ToFloat64(m.cost.WithLabelValues("openai_chat", "claude-sonnet", "actual")), 0.1*300 + 100},
+		{"cost actual gpt-4o", testutil.ToFloat64(m.cost.WithLabelValues("openai_chat", "gpt-4o", "actual")), 0.5*256 + 144 + 50},
+		{"cost actual judged gpt-4o", testutil.ToFloat64(m.cost.WithLabelValues("openai_chat", "gpt-4o", "actual_judged")), 0.5*256 + 144},
+		{"cost expected judged gpt-4o", testutil.ToFloat64(m.cost.WithLabelValues("openai_chat", "gpt-4o", "expected_judged")), 400},
+		{"usage uncached gpt-4o", testutil.ToFloat64(m.usageTokens.WithLabelValues("openai_chat", "gpt-4o", "uncached")), 144 + 50},
+		{"usage cache read gpt-4o", testutil.ToFloat64(m.usageTokens.WithLabelValues("openai_chat", "gpt-4o", "cache_read")), 256},
+		{"usage cache read claude", testutil.ToFloat64(m.usageTokens.WithLabelValues("openai_chat", "claude-sonnet", "cache_read")), 300},
+		{"tenant team-a raw", testutil.ToFloat64(m.tenantCost.WithLabelValues("team-a", "raw")), 400},
+		{"tenant team-a horizon sent", testutil.ToFloat64(m.tenantCost.WithLabelValues("team-a", "horizon_sent")), 700},
+		{"tenant team-a actual", testutil.ToFloat64(m.tenantCost.WithLabelValues("team-a", "actual")), 130},
+		{"tenant unlabelled horizon raw", testutil.ToFloat64(m.tenantCost.WithLabelValues("unlabelled", "horizon_raw")), 900},
+		{"tenant unlabelled actual", testutil.ToFloat64(m.tenantCost.WithLabelValues("unlabelled", "actual")), 272 + 50},
+		{"tenant unlabelled expected judged", testutil.ToFloat64(m.tenantCost.WithLabelValues("unlabelled", "expected_judged")), 400},
+		// Both tenants: raw, sent, horizon_raw, horizon_sent, actual,
+		// actual_judged, expected_judged.
+		{"tenant cost series", float64(testutil.CollectAndCount(m.tenantCost)), 14},
 		{"receipts duplicate", testutil.ToFloat64(m.receipts.WithLabelValues("openai_chat", receiptDuplicate)), 1},
 		{"receipts lease", testutil.ToFloat64(m.receipts.WithLabelValues("openai_chat", receiptLease)), 1},
 		{"receipts compaction", testutil.ToFloat64(m.receipts.WithLabelValues("openai_chat", receiptCompaction)), 1},
@@ -175,6 +226,21 @@ func TestMetricsAfterSequence(t *testing.T) {
 	// Labels stay bounded: raw model names never appear.
 	if n := testutil.CollectAndCount(m.candidates); n != 3 {
 		t.Errorf("%d candidate series, want 3", n)
+	}
+
+	// The ledger records carry the same figures.
+	h.ledger.flush(context.Background())
+	recs, err := store.ReadLedger(context.Background(), vault.LedgerQuery{})
+	if err != nil || len(recs) != len(results) {
+		t.Fatalf("%d ledger records (err %v)", len(recs), err)
+	}
+	first := recs[len(recs)-1] // newest first
+	wantUsage := vault.LedgerUsage{Uncached: 100, CacheRead: 300, Cost: 130}
+	if first.TenantLabel != "team-a" || first.CostHorizonRaw != 1200 || first.CostHorizonSent != 700 || first.Usage == nil || *first.Usage != wantUsage {
+		t.Fatalf("first record %+v usage %+v", first, first.Usage)
+	}
+	if last := recs[0]; last.CostHorizonRaw != 0 || last.Usage == nil || last.Usage.Uncached != 50 || last.Usage.Cost != 50 {
+		t.Fatalf("last record %+v usage %+v", last, last.Usage)
 	}
 }
 
@@ -201,24 +267,68 @@ func TestModelFamily(t *testing.T) {
 	}
 }
 
+// TestUsageFigures: the provider's usage split by how it was billed and
+// priced by the request's cost model, configured overrides included
+// (hand-computed from the published multipliers).
+func TestUsageFigures(t *testing.T) {
+	half := 0.5
+	tests := []struct {
+		name          string
+		format, model string
+		prices        map[string]CostPrices
+		u             response.Usage
+		want          *vault.LedgerUsage
+	}{
+		{"anthropic reads at 0.1, writes at 1.25", "anthropic_messages", "claude-sonnet-4-5", nil,
+			response.Usage{Input: 1000 + 800 + 200, CacheRead: 800, CacheWrite: 200, Output: 7, Known: true},
+			&vault.LedgerUsage{Uncached: 1000, CacheRead: 800, CacheWrite: 200, Cost: 1000 + 80 + 250}},
+		{"gpt-4.1 reads at 0.25", "openai_responses", "gpt-4.1-mini", nil,
+			response.Usage{Input: 4096, CacheRead: 2048, Known: true},
+			&vault.LedgerUsage{Uncached: 2048, CacheRead: 2048, Cost: 2048 + 512}},
+		{"cost_prices override", "anthropic_messages", "claude-opus-4", map[string]CostPrices{"anthropic": {CacheRead: &half}},
+			response.Usage{Input: 300, CacheRead: 200, Known: true},
+			&vault.LedgerUsage{Uncached: 100, CacheRead: 200, Cost: 100 + 100}},
+		{"no usage", "openai_chat", "gpt-4o", nil, response.Usage{}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := &Handler{}
+			h.CostPrices = tt.prices
+			got := h.usageFigures(&report{format: tt.format, usage: tt.u}, &observation{model: tt.model})
+			if (got == nil) != (tt.want == nil) || (got != nil && *got != *tt.want) {
+				t.Fatalf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
 // TestSummarize checks the stats arithmetic against hand-computed sums.
 func TestSummarize(t *testing.T) {
 	day1 := time.Date(2026, 11, 30, 23, 59, 0, 0, time.UTC).UnixMilli()
 	day2 := time.Date(2026, 12, 1, 0, 1, 0, 0, time.UTC).UnixMilli()
 	recs := []vault.LedgerRecord{
 		{Time: day1, Tenant: "ta", TenantLabel: "acme", Conversation: "c1", Model: "gpt-4o", Decision: "accepted",
-			RawBytes: 1000, SentBytes: 300, RawTokens: 250, SentTokens: 80, Receipts: 2, Folded: 1, CostRaw: 250, CostSent: 90},
+			RawBytes: 1000, SentBytes: 300, RawTokens: 250, SentTokens: 80, Receipts: 2, Folded: 1, CostRaw: 250, CostSent: 90,
+			CostHorizonRaw: 900, CostHorizonSent: 400, Usage: &vault.LedgerUsage{Uncached: 40, CacheRead: 60, Cost: 70}},
 		{Time: day2, Tenant: "ta", Conversation: "c1", Model: "gpt-4o", Decision: "passthrough", Reason: "not_smaller",
-			RawBytes: 500, SentBytes: 500, RawTokens: 120, SentTokens: 125, CostRaw: 120, CostSent: 120},
+			RawBytes: 500, SentBytes: 500, RawTokens: 120, SentTokens: 125, CostRaw: 120, CostSent: 120,
+			CostHorizonRaw: 300, CostHorizonSent: 300},
+		// An older record (no horizon figures) with usage but no expected cost.
 		{Time: day2, Tenant: "tb", Conversation: "c2", Model: "claude-sonnet", Decision: "shadow",
-			RawBytes: 800, SentBytes: 100, Receipts: 4},
+			RawBytes: 800, SentBytes: 100, Receipts: 4, Usage: &vault.LedgerUsage{Uncached: 5, CacheRead: 100, CacheWrite: 20, Cost: 40}},
+		// Its usage sums a recovery round: billed, but not set against
+		// the one request's expected cost.
 		{Time: day2, Tenant: "tb", Conversation: "c3", Model: "claude-sonnet", Decision: "accepted",
-			RawBytes: 2000, SentBytes: 200, Receipts: 1},
+			RawBytes: 2000, SentBytes: 200, Receipts: 1, CostRaw: 0.5, CostSent: 0.5,
+			Usage: &vault.LedgerUsage{Uncached: 1, Cost: 1, RecoveryRounds: 1}},
 	}
 	st := summarize(recs)
 	want := savings{Requests: 4, Accepted: 2, RawBytes: 4300, SentBytes: 300 + 500 + 800 + 200, RawTokens: 370, SentTokens: 80 + 120,
-		Receipts: 3, Folded: 1, CostRaw: 370, CostSent: 210}
+		Receipts: 3, Folded: 1, CostRaw: 370.5, CostSent: 210.5, CostHorizonRaw: 1200, CostHorizonSent: 700,
+		UsageRequests: 3, UsageUncached: 46, UsageCacheRead: 160, UsageCacheWrite: 20, CostActual: 111,
+		JudgedRequests: 1, CostActualJudged: 70, CostExpectedJudged: 90}
 	want.SavedBytes, want.SavedTok, want.CostSaved = want.RawBytes-want.SentBytes, want.RawTokens-want.SentTokens, want.CostRaw-want.CostSent
+	want.CostHorizonSaved = 500
 	if st.Totals != want {
 		t.Fatalf("totals\n got %+v\nwant %+v", st.Totals, want)
 	}
@@ -230,6 +340,10 @@ func TestSummarize(t *testing.T) {
 	}
 	if len(st.Tenants) != 2 || st.Tenants[0].Tenant != "tb" || st.Tenants[0].SavedBytes != 1800 || st.Tenants[1].Label != "acme" {
 		t.Fatalf("tenants %+v", st.Tenants)
+	}
+	if ta, tb := st.Tenants[1], st.Tenants[0]; ta.CostHorizonSaved != 500 || ta.CostActual != 70 || ta.CostExpectedJudged != 90 ||
+		tb.CostHorizonRaw != 0 || tb.CostActual != 41 || tb.JudgedRequests != 0 || tb.UsageCacheWrite != 20 {
+		t.Fatalf("tenant cost figures %+v / %+v", ta, tb)
 	}
 	if len(st.Models) != 2 || st.Models[0].Model != "claude-sonnet" || st.Models[1].SavedTok != 170 {
 		t.Fatalf("models %+v", st.Models)
@@ -340,7 +454,8 @@ func TestRecoveryHooks(t *testing.T) {
 }
 
 // BenchmarkAccount is what a finished candidate adds: metrics and the
-// ledger record queued (the writer drains it concurrently).
+// ledger record queued (the writer drains it concurrently), without and
+// with the provider's usage to price.
 func BenchmarkAccount(b *testing.B) {
 	s, err := vault.Open(vault.Config{Dir: b.TempDir()})
 	if err != nil {
@@ -349,6 +464,7 @@ func BenchmarkAccount(b *testing.B) {
 	defer s.Close()
 	sh := &shared{vaults: caddy.NewUsagePool()}
 	h := &Handler{}
+	h.prices = &cost.Config{} // as provision maps it
 	h.metrics = newMetrics(sh)
 	h.ledger = newLedgerWriter(s, vault.LedgerLimits{Retention: time.Hour, MaxRecords: 1 << 20, MaxBytes: 1 << 30}, h.metrics, zap.NewNop())
 	defer h.ledger.close()
@@ -356,10 +472,22 @@ func BenchmarkAccount(b *testing.B) {
 	ex := &exchange{start: time.Now(), rep: report{decision: compiler.Accepted, format: "openai_chat", rawBytes: 100000, sentBytes: 20000,
 		receipts: 3, compiled: true, tenant: "t1", tokens: compiler.TokenReport{Status: compiler.TokensExact, Raw: 25000, Sent: 5000}},
 		obs: observation{family: "gpt-4o", conversation: "c_1", kinds: compiler.ReceiptKinds{Lease: 3}, costRaw: 25000, costSent: 6000}}
-	b.ReportAllocs()
-	for b.Loop() {
-		h.account(r, ex)
-	}
+	// A request is accounted once: each iteration accounts a fresh copy.
+	b.Run("no usage", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			e := *ex
+			h.account(r, &e)
+		}
+	})
+	ex.rep.usage = response.Usage{Input: 25000, CacheRead: 18000, Output: 300, Known: true}
+	b.Run("usage", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			e := *ex
+			h.account(r, &e)
+		}
+	})
 }
 
 // stuckLedger blocks every append until released: a vault that hangs.
@@ -464,4 +592,38 @@ func histogram(t *testing.T, m *metrics, stage string) (count, sum float64) {
 		}
 	}
 	return 0, 0
+}
+
+// TestObserveCostJudged: the provider's usage counts as actual whenever it
+// came back, and against the expected figures only for a judged request
+// that went upstream once (a recovery round's usage sums several).
+func TestObserveCostJudged(t *testing.T) {
+	tests := []struct {
+		name           string
+		costRaw        float64
+		rounds         int
+		actual, judged float64
+		expectedJudged float64
+	}{
+		{"judged", 100, 0, 40, 40, 60},
+		{"not judged (cost model off, bypass)", 0, 0, 40, 0, 0},
+		{"recovery round", 100, 1, 40, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := newMetrics(&shared{vaults: caddy.NewUsagePool()})
+			rep := &report{format: "openai_chat"}
+			ob := &observation{family: "gpt-4o", label: "team-a", costRaw: tt.costRaw, costSent: 60,
+				usage: &vault.LedgerUsage{Uncached: 40, Cost: 40, RecoveryRounds: tt.rounds}}
+			m.observeCost(rep, ob)
+			got := []float64{
+				testutil.ToFloat64(m.tenantCost.WithLabelValues("team-a", costKindActual)),
+				testutil.ToFloat64(m.cost.WithLabelValues("openai_chat", "gpt-4o", costKindActualJudged)),
+				testutil.ToFloat64(m.tenantCost.WithLabelValues("team-a", costKindExpectedJudged)),
+			}
+			if want := []float64{tt.actual, tt.judged, tt.expectedJudged}; !slices.Equal(got, want) {
+				t.Fatalf("actual, actual_judged, expected_judged = %v, want %v", got, want)
+			}
+		})
+	}
 }

@@ -8,8 +8,10 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/vault"
 )
 
-// savings adds up ledger records. Saved figures count accepted rewrites
-// only: a pass-through or a shadow compile forwarded the original.
+// savings adds up ledger records. Saved bytes and tokens count accepted
+// rewrites only: a pass-through or a shadow compile forwarded the
+// original. The cost figures are the records' own (cost_sent is of what
+// went; a shadow record's is what would have gone).
 type savings struct {
 	Requests   int64   `json:"requests"`
 	Accepted   int64   `json:"accepted"`
@@ -22,8 +24,26 @@ type savings struct {
 	CostRaw    float64 `json:"cost_raw"`
 	CostSent   float64 `json:"cost_sent"`
 	CostSaved  float64 `json:"cost_saved"`
-	Receipts   int64   `json:"receipts"`
-	Folded     int64   `json:"folded"`
+	// The same over each decision's horizon: the saving net of what the
+	// rewrites did to the provider's cache on the following requests.
+	CostHorizonRaw   float64 `json:"cost_horizon_raw"`
+	CostHorizonSent  float64 `json:"cost_horizon_sent"`
+	CostHorizonSaved float64 `json:"cost_horizon_saved"`
+	// What the provider reported billing, where its answer carried usage:
+	// input tokens by how they were billed, and their price (cost_actual).
+	UsageRequests   int64   `json:"usage_requests"`
+	UsageUncached   int64   `json:"usage_uncached_tokens"`
+	UsageCacheRead  int64   `json:"usage_cache_read_tokens"`
+	UsageCacheWrite int64   `json:"usage_cache_write_tokens"`
+	CostActual      float64 `json:"cost_actual"`
+	// The requests with both usage and expected figures (and no recovery
+	// rounds, whose usage sums several upstream requests), like for like:
+	// their reported cost and their expected cost_sent.
+	JudgedRequests     int64   `json:"judged_requests"`
+	CostActualJudged   float64 `json:"cost_actual_judged"`
+	CostExpectedJudged float64 `json:"cost_expected_judged"`
+	Receipts           int64   `json:"receipts"`
+	Folded             int64   `json:"folded"`
 }
 
 func (s *savings) add(r *vault.LedgerRecord) {
@@ -45,9 +65,26 @@ func (s *savings) add(r *vault.LedgerRecord) {
 		// CostSent is of what went: the original on pass-through.
 		s.CostSent += r.CostSent
 	}
+	s.CostHorizonRaw += r.CostHorizonRaw
+	s.CostHorizonSent += r.CostHorizonSent
+	if u := r.Usage; u != nil {
+		s.UsageRequests++
+		s.UsageUncached += int64(u.Uncached)
+		s.UsageCacheRead += int64(u.CacheRead)
+		s.UsageCacheWrite += int64(u.CacheWrite)
+		s.CostActual += u.Cost
+		if r.CostRaw > 0 && u.RecoveryRounds == 0 {
+			// The expected figures are of one request; recovery rounds'
+			// usage sums several.
+			s.JudgedRequests++
+			s.CostActualJudged += u.Cost
+			s.CostExpectedJudged += r.CostSent
+		}
+	}
 	s.SavedBytes = s.RawBytes - s.SentBytes
 	s.SavedTok = s.RawTokens - s.SentTokens
 	s.CostSaved = s.CostRaw - s.CostSent
+	s.CostHorizonSaved = s.CostHorizonRaw - s.CostHorizonSent
 }
 
 type tenantSavings struct {

@@ -3,7 +3,9 @@ package integration
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -154,11 +156,24 @@ func domValue(t *testing.T, dom, id string) string {
 func TestBrowser_SavingsPage(t *testing.T) {
 	bin := chromium(t)
 	up := newUpstream(t)
+	answerWithUsage(up, math.MaxInt) // every answer carries usage
 	o := startObserved(t, savingsSnippet, up)
 	ct, what := replaySession(t, o)
 	if ct.accepted == 0 || ct.saved <= 0 {
 		t.Fatalf("%s saved nothing: %+v", what, ct)
 	}
+	// The provider-billed figure the page must show is the stats API's
+	// (TestObserve_LedgerAndStats checks that one against the usage).
+	var st struct {
+		Totals struct {
+			CostActualJudged float64 `json:"cost_actual_judged"`
+			JudgedRequests   int     `json:"judged_requests"`
+		} `json:"totals"`
+	}
+	if err := json.Unmarshal(o.adminGet("/token-terminator/stats"), &st); err != nil || st.Totals.JudgedRequests != ct.judged {
+		t.Fatalf("stats: %+v (err %v), %d judged requests seen by the client", st.Totals, err, ct.judged)
+	}
+	ct.actualJudged = st.Totals.CostActualJudged
 	url := o.URL + "/tt-savings/"
 	if page := o.do(http.MethodGet, "/tt-savings/", nil, 0); !bytes.Equal(page.Body, o.adminGet("/token-terminator/")) {
 		t.Fatal("the site route and the admin API serve different pages")
@@ -207,6 +222,13 @@ func checkRenderedPage(t *testing.T, dom string, ct clientTotals, what string) {
 	}
 	if got := domValue(t, dom, "kpi-saved-tokens"); got != strconv.FormatInt(ct.savedToks, 10) {
 		t.Errorf("page shows %s tokens saved, client saw %d", got, ct.savedToks)
+	}
+	// Net over the horizon: the headers round raw and sent each.
+	if got, _ := strconv.ParseFloat(domValue(t, dom, "kpi-horizon-saved"), 64); !near(got, ct.horizonRaw-ct.horizonSent, 2*ct.judged) || got <= 0 {
+		t.Errorf("page shows %v net saved over the horizon, client saw %d - %d", got, ct.horizonRaw, ct.horizonSent)
+	}
+	if got, _ := strconv.ParseFloat(domValue(t, dom, "kpi-actual"), 64); math.Abs(got-ct.actualJudged) > 1e-6 || got <= 0 {
+		t.Errorf("page shows %v billed by the provider, the stats say %v", got, ct.actualJudged)
 	}
 	// The per-day chart drew one raw and one sent bar per day, and its
 	// bars add up to the totals.

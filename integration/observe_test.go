@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -172,6 +173,11 @@ type clientTotals struct {
 	receipts             int64
 	decisions, passes    map[string]int
 	rawTokens, savedToks int64
+	// The expected cost figures (rounded in the header) of the judged
+	// requests: this request's and over the horizon.
+	judged                                     int
+	costRaw, costSent, horizonRaw, horizonSent int64
+	actualJudged                               float64 // the stats' provider-billed figure, for the page
 }
 
 func (c *clientTotals) add(t testing.TB, r response) {
@@ -194,6 +200,13 @@ func (c *clientTotals) add(t testing.TB, r response) {
 		c.accepted++
 		c.receipts += headerInt(t, r.TT, "receipts")
 	}
+	if strings.Contains(r.TT, "cost_raw=") {
+		c.judged++
+		c.costRaw += headerInt(t, r.TT, "cost_raw")
+		c.costSent += headerInt(t, r.TT, "cost_sent")
+		c.horizonRaw += headerInt(t, r.TT, "cost_horizon_raw")
+		c.horizonSent += headerInt(t, r.TT, "cost_horizon_sent")
+	}
 	if strings.Contains(r.TT, "raw_tokens=") {
 		rt := headerInt(t, r.TT, "raw_tokens")
 		c.rawTokens += rt
@@ -202,6 +215,48 @@ func (c *clientTotals) add(t testing.TB, r response) {
 		}
 	}
 }
+
+// near reports whether a ledger or metric sum of n figures matches the
+// headers' sum of the same figures, each rounded to a whole unit there.
+func near(got float64, header int64, n int) bool {
+	return math.Abs(got-float64(header)) <= 0.5*float64(n)+1e-6
+}
+
+// knownUsage is the usage the upstream reports for its i-th request
+// (answerWithUsage): prompt tokens, of which cached.
+func knownUsage(i int) (prompt, cached int) { return 3000 + 100*i, 1024 * (i % 3) }
+
+// answerWithUsage makes the upstream answer its first n requests with a
+// chat completion that carries knownUsage(i).
+func answerWithUsage(up *upstream, n int) {
+	up.respond = func(i int, w http.ResponseWriter) bool {
+		if i >= n {
+			return false
+		}
+		p, c := knownUsage(i)
+		fmt.Fprintf(w, `{"id":"resp","object":"chat.completion","choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":%d}}}`, p, c)
+		return true
+	}
+}
+
+// knownCost is what the cost model makes of knownUsage(i) for a gpt-4o
+// request (cached input at 0.5) or one whose model was not read (the
+// bypass: priced as the "other" family, cached at 0.1).
+func knownCost(i int, modelRead bool) float64 {
+	p, c := knownUsage(i)
+	read := 0.1
+	if modelRead {
+		read = 0.5
+	}
+	return read*float64(c) + float64(p-c)
+}
+
+// knownSequenceBypass is the upstream index of knownSequence's bypassed
+// request; its requests go upstream in order, 5 of them.
+const (
+	knownSequenceBypass = 3
+	knownSequenceSent   = 5
+)
 
 // knownSequence sends: a first delivery (pass-through), its second
 // exposure (a lease receipt), a same-request duplicate, a bypassed
@@ -239,10 +294,21 @@ func knownSequence(t *testing.T, o *observed, tag string) clientTotals {
 // after a known sequence, reloads, and checks the counters carried on.
 func TestObserve_MetricsAfterKnownSequence(t *testing.T) {
 	up := newUpstream(t)
+	answerWithUsage(up, knownSequenceSent)
 	o := startObserved(t, defaultSnippet, up)
 	ct := knownSequence(t, o, "m1")
-	if ct.accepted != 2 || ct.decisions["passthrough"] != 3 || ct.passes["bypass"] != 1 {
+	if ct.accepted != 2 || ct.decisions["passthrough"] != 3 || ct.passes["bypass"] != 1 || ct.judged == 0 {
 		t.Fatalf("sequence went differently than planned: %+v", ct)
+	}
+	var uncached, cached, actualGPT, actualOther float64
+	for i := range knownSequenceSent {
+		p, c := knownUsage(i)
+		uncached, cached = uncached+float64(p-c), cached+float64(c)
+		if i == knownSequenceBypass {
+			actualOther += knownCost(i, false)
+		} else {
+			actualGPT += knownCost(i, true)
+		}
 	}
 
 	m := o.scrape()
@@ -275,6 +341,41 @@ func TestObserve_MetricsAfterKnownSequence(t *testing.T) {
 			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
 		}
 	}
+	// Cost: the expected figures match the headers' (rounded there), the
+	// provider's usage is counted as it reported it and priced by the
+	// cost model, and every request is the unlabelled tenant's.
+	cost := func(kind string, labels ...string) float64 {
+		want := map[string]string{"kind": kind}
+		for i := 0; i+1 < len(labels); i += 2 {
+			want[labels[i]] = labels[i+1]
+		}
+		return sum(m, "token_terminator_cost_units_total", want)
+	}
+	costChecks := []struct {
+		name      string
+		got, want float64
+		tolerance float64
+	}{
+		{"cost raw", cost("raw"), float64(ct.costRaw), 0.5 * float64(ct.judged)},
+		{"cost horizon raw", cost("horizon_raw"), float64(ct.horizonRaw), 0.5 * float64(ct.judged)},
+		{"cost horizon sent", cost("horizon_sent"), float64(ct.horizonSent), 0.5 * float64(ct.judged)},
+		{"usage uncached", sum(m, "token_terminator_usage_tokens_total", map[string]string{"kind": "uncached"}), uncached, 0},
+		{"usage cache read", sum(m, "token_terminator_usage_tokens_total", map[string]string{"kind": "cache_read"}), cached, 0},
+		{"usage cache write", sum(m, "token_terminator_usage_tokens_total", map[string]string{"kind": "cache_write"}), 0, 0},
+		{"actual gpt-4o", cost("actual", "model", "gpt-4o"), actualGPT, 1e-6},
+		{"actual bypass", cost("actual", "model", "unknown"), actualOther, 1e-6},
+		{"tenant actual", sum(m, "token_terminator_tenant_cost_units_total", map[string]string{"tenant": "unlabelled", "kind": "actual"}), actualGPT + actualOther, 1e-6},
+		{"tenant horizon sent", sum(m, "token_terminator_tenant_cost_units_total", map[string]string{"tenant": "unlabelled", "kind": "horizon_sent"}), cost("horizon_sent"), 1e-6},
+		{"expected judged", cost("expected_judged"), float64(ct.costSent), 0.5 * float64(ct.judged)},
+	}
+	for _, c := range costChecks {
+		if math.Abs(c.got-c.want) > c.tolerance {
+			t.Errorf("%s = %v, want %v (±%v)", c.name, c.got, c.want, c.tolerance)
+		}
+	}
+	if hs, hr := cost("horizon_sent"), cost("horizon_raw"); hr <= 0 || hs > hr {
+		t.Errorf("over the horizon sent %v, raw %v: want 0 < sent <= raw", hs, hr)
+	}
 	gate, compile := sum(m, "token_terminator_duration_seconds_sum", map[string]string{"stage": "gate"}), sum(m, "token_terminator_duration_seconds_sum", map[string]string{"stage": "compile"})
 	if gate <= 0 || gate >= compile {
 		t.Errorf("gate seconds %v, compile seconds %v: the gate is part of the compile", gate, compile)
@@ -282,14 +383,18 @@ func TestObserve_MetricsAfterKnownSequence(t *testing.T) {
 	if sum(m, "token_terminator_vault_bytes", nil) <= 0 || sum(m, "token_terminator_cost_units_total", map[string]string{"kind": "raw"}) <= 0 {
 		t.Error("vault bytes or cost not reported")
 	}
-	// Bounded labels only: no tenant, conversation or raw model.
+	// Bounded labels only: no tenant hash, conversation or raw model.
 	for _, s := range m {
 		if !strings.HasPrefix(s.name, "token_terminator_") {
 			continue
 		}
 		for k := range s.labels {
 			switch k {
-			case "format", "decision", "reason", "model", "kind", "stage", "action", "le":
+			case "format", "decision", "reason", "model", "kind", "stage", "action", "le",
+				"tenant": // the operator's tenant_label names (here none: "unlabelled")
+				if k == "tenant" && s.labels[k] != "unlabelled" {
+					t.Errorf("tenant label %q on %s", s.labels[k], s.name)
+				}
 			default:
 				t.Errorf("unexpected label %s on %s", k, s.name)
 			}
@@ -319,6 +424,7 @@ func TestObserve_LedgerAndStats(t *testing.T) {
 	}
 	reverse_proxy $UPSTREAM
 `, up)
+	answerWithUsage(up, knownSequenceSent)
 	ct := knownSequence(t, o, "l1")
 
 	var led struct {
@@ -343,21 +449,46 @@ func TestObserve_LedgerAndStats(t *testing.T) {
 	if r := o.adminGet("/token-terminator/ledger?limit=2"); bytes.Count(r, []byte(`"decision"`)) != 2 {
 		t.Fatalf("limit=2 returned %s", r)
 	}
+	// Each record carries the provider's usage for its request (newest
+	// first: record j is upstream request n-1-j), priced by the cost model.
+	var actual float64
+	for j, rec := range led.Records {
+		i := len(led.Records) - 1 - j
+		p, c := knownUsage(i)
+		u, _ := rec["usage"].(map[string]any)
+		want := knownCost(i, i != knownSequenceBypass)
+		if u == nil || u["uncached"] != float64(p-c) || u["cache_read"] != float64(c) || u["cache_write"] != float64(0) ||
+			math.Abs(u["cost"].(float64)-want) > 1e-6 {
+			t.Fatalf("record %d usage %v, want uncached %d cache_read %d cost %v", j, rec["usage"], p-c, c, want)
+		}
+		actual += want
+	}
 
 	var st struct {
 		Totals struct {
-			Requests   int   `json:"requests"`
-			Accepted   int   `json:"accepted"`
-			RawBytes   int64 `json:"raw_bytes"`
-			SentBytes  int64 `json:"sent_bytes"`
-			SavedBytes int64 `json:"saved_bytes"`
-			Receipts   int64 `json:"receipts"`
+			Requests         int     `json:"requests"`
+			Accepted         int     `json:"accepted"`
+			RawBytes         int64   `json:"raw_bytes"`
+			SentBytes        int64   `json:"sent_bytes"`
+			SavedBytes       int64   `json:"saved_bytes"`
+			Receipts         int64   `json:"receipts"`
+			CostRaw          float64 `json:"cost_raw"`
+			CostHorizonRaw   float64 `json:"cost_horizon_raw"`
+			CostHorizonSent  float64 `json:"cost_horizon_sent"`
+			CostHorizonSaved float64 `json:"cost_horizon_saved"`
+			UsageRequests    int     `json:"usage_requests"`
+			UsageCacheRead   int64   `json:"usage_cache_read_tokens"`
+			CostActual       float64 `json:"cost_actual"`
+			JudgedRequests   int     `json:"judged_requests"`
+			CostExpJudged    float64 `json:"cost_expected_judged"`
 		} `json:"totals"`
 		Decisions map[string]int `json:"decisions"`
 		Reasons   map[string]int `json:"reasons"`
 		Tenants   []struct {
-			Label    string `json:"label"`
-			Requests int    `json:"requests"`
+			Label         string  `json:"label"`
+			Requests      int     `json:"requests"`
+			UsageRequests int     `json:"usage_requests"`
+			CostActual    float64 `json:"cost_actual"`
 		} `json:"tenants"`
 		Conversations []struct {
 			SavedBytes int64 `json:"saved_bytes"`
@@ -377,9 +508,23 @@ func TestObserve_LedgerAndStats(t *testing.T) {
 	if st.Decisions["accepted"] != 2 || st.Reasons["bypass"] != 1 || st.Vault.Artifacts != 2 {
 		t.Fatalf("decisions %v reasons %v vault %+v", st.Decisions, st.Reasons, st.Vault)
 	}
+	// Expected against the headers, actual against the upstream's usage.
+	var cachedAll int64
+	for i := range knownSequenceSent {
+		_, c := knownUsage(i)
+		cachedAll += int64(c)
+	}
+	if !near(tot.CostRaw, ct.costRaw, ct.judged) || !near(tot.CostHorizonRaw, ct.horizonRaw, ct.judged) ||
+		!near(tot.CostHorizonSent, ct.horizonSent, ct.judged) || math.Abs(tot.CostHorizonSaved-(tot.CostHorizonRaw-tot.CostHorizonSent)) > 1e-6 ||
+		tot.CostHorizonSaved < 0 || tot.UsageRequests != knownSequenceSent || tot.UsageCacheRead != cachedAll ||
+		math.Abs(tot.CostActual-actual) > 1e-6 || tot.JudgedRequests != ct.judged || !near(tot.CostExpJudged, ct.costSent, ct.judged) {
+		t.Fatalf("stats cost totals %+v, client saw %+v, priced usage %v", tot, ct, actual)
+	}
+	// team-a sent step 1, step 2 and the bypass: upstream requests 0, 1, 3.
+	teamA := knownCost(0, true) + knownCost(1, true) + knownCost(knownSequenceBypass, false)
 	labelled := false
 	for _, tn := range st.Tenants {
-		labelled = labelled || (tn.Label == "team-a" && tn.Requests == 3)
+		labelled = labelled || (tn.Label == "team-a" && tn.Requests == 3 && tn.UsageRequests == 3 && math.Abs(tn.CostActual-teamA) < 1e-6)
 	}
 	if !labelled || len(st.Conversations) == 0 || st.Conversations[0].SavedBytes <= 0 {
 		t.Fatalf("tenants %+v conversations %+v", st.Tenants, st.Conversations)

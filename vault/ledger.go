@@ -38,6 +38,30 @@ type LedgerRecord struct {
 	// cost model did not judge the request.
 	CostRaw  float64 `json:"cost_raw,omitempty"`
 	CostSent float64 `json:"cost_sent,omitempty"`
+	// The same over the decision's horizon (the third veto's figures: this
+	// request plus reading its prompt back on the following ones, from the
+	// cache as the conversation left it); 0 when not judged, and in
+	// records written before they were kept.
+	CostHorizonRaw  float64 `json:"cost_horizon_raw,omitempty"`
+	CostHorizonSent float64 `json:"cost_horizon_sent,omitempty"`
+	// Usage is what the provider reported it billed for the input; nil
+	// when its answer carried no usage (and in older records).
+	Usage *LedgerUsage `json:"usage,omitempty"`
+}
+
+// LedgerUsage is the provider's own account of a request's input tokens,
+// split by how they are billed, and their price by the same cost model
+// the expected figures use.
+type LedgerUsage struct {
+	Uncached   int `json:"uncached"`    // input tokens at the base price
+	CacheRead  int `json:"cache_read"`  // read from the provider's prompt cache
+	CacheWrite int `json:"cache_write"` // written to it (Anthropic's cache creation)
+	// Cost prices the three in base-input-token units (cost_sent's units).
+	Cost float64 `json:"cost"`
+	// RecoveryRounds counts the upstream requests beyond the first that
+	// the figures sum: the gateway's recovery rounds answered the model's
+	// recovery tool calls, and each was billed.
+	RecoveryRounds int `json:"recovery_rounds,omitempty"`
 }
 
 // LedgerLimits bound a ledger: records older than Retention, and the

@@ -1,9 +1,15 @@
 package vault
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"reflect"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/dgraph-io/badger/v4"
 )
 
 func ledgerRecs(from time.Time, n int, every time.Duration) []LedgerRecord {
@@ -120,5 +126,54 @@ func TestLedgerReopen(t *testing.T) {
 	got, err := s.ReadLedger(context.Background(), LedgerQuery{})
 	if err != nil || len(got) != 10 || s.ledger.count != 10 {
 		t.Fatalf("after reopen: %d records (counted %d), err %v; want 10", len(got), s.ledger.count, err)
+	}
+}
+
+// TestLedgerRecordFormats: a record round-trips with every field, records
+// written before the horizon and usage figures existed still decode (their
+// new fields zero / nil), and a record without usage stores no usage key.
+func TestLedgerRecordFormats(t *testing.T) {
+	clk := newClock()
+	s := openTest(t, Config{now: clk.Now})
+	ctx := context.Background()
+	lim := LedgerLimits{Retention: time.Hour, MaxRecords: 100, MaxBytes: 1 << 20}
+	now := clk.Now().UnixMilli()
+
+	// As the ledger wrote records before cost_horizon_* and usage.
+	old := `{"t":` + strconv.FormatInt(now-2, 10) + `,"tenant":"t1","tenant_label":"acme","conversation":"c_1","format":"openai_chat",` +
+		`"model":"gpt-4o","status":200,"decision":"accepted","raw_bytes":1000,"sent_bytes":100,"raw_tokens":250,"sent_tokens":30,` +
+		`"receipts":1,"folded":0,"cost_raw":250,"cost_sent":90}`
+	if err := s.db.Update(func(txn *badger.Txn) error {
+		return txn.Set(ledgerKey(now-2, 1), []byte(old))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	wantOld := LedgerRecord{Time: now - 2, Tenant: "t1", TenantLabel: "acme", Conversation: "c_1", Format: "openai_chat",
+		Model: "gpt-4o", Status: 200, Decision: "accepted", RawBytes: 1000, SentBytes: 100, RawTokens: 250, SentTokens: 30,
+		Receipts: 1, CostRaw: 250, CostSent: 90}
+	full := LedgerRecord{Time: now - 1, Tenant: "t2", Format: "anthropic_messages", Model: "claude-sonnet", Status: 200,
+		Decision: "accepted", RawBytes: 5000, SentBytes: 900, Receipts: 2, Folded: 1, CostRaw: 1250, CostSent: 1400,
+		CostHorizonRaw: 2250, CostHorizonSent: 1800,
+		Usage: &LedgerUsage{Uncached: 12, CacheRead: 800, CacheWrite: 300, Cost: 12 + 80 + 375, RecoveryRounds: 1}}
+	noUsage := LedgerRecord{Time: now, Tenant: "t2", Format: "openai_chat", Decision: "passthrough", Reason: "not_smaller",
+		RawBytes: 70, SentBytes: 70, CostRaw: 20, CostSent: 20, CostHorizonRaw: 30, CostHorizonSent: 30}
+	if err := s.AppendLedger(ctx, []LedgerRecord{full, noUsage}, lim); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ReadLedger(ctx, LedgerQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []LedgerRecord{noUsage, full, wantOld}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("read back\n got %+v\nwant %+v", got, want)
+	}
+	if got[2].Usage != nil || got[2].CostHorizonRaw != 0 {
+		t.Fatalf("the old record gained figures: %+v", got[2])
+	}
+	// Optional means absent: a record without usage or horizon stores neither key.
+	enc, _ := json.Marshal(LedgerRecord{Time: now, Decision: "passthrough"})
+	if bytes.Contains(enc, []byte("usage")) || bytes.Contains(enc, []byte("horizon")) {
+		t.Fatalf("empty figures encoded: %s", enc)
 	}
 }
