@@ -293,8 +293,8 @@ func (h *Handler) costModel(format, model string) cost.Model {
 // are billed and prices them by the request's cost model (the same
 // multipliers the expected figures use), so what the provider billed can
 // be set against what was expected. nil when the answer carried no usage.
-// Anthropic's 1-hour cache writes are not told apart in the usage the
-// response reader keeps; they are priced as 5-minute writes.
+// Anthropic's 1-hour cache writes are priced at their own rate when the
+// response splits them out (cache_creation).
 func (h *Handler) usageFigures(rep *report, ob *observation) *vault.LedgerUsage {
 	u := rep.usage
 	if !u.Known {
@@ -309,6 +309,6 @@ func (h *Handler) usageFigures(rep *report, ob *observation) *vault.LedgerUsage 
 		CacheWrite:     u.CacheWrite,
 		RecoveryRounds: rep.recovery.rounds,
 	}
-	lu.Cost = m.CacheRead*float64(lu.CacheRead) + m.CacheWrite*float64(lu.CacheWrite) + float64(lu.Uncached)
+	lu.Cost = m.Charge(float64(lu.CacheRead), float64(lu.CacheWrite), float64(u.CacheWrite1h), float64(lu.Uncached))
 	return lu
 }

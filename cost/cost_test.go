@@ -95,6 +95,27 @@ func TestPrice(t *testing.T) {
 	}
 }
 
+// Charge prices tokens by how the provider billed them (hand-computed).
+func TestCharge(t *testing.T) {
+	var c Config
+	an, oa := c.Model("anthropic_messages", "claude-sonnet-4"), c.Model("openai_chat", "gpt-4o")
+	tests := []struct {
+		m                               Model
+		read, written, written1h, plain float64
+		want                            float64
+	}{
+		{an, 1000, 400, 0, 50, 100 + 500 + 50},
+		{an, 1000, 400, 100, 50, 100 + 300*1.25 + 100*2 + 50},
+		{an, 0, 100, 500, 0, 200},          // the 1-hour part is at most what was written
+		{oa, 1000, 400, 100, 0, 500 + 400}, // no 1-hour rate: at CacheWrite (1)
+	}
+	for _, tt := range tests {
+		if got := tt.m.Charge(tt.read, tt.written, tt.written1h, tt.plain); !near(got, tt.want) {
+			t.Errorf("%s Charge(%v, %v, %v, %v) = %v, want %v", tt.m.Family, tt.read, tt.written, tt.written1h, tt.plain, got, tt.want)
+		}
+	}
+}
+
 // The plan choice: a rewrite of a warm cached prefix must pay back within
 // the horizon; on a cold cache the smallest plan wins.
 func TestCheapest(t *testing.T) {

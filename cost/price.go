@@ -21,6 +21,18 @@ func (m Model) Price(total, cached float64) float64 {
 	return m.CacheRead*read + m.CacheWrite*(total-read)
 }
 
+// Charge is the billed cost of tokens by how the provider billed them:
+// read from the cache, written to it (written1h of them with the 1-hour
+// TTL, at CacheWrite1h when the model has one) and plain uncached input.
+func (m Model) Charge(read, written, written1h, plain float64) float64 {
+	w1h := m.CacheWrite
+	if m.CacheWrite1h > 0 {
+		w1h = m.CacheWrite1h
+	}
+	written1h = min(written1h, written)
+	return m.CacheRead*read + m.CacheWrite*(written-written1h) + w1h*written1h + plain
+}
+
 // Uncached is the model of a request that does not use the cache at all
 // (Anthropic without any cache_control breakpoint): every token at the base
 // price.

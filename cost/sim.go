@@ -73,9 +73,10 @@ func (s *Simulator) Step(r Rendered, at time.Time) Bill {
 		s.entries[hit].used = at
 	}
 	b.Read = m.Cacheable(s.Config.Tokens(readBytes))
-	ttl, write := m.TTL, m.CacheWrite
-	if r.OneHour && m.CacheWrite1h > 0 {
-		ttl, write = m.TTL1h, m.CacheWrite1h
+	oneHour := r.OneHour && m.CacheWrite1h > 0
+	ttl := m.TTL
+	if oneHour {
+		ttl = m.TTL1h
 	}
 	if m.Breakpoints {
 		last := r.Breakpoints[len(r.Breakpoints)-1]
@@ -92,7 +93,11 @@ func (s *Simulator) Step(r Rendered, at time.Time) Bill {
 			s.add(r.Bytes, at, ttl)
 		}
 	}
-	b.Cost = m.CacheRead*b.Read + write*b.Written + b.Plain
+	written1h := 0.0
+	if oneHour {
+		written1h = b.Written
+	}
+	b.Cost = m.Charge(b.Read, b.Written, written1h, b.Plain)
 	return b
 }
 

@@ -17,6 +17,11 @@ type anthropicUsage struct {
 	OutputTokens             *int `json:"output_tokens"`
 	CacheReadInputTokens     *int `json:"cache_read_input_tokens"`
 	CacheCreationInputTokens *int `json:"cache_creation_input_tokens"`
+	// CacheCreation splits the written tokens by TTL (newer API
+	// versions); only the 1-hour part is kept, as it is billed at 2x.
+	CacheCreation *struct {
+		Ephemeral1h *int `json:"ephemeral_1h_input_tokens"`
+	} `json:"cache_creation"`
 }
 
 type anthropicBlock struct {
@@ -55,6 +60,9 @@ func (a *anthropicUsage) apply(u Usage) Usage {
 	}
 	if a.CacheCreationInputTokens != nil {
 		u.CacheWrite = *a.CacheCreationInputTokens
+	}
+	if a.CacheCreation != nil && a.CacheCreation.Ephemeral1h != nil {
+		u.CacheWrite1h = min(*a.CacheCreation.Ephemeral1h, u.CacheWrite)
 	}
 	if a.OutputTokens != nil {
 		u.Output = *a.OutputTokens

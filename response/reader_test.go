@@ -44,6 +44,9 @@ var readerCases = []readerCase{
 	{"responses stream ending incomplete", FormatResponses, true, strings.Replace(strings.Replace(responsesStreamFixture,
 		"event: response.completed", "event: response.incomplete", 1), `"type":"response.completed"`, `"type":"response.incomplete"`, 1),
 		Usage{Input: 2100, Output: 77, CacheRead: 1920, Known: true}, wantCalls("call_tt1", "call_bash")},
+	{"anthropic body with 1-hour writes", FormatAnthropic, false, `{"type":"message","content":[],"usage":{"input_tokens":7,"cache_creation_input_tokens":500,` +
+		`"cache_creation":{"ephemeral_5m_input_tokens":200,"ephemeral_1h_input_tokens":300},"cache_read_input_tokens":0,"output_tokens":3}}`,
+		Usage{Input: 507, Output: 3, CacheWrite: 500, CacheWrite1h: 300, Known: true}, nil},
 	{"anthropic body without cache fields", FormatAnthropic, false, `{"type":"message","content":[{"type":"text","text":"hi"}],"usage":{"input_tokens":7,"output_tokens":3}}`,
 		Usage{Input: 7, Output: 3, Known: true}, nil},
 	{"chat body with two choices", FormatChat, false, `{"choices":[{"index":0,"message":{"tool_calls":[{"id":"a","function":{"name":"bash","arguments":"{}"}}]}},` +

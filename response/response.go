@@ -17,7 +17,10 @@ type Usage struct {
 	Output     int
 	CacheRead  int // Anthropic cache_read_input_tokens; OpenAI *_tokens_details.cached_tokens
 	CacheWrite int // Anthropic cache_creation_input_tokens
-	Known      bool
+	// CacheWrite1h is the part of CacheWrite written with the 1-hour TTL
+	// (Anthropic cache_creation.ephemeral_1h_input_tokens).
+	CacheWrite1h int
+	Known        bool
 }
 
 // Add sums two usages (recovery rounds are billed separately and reported as one).
@@ -25,7 +28,8 @@ func (u Usage) Add(v Usage) Usage {
 	return Usage{
 		Input: u.Input + v.Input, Output: u.Output + v.Output,
 		CacheRead: u.CacheRead + v.CacheRead, CacheWrite: u.CacheWrite + v.CacheWrite,
-		Known: u.Known || v.Known,
+		CacheWrite1h: u.CacheWrite1h + v.CacheWrite1h,
+		Known:        u.Known || v.Known,
 	}
 }
 
