@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -300,7 +301,7 @@ func (h *Handler) usageFigures(rep *report, ob *observation) *vault.LedgerUsage 
 	if !u.Known {
 		return nil
 	}
-	m := h.costModel(rep.format, ob.model)
+	m := h.costModel(rep.format, cmp.Or(ob.model, u.Model)) // a bypassed body: the model the answer names
 	lu := &vault.LedgerUsage{
 		// Input counts every input token, cached and written ones too
 		// (response.Usage).

@@ -292,6 +292,11 @@ func TestUsageFigures(t *testing.T) {
 			response.Usage{Input: 300, CacheRead: 200, Known: true},
 			&vault.LedgerUsage{Uncached: 100, CacheRead: 200, Cost: 100 + 100}},
 		{"no usage", "openai_chat", "gpt-4o", nil, response.Usage{}, nil},
+		// A bypassed body: no model from the request, the answer's prices it
+		// (gpt-4o reads at 0.5, not the unknown family's 0.1).
+		{"the answer's model", "openai_chat", "", nil,
+			response.Usage{Input: 2048, CacheRead: 1024, Model: "gpt-4o-2024-08-06", Known: true},
+			&vault.LedgerUsage{Uncached: 1024, CacheRead: 1024, Cost: 1024 + 512}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -32,6 +32,7 @@ type anthropicBlock struct {
 }
 
 type anthropicBody struct {
+	Model   string           `json:"model"`
 	Content []anthropicBlock `json:"content"`
 	Usage   *anthropicUsage  `json:"usage"`
 }
@@ -83,7 +84,7 @@ func (anthropicReader) body(r *Reader, b []byte) error {
 		}
 	}
 	if v.Usage != nil {
-		r.usage = v.Usage.apply(Usage{})
+		r.usage = v.Usage.apply(Usage{Model: v.Model})
 	}
 	return nil
 }
@@ -107,7 +108,7 @@ func (anthropicReader) event(r *Reader, ev Event) error {
 	switch v.Type {
 	case "message_start":
 		if v.Message != nil && v.Message.Usage != nil {
-			r.usage = v.Message.Usage.apply(Usage{})
+			r.usage = v.Message.Usage.apply(Usage{Model: v.Message.Model})
 		}
 	case "message_delta":
 		if v.Usage != nil {

@@ -31,6 +31,7 @@ type chatMessage struct {
 }
 
 type chatBody struct {
+	Model   string `json:"model"`
 	Choices []struct {
 		Index   int         `json:"index"`
 		Message chatMessage `json:"message"`
@@ -59,6 +60,7 @@ func (chatReader) body(r *Reader, b []byte) error {
 	}
 	if v.Usage != nil {
 		r.usage = v.Usage.usage()
+		r.usage.Model = v.Model
 	}
 	return nil
 }
@@ -96,6 +98,7 @@ func (chatReader) event(r *Reader, ev Event) error {
 	}
 	if v.Usage != nil {
 		r.usage = v.Usage.usage()
+		r.usage.Model = v.Model
 	}
 	return nil
 }

@@ -25,20 +25,20 @@ type readerCase struct {
 
 var readerCases = []readerCase{
 	{"chat body", FormatChat, false, chatBodyFixture,
-		Usage{Input: 1850, Output: 41, CacheRead: 1536, Known: true}, wantCalls("call_tt1", "call_bash")},
+		Usage{Input: 1850, Output: 41, CacheRead: 1536, Model: "gpt-4o-2024-08-06", Known: true}, wantCalls("call_tt1", "call_bash")},
 	{"chat stream crlf", FormatChat, true, chatStreamFixture,
-		Usage{Input: 1850, Output: 41, CacheRead: 1536, Known: true}, wantCalls("call_tt1", "call_bash")},
+		Usage{Input: 1850, Output: 41, CacheRead: 1536, Model: "gpt-4o", Known: true}, wantCalls("call_tt1", "call_bash")},
 	{"responses body", FormatResponses, false, responsesBodyFixture,
-		Usage{Input: 2100, Output: 77, CacheRead: 1920, Known: true}, wantCalls("call_tt1", "call_bash")},
+		Usage{Input: 2100, Output: 77, CacheRead: 1920, Model: "gpt-5", Known: true}, wantCalls("call_tt1", "call_bash")},
 	{"responses stream", FormatResponses, true, responsesStreamFixture,
 		Usage{Input: 2100, Output: 77, CacheRead: 1920, Known: true}, wantCalls("call_tt1", "call_bash")},
 	{"anthropic body", FormatAnthropic, false, anthropicBodyFixture,
-		Usage{Input: 4312, Output: 95, CacheRead: 4000, CacheWrite: 300, Known: true}, wantCalls("toolu_tt1", "toolu_bash")},
+		Usage{Input: 4312, Output: 95, CacheRead: 4000, CacheWrite: 300, Model: "claude-sonnet-4-5", Known: true}, wantCalls("toolu_tt1", "toolu_bash")},
 	{"anthropic stream", FormatAnthropic, true, anthropicStreamFixture,
-		Usage{Input: 4312, Output: 95, CacheRead: 4000, CacheWrite: 300, Known: true}, wantCalls("toolu_tt1", "toolu_bash")},
+		Usage{Input: 4312, Output: 95, CacheRead: 4000, CacheWrite: 300, Model: "claude-sonnet-4-5", Known: true}, wantCalls("toolu_tt1", "toolu_bash")},
 	{"anthropic stream newer message_delta usage", FormatAnthropic, true, strings.Replace(anthropicStreamFixture,
 		`"usage":{"output_tokens":95}`, `"usage":{"input_tokens":12,"cache_creation_input_tokens":300,"cache_read_input_tokens":4100,"output_tokens":95}`, 1),
-		Usage{Input: 4412, Output: 95, CacheRead: 4100, CacheWrite: 300, Known: true}, wantCalls("toolu_tt1", "toolu_bash")},
+		Usage{Input: 4412, Output: 95, CacheRead: 4100, CacheWrite: 300, Model: "claude-sonnet-4-5", Known: true}, wantCalls("toolu_tt1", "toolu_bash")},
 	{"chat stream without usage", FormatChat, true, strings.Replace(chatStreamFixture, `"usage":{"prompt_tokens":1850`, `"usage":null,"x":{"prompt_tokens":1850`, 1),
 		Usage{}, wantCalls("call_tt1", "call_bash")},
 	{"responses stream ending incomplete", FormatResponses, true, strings.Replace(strings.Replace(responsesStreamFixture,
@@ -123,7 +123,7 @@ func TestReaderUsageWhileStreaming(t *testing.T) {
 	i := strings.Index(anthropicStreamFixture, "event: content_block_start")
 	r := NewReader(FormatAnthropic, Options{Stream: true})
 	r.Write([]byte(anthropicStreamFixture[:i]))
-	want := Usage{Input: 4312, Output: 1, CacheRead: 4000, CacheWrite: 300, Known: true}
+	want := Usage{Input: 4312, Output: 1, CacheRead: 4000, CacheWrite: 300, Model: "claude-sonnet-4-5", Known: true}
 	if u := r.Usage(); u != want {
 		t.Fatalf("usage %+v, want %+v", u, want)
 	}

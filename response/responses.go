@@ -22,6 +22,7 @@ type responsesItem struct {
 }
 
 type responsesBody struct {
+	Model  string          `json:"model"`
 	Output []responsesItem `json:"output"`
 	Usage  *responsesUsage `json:"usage"`
 }
@@ -56,6 +57,7 @@ func (responsesReader) body(r *Reader, b []byte) error {
 	}
 	if v.Usage != nil {
 		r.usage = v.Usage.usage()
+		r.usage.Model = v.Model
 	}
 	return nil
 }
@@ -86,6 +88,7 @@ func (responsesReader) event(r *Reader, ev Event) error {
 	case "response.completed", "response.incomplete", "response.failed":
 		if v.Response != nil && v.Response.Usage != nil {
 			r.usage = v.Response.Usage.usage()
+			r.usage.Model = v.Response.Model
 		}
 	}
 	return nil
