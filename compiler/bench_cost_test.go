@@ -17,13 +17,20 @@ import (
 // decision adds (its plan variants, renders, cache state); profile the
 // "on" case for its share (README, Cost).
 func BenchmarkCostDecision1MBWarm(b *testing.B) {
+	turns := compilertest.Turns(1000, 51, 20000)
+	anth := compilertest.AnthropicOptions{System: true, CacheLast: true} // Claude Code's shape: receipt blocks, a receipt breakpoint
 	for _, tt := range []struct {
-		name string
-		off  bool
-	}{{"on", false}, {"off", true}} {
+		name, path string
+		prev, body []byte
+		off        bool
+	}{
+		{"chat/on", "/v1/chat/completions", compilertest.ChatBody("gpt-5", turns[:50], ""), compilertest.ChatBody("gpt-5", turns, ""), false},
+		{"chat/off", "/v1/chat/completions", compilertest.ChatBody("gpt-5", turns[:50], ""), compilertest.ChatBody("gpt-5", turns, ""), true},
+		{"anthropic/on", "/v1/messages", compilertest.AnthropicBody("claude-sonnet-4-5", turns[:50], "", anth), compilertest.AnthropicBody("claude-sonnet-4-5", turns, "", anth), false},
+		{"anthropic/off", "/v1/messages", compilertest.AnthropicBody("claude-sonnet-4-5", turns[:50], "", anth), compilertest.AnthropicBody("claude-sonnet-4-5", turns, "", anth), true},
+	} {
 		b.Run(tt.name, func(b *testing.B) {
-			turns := compilertest.Turns(1000, 51, 20000)
-			prev, body := compilertest.ChatBody("gpt-5", turns[:50], ""), compilertest.ChatBody("gpt-5", turns, "")
+			prev, body := tt.prev, tt.body
 			opts := compiler.Options{InlineLeases: 1,
 				Compaction: compiler.Compaction{Enabled: true, MinVaultChars: 4000, CollapseAfterTurns: 6, InlineRecentTurns: 5}}
 			opts.Cost.Off = tt.off
@@ -33,12 +40,13 @@ func BenchmarkCostDecision1MBWarm(b *testing.B) {
 			}
 			at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 			req := func(body []byte, at time.Time) compiler.Result {
-				return c.Compile(context.Background(), compiler.Request{Path: "/v1/chat/completions", Body: body,
+				return c.Compile(context.Background(), compiler.Request{Path: tt.path, Body: body,
 					Scope: compiler.Scope{Tenant: "warm"}, Mode: compiler.ModeEnforce, Time: at})
 			}
 			req(prev, at)
-			if res := req(body, at.Add(20*time.Second)); res.Receipts != 50 {
-				b.Fatalf("setup: %d receipts (%s), want 50", res.Receipts, res.Reason)
+			want := req(body, at.Add(20*time.Second)).Receipts
+			if want == 0 {
+				b.Fatal("setup: no receipts")
 			}
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
@@ -48,8 +56,8 @@ func BenchmarkCostDecision1MBWarm(b *testing.B) {
 				t0 := time.Now()
 				res := req(body, at.Add(20*time.Second))
 				durs = append(durs, time.Since(t0))
-				if res.Receipts != 50 {
-					b.Fatalf("%d receipts (%s)", res.Receipts, res.Reason)
+				if res.Receipts != want {
+					b.Fatalf("%d receipts (%s), want %d", res.Receipts, res.Reason, want)
 				}
 			}
 			b.StopTimer()

@@ -112,7 +112,7 @@ func TestLoopJSON(t *testing.T) {
 			texts, wantUsage, wantCalls := c.expect(cfg, model)
 			r := response.NewReader(c.format, response.Options{})
 			r.Write(final)
-			if u := r.Usage(); u != openAIUsage(c.format, wantUsage) {
+			if u := sums(r.Usage()); u != openAIUsage(c.format, wantUsage) {
 				t.Fatalf("usage %+v, want %+v", u, wantUsage)
 			}
 			if got := callIDs(r.ToolCalls()); !reflect.DeepEqual(got, wantCalls) {
@@ -180,7 +180,7 @@ func TestLoopStream(t *testing.T) {
 			texts, wantUsage, wantCalls := c.expect(cfg, model)
 			r := response.NewReader(c.format, response.Options{Stream: true})
 			r.Write(client.Bytes())
-			if u := r.Usage(); u != openAIUsage(c.format, wantUsage) {
+			if u := sums(r.Usage()); u != openAIUsage(c.format, wantUsage) {
 				t.Fatalf("usage %+v, want %+v\n%s", u, wantUsage, client.Bytes())
 			}
 			if got := callIDs(r.ToolCalls()); !reflect.DeepEqual(got, wantCalls) {

@@ -100,7 +100,7 @@ func checkAnswer(t *testing.T, c loopCase, body []byte, stream bool, usage *resp
 	if usage == nil {
 		return
 	}
-	if u := r.Usage(); u != openAIUsage(c.format, *usage) {
+	if u := sums(r.Usage()); u != openAIUsage(c.format, *usage) {
 		t.Fatalf("usage %+v, want %+v", u, *usage)
 	}
 	if !reflect.DeepEqual(got, calls) {
@@ -141,4 +141,11 @@ func TestStitcherContinue(t *testing.T) {
 			checkClientStream(t, c, client.Bytes(), texts)
 		})
 	}
+}
+
+// sums is a usage without the model the answer names (the response
+// reader's tests check that): the token sums are what these tests check.
+func sums(u response.Usage) response.Usage {
+	u.Model = ""
+	return u
 }
