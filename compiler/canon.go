@@ -64,7 +64,8 @@ type hasher struct {
 	h     hash.Hash
 	buf   [8]byte
 	long  map[*jsonv.Node]*text
-	cache *textCache // may be nil
+	cache *textCache    // may be nil
+	known *knownStrings // the parse's keys of long strings; may be nil
 	// Scratch reused across nodes, so walking a message allocates nothing:
 	// the member order of the objects being walked (a stack, as objects
 	// nest) and decoded short strings.
@@ -95,7 +96,7 @@ func (c *hasher) textOfKey(n *jsonv.Node, key *textKey) *text {
 		if key != nil {
 			k = *key
 		} else {
-			k = c.cache.key(raw)
+			k = c.key(n, raw)
 		}
 		if v, ok := c.cache.get(k); ok {
 			t := &text{canon: v.digest, chars: v.chars, node: n, src: c.src}
@@ -122,6 +123,17 @@ func (c *hasher) textOfKey(n *jsonv.Node, key *textKey) *text {
 	return t
 }
 
+// key is the cache key of n's raw bytes: the one the parse computed when
+// it hashed the string (knownStrings), else a new one.
+func (c *hasher) key(n *jsonv.Node, raw []byte) textKey {
+	if c.known != nil {
+		if k, ok := c.known.keys[n.Start]; ok && k.n == len(raw) {
+			return k
+		}
+	}
+	return c.cache.key(raw)
+}
+
 // bodyOf returns the stable body of a tool result string (see
 // splitWrapper) and the source range the receipt replaces: the whole string
 // value, or the body's raw span inside it when the client wrapped it.
@@ -131,7 +143,7 @@ func (c *hasher) bodyOf(n *jsonv.Node) (t *text, start, end int) {
 	var k, bk textKey
 	cached := c.cache != nil && len(raw) >= longString
 	if cached {
-		k = c.cache.key(raw)
+		k = c.key(n, raw)
 		bk = k
 		bk.body = true
 		if v, ok := c.cache.get(bk); ok {

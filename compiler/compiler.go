@@ -295,7 +295,7 @@ func (p *plan) build() {
 // used (nil when there is nothing to record).
 func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Result) (commit func() time.Duration) {
 	t0 := time.Now()
-	d, reason := parseDoc(f, req.Body, c.texts)
+	d, reason := parseDocKnown(f, req.Body, c.texts, newKnownStrings(c.texts, req.Scope.Tenant))
 	res.Parse = time.Since(t0)
 	if reason != "" {
 		res.Reason = reason
@@ -392,10 +392,20 @@ type parsed struct {
 }
 
 func parseDoc(f format, src []byte, cache *textCache) (parsed, Reason) {
+	return parseDocKnown(f, src, cache, nil)
+}
+
+// parseDocKnown is parseDoc that skips the scan of the long strings known
+// has seen validated before (known may be nil; see knownStrings).
+func parseDocKnown(f format, src []byte, cache *textCache, known *knownStrings) (parsed, Reason) {
 	if len(src) == 0 {
 		return parsed{}, ReasonInvalidJSON
 	}
-	root, err := jsonv.Parse(src, maxDepthForRequests)
+	var jk jsonv.Known
+	if known != nil {
+		jk = known
+	}
+	root, err := jsonv.ParseKnown(src, maxDepthForRequests, jk)
 	if err != nil {
 		if errors.Is(err, jsonv.ErrDepth) {
 			return parsed{}, ReasonTooDeep
@@ -407,6 +417,7 @@ func parseDoc(f format, src []byte, cache *textCache) (parsed, Reason) {
 	}
 	d := &doc{src: src, root: root}
 	h := newHasher(src, cache)
+	h.known = known
 	if reason := f.parse(d, h); reason != "" {
 		return parsed{}, reason
 	}
