@@ -108,12 +108,24 @@ func (c *hasher) textOfKey(n *jsonv.Node, key *textKey) *text {
 	// string itself is decoded again if it is ever stored.
 	bp := decodeBuf.Get().(*[]byte)
 	b := n.AppendText((*bp)[:0], c.src)
+	t := c.decoded(n, k, long, b, false)
+	*bp = b[:0]
+	decodeBuf.Put(bp)
+	return t
+}
+
+// decoded is textOf for a string node whose text b the caller decoded
+// (k is its cache key when long): its digest and size, memoised like
+// textOf's. keep makes b the text's string (b is then the caller's no
+// more), so a text about to be stored is not decoded again.
+func (c *hasher) decoded(n *jsonv.Node, k textKey, long bool, b []byte, keep bool) *text {
 	t := &text{canon: sha256.Sum256(b), chars: len(b), node: n, src: c.src}
+	if keep {
+		t.s, t.node = unsafe.String(unsafe.SliceData(b), len(b)), nil
+	}
 	if !n.ASCII || n.Escaped {
 		t.chars = runeCount(b)
 	}
-	*bp = b[:0]
-	decodeBuf.Put(bp)
 	if long {
 		c.long[n] = t
 		if c.cache != nil {
@@ -162,7 +174,12 @@ func (c *hasher) bodyOf(n *jsonv.Node) (t *text, start, end int) {
 	rlo, okLo := jsonv.RawOffset(raw, lo)
 	rhi, okHi := jsonv.RawOffset(raw, hi)
 	if (lo == 0 && hi == len(b)) || !okLo || !okHi || rlo > rhi {
-		t := c.textOfKey(n, &k)
+		// The whole string is the body: its text is b, decoded once here
+		// for the digest and for the vault (text.str).
+		t, ok := c.long[n]
+		if !ok {
+			t = c.decoded(n, k, len(raw) >= longString, b, true)
+		}
 		t.digest = artifactDigest(t.canon, sha256.Sum256(raw))
 		if cached {
 			c.cache.put(bk, textVal{digest: t.digest, chars: t.chars})
