@@ -476,7 +476,14 @@ func (c *Compiler) decide(p *plan) {
 // validity check and the final gate. It returns the rewritten body, or a
 // pass-through reason.
 func (c *Compiler) rewrite(ctx context.Context, f format, p *plan, req Request, res *Result) ([]byte, Reason) {
-	out, err := splice(req.Body, p.edits)
+	// Room for the recovery tool's insertion (toolInsert: a comma or a
+	// new "tools" member around the definition), so adding it copies no
+	// second rewrite.
+	reserve := 0
+	if p.tool.def != nil {
+		reserve = len(p.tool.def) + len(`,"tools":[]`)
+	}
+	out, err := spliceReserve(req.Body, p.edits, reserve)
 	if err != nil {
 		return nil, ReasonInternal
 	}
