@@ -89,6 +89,7 @@ type Compiler struct {
 	store  Store
 	tokens TokenCounter
 	texts  *textCache
+	counts *rawCounts // token counts of original bodies (rawcount.go)
 	// invalid counts rewrites the validity check refused (invalid_output).
 	invalid atomic.Uint64
 	// usage holds what providers reported about recent responses.
@@ -125,7 +126,7 @@ func New(opts Options, store Store, tokens TokenCounter) (*Compiler, error) {
 	if err := CheckWorkingStateChars(opts.WorkingStateChars); err != nil {
 		return nil, fmt.Errorf("compiler: %w", err)
 	}
-	return &Compiler{opts: opts, store: store, tokens: tokens, texts: newTextCache(), usage: newUsageNotes()}, nil
+	return &Compiler{opts: opts, store: store, tokens: tokens, texts: newTextCache(), counts: newRawCounts(), usage: newUsageNotes()}, nil
 }
 
 // Compile compiles one request. It never fails: every problem yields a
@@ -415,7 +416,7 @@ func parseDocKnown(f format, src []byte, cache *textCache, known *knownStrings) 
 		}
 		return parsed{}, ReasonInvalidJSON
 	}
-	d := &doc{src: src, root: root}
+	d := &doc{src: src, root: root, known: known}
 	h := newHasher(src, cache)
 	h.known = known
 	if reason := f.parse(d, h); reason != "" {
@@ -585,7 +586,7 @@ func (c *Compiler) tokenGate(ctx context.Context, p *plan, raw, out []byte, res 
 		defer func() { _ = recover() }()
 		st = countHinted(ctx, c.tokens, model, out, outHints)
 	}()
-	rt := countHinted(ctx, c.tokens, model, raw, rawHints)
+	rt := c.countRaw(ctx, p.d, model, raw, rawHints)
 	<-done
 	res.Tokens = TokenReport{Status: rt.Status, Encoding: rt.Encoding, Raw: rt.N, Sent: rt.N}
 	if !rt.Status.Measured() {
@@ -600,6 +601,27 @@ func (c *Compiler) tokenGate(ctx context.Context, p *plan, raw, out []byte, res 
 		return ReasonMoreTokens
 	}
 	return ""
+}
+
+// countRaw counts the original body raw, from rawCounts when these bytes
+// were counted before. The key comes from the parse of d, so only that
+// very body is looked up.
+func (c *Compiler) countRaw(ctx context.Context, d *doc, model string, raw []byte, hints []int) TokenCount {
+	var key textKey
+	ok := false
+	if c.counts != nil && d.known != nil && len(raw) == len(d.src) && unsafe.SliceData(raw) == unsafe.SliceData(d.src) {
+		key, ok = d.known.bodyKey(raw, d.known.tenant+"\x00"+model)
+	}
+	if ok {
+		if v, hit := c.counts.get(key); hit {
+			return v
+		}
+	}
+	rt := countHinted(ctx, c.tokens, model, raw, hints)
+	if ok && rt.Status.Measured() {
+		c.counts.put(key, rt)
+	}
+	return rt
 }
 
 // record stores the forwarded request's lineage node: each artifact it
