@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -540,6 +542,15 @@ func (c *Compiler) persist(ctx context.Context, scope Scope, p *plan) error {
 	for _, d := range missing {
 		want[d] = true
 	}
+	var todo []*text
+	seen := make(map[*text]bool, len(missing))
+	for i, a := range p.arts {
+		if t := p.texts[i]; want[a.Digest] && !seen[t] {
+			seen[t] = true
+			todo = append(todo, t)
+		}
+	}
+	decodeAll(todo)
 	arts := make([]Artifact, 0, len(missing))
 	for i, a := range p.arts {
 		if want[a.Digest] {
@@ -549,6 +560,38 @@ func (c *Compiler) persist(ctx context.Context, scope Scope, p *plan) error {
 	}
 	return c.store.Persist(ctx, scope, arts)
 }
+
+// decodeAll decodes the texts about to be stored (text.str), on every core
+// when there is much of it: a cold request stores a megabyte of new tool
+// results, and decoding their escapes is one of the costs it waits for.
+// Each text must appear once.
+func decodeAll(texts []*text) {
+	total := 0
+	for _, t := range texts {
+		total += t.chars
+	}
+	workers := min(runtime.GOMAXPROCS(0), len(texts))
+	if total < parallelDecodeChars || workers < 2 {
+		for _, t := range texts {
+			t.str()
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < len(texts); i = int(next.Add(1) - 1) {
+				texts[i].str()
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// parallelDecodeChars is the size from which decodeAll uses every core: a
+// goroutine costs more than decoding less.
+const parallelDecodeChars = 256 << 10
 
 // gate is the strict final gate: the rewrite goes out only if it is strictly
 // smaller in bytes, strictly fewer tokens when a tokenizer applies, and,
