@@ -108,7 +108,7 @@ func (c *hasher) textOfKey(n *jsonv.Node, key *textKey) *text {
 	// string itself is decoded again if it is ever stored.
 	bp := decodeBuf.Get().(*[]byte)
 	b := n.AppendText((*bp)[:0], c.src)
-	t := c.decoded(n, k, long, b, false)
+	t := c.decoded(n, k, long, b)
 	*bp = b[:0]
 	decodeBuf.Put(bp)
 	return t
@@ -116,13 +116,10 @@ func (c *hasher) textOfKey(n *jsonv.Node, key *textKey) *text {
 
 // decoded is textOf for a string node whose text b the caller decoded
 // (k is its cache key when long): its digest and size, memoised like
-// textOf's. keep makes b the text's string (b is then the caller's no
-// more), so a text about to be stored is not decoded again.
-func (c *hasher) decoded(n *jsonv.Node, k textKey, long bool, b []byte, keep bool) *text {
+// textOf's. b is not kept: the text is decoded again only if it is stored,
+// and most first-seen texts are not (they go inline).
+func (c *hasher) decoded(n *jsonv.Node, k textKey, long bool, b []byte) *text {
 	t := &text{canon: sha256.Sum256(b), chars: len(b), node: n, src: c.src}
-	if keep {
-		t.s, t.node = unsafe.String(unsafe.SliceData(b), len(b)), nil
-	}
 	if !n.ASCII || n.Escaped {
 		t.chars = runeCount(b)
 	}
@@ -168,17 +165,23 @@ func (c *hasher) bodyOf(n *jsonv.Node) (t *text, start, end int) {
 		}
 	}
 	// Not seen yet: the rules read the decoded text (a wrapper may be
-	// spelled with any escapes), once; the cache remembers the split.
-	b := n.TextBytes(c.src)
+	// spelled with any escapes), once; the cache remembers the split. It
+	// is decoded into a pooled buffer, since nothing keeps it.
+	bp := decodeBuf.Get().(*[]byte)
+	b := n.AppendText((*bp)[:0], c.src)
+	defer func() {
+		*bp = b[:0]
+		decodeBuf.Put(bp)
+	}()
 	lo, hi := splitWrapper(unsafe.String(unsafe.SliceData(b), len(b)))
 	rlo, okLo := jsonv.RawOffset(raw, lo)
 	rhi, okHi := jsonv.RawOffset(raw, hi)
 	if (lo == 0 && hi == len(b)) || !okLo || !okHi || rlo > rhi {
-		// The whole string is the body: its text is b, decoded once here
-		// for the digest and for the vault (text.str).
+		// The whole string is the body: its digest comes from b, not
+		// from decoding it again.
 		t, ok := c.long[n]
 		if !ok {
-			t = c.decoded(n, k, len(raw) >= longString, b, true)
+			t = c.decoded(n, k, len(raw) >= longString, b)
 		}
 		t.digest = artifactDigest(t.canon, sha256.Sum256(raw))
 		if cached {
