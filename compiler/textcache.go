@@ -164,9 +164,14 @@ func (c *textCache) spanPut(k uint64, e spanEntry) {
 	c.spanPutLocked(k, spanVal{e, v[0]})
 }
 
+// spanEntries bounds each generation of spans: an entry is ~120 bytes
+// with the map's overhead, so both stay under ~8 MB. A miss only costs the
+// scan the parse would have made anyway.
+const spanEntries = 1 << 15
+
 func (c *textCache) spanPutLocked(k uint64, v spanVal) {
-	if len(c.spans) >= textCacheEntries {
-		c.spansPrev, c.spans = c.spans, make(map[uint64]spanVal, textCacheEntries/4)
+	if len(c.spans) >= spanEntries {
+		c.spansPrev, c.spans = c.spans, make(map[uint64]spanVal, spanEntries/4)
 	}
 	c.spans[k] = v
 }
