@@ -136,7 +136,7 @@ func (c *hasher) decoded(n *jsonv.Node, k textKey, long bool, b []byte) *text {
 // it hashed the string (knownStrings), else a new one.
 func (c *hasher) key(n *jsonv.Node, raw []byte) textKey {
 	if c.known != nil {
-		if k, ok := c.known.keys[n.Start]; ok && k.n == len(raw) {
+		if k, ok := c.known.keyAt(n.Start); ok && k.n == len(raw) {
 			return k
 		}
 	}

@@ -3,7 +3,6 @@ package compiler
 import (
 	"encoding/binary"
 	"hash/maphash"
-	"slices"
 	"sync"
 )
 
@@ -61,11 +60,6 @@ func (k *knownStrings) bodyKey(src []byte, salt string) (key textKey, ok bool) {
 	if k == nil {
 		return textKey{}, false
 	}
-	starts := make([]int, 0, len(k.keys))
-	for s := range k.keys {
-		starts = append(starts, s)
-	}
-	slices.Sort(starts)
 	var ha, hb maphash.Hash
 	ha.SetSeed(k.cache.seedA)
 	hb.SetSeed(k.cache.seedB)
@@ -76,8 +70,8 @@ func (k *knownStrings) bodyKey(src []byte, salt string) (key textKey, ok bool) {
 	ha.WriteString(salt)
 	hb.WriteString(salt)
 	pos := 0
-	for _, s := range starts {
-		e := k.keys[s]
+	for _, sk := range k.keys {
+		s, e := sk.start, sk.key
 		if s < pos || s+e.n > len(src) {
 			return textKey{}, false // not the spans of src's strings
 		}

@@ -1,9 +1,11 @@
 package compiler
 
 import (
+	"cmp"
 	"encoding/binary"
 	"hash/maphash"
 	"math/bits"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -134,7 +136,7 @@ type spanEntry struct {
 // header, a file read again with other lines), newest first.
 type spanVal [2]spanEntry
 
-func (c *textCache) spanKey(tenant string, rest []byte) uint64 {
+func (c *textCache) spanHash(tenant string, rest []byte) uint64 {
 	return maphash.Bytes(c.seedA, rest[:jsonv.KnownMin]) ^ maphash.String(c.seedB, tenant)
 }
 
@@ -182,8 +184,23 @@ func (c *textCache) spanPutLocked(k uint64, v spanVal) {
 type knownStrings struct {
 	cache   *textCache
 	tenant  string
-	keys    map[int]textKey
-	skipped int // strings whose scan the cache saved
+	keys    []spanKey // ascending by start: the parser meets strings in source order
+	skipped int       // strings whose scan the cache saved
+}
+
+// spanKey is the cache key of the long string starting at start.
+type spanKey struct {
+	start int
+	key   textKey
+}
+
+// keyAt returns the key kept for the string starting at start.
+func (k *knownStrings) keyAt(start int) (textKey, bool) {
+	i, ok := slices.BinarySearchFunc(k.keys, start, func(e spanKey, s int) int { return cmp.Compare(e.start, s) })
+	if !ok {
+		return textKey{}, false
+	}
+	return k.keys[i].key, true
 }
 
 // newKnownStrings returns nil without a cache.
@@ -191,17 +208,17 @@ func newKnownStrings(c *textCache, tenant string) *knownStrings {
 	if c == nil {
 		return nil
 	}
-	return &knownStrings{cache: c, tenant: tenant, keys: map[int]textKey{}}
+	return &knownStrings{cache: c, tenant: tenant, keys: make([]spanKey, 0, 64)}
 }
 
 func (k *knownStrings) String(src []byte, start int) (end int, escaped, ascii, ok bool) {
 	rest := src[start:]
-	for _, e := range k.cache.spanGet(k.cache.spanKey(k.tenant, rest)) {
+	for _, e := range k.cache.spanGet(k.cache.spanHash(k.tenant, rest)) {
 		if e.key.n == 0 || e.key.n > len(rest) {
 			continue
 		}
 		if key := k.cache.key(rest[:e.key.n]); key == e.key {
-			k.keys[start] = key
+			k.keys = append(k.keys, spanKey{start, key})
 			k.skipped++
 			return start + e.key.n, e.escaped, e.ascii, true
 		}
@@ -211,6 +228,6 @@ func (k *knownStrings) String(src []byte, start int) (end int, escaped, ascii, o
 
 func (k *knownStrings) Scanned(src []byte, start, end int, escaped, ascii bool) {
 	key := k.cache.key(src[start:end])
-	k.keys[start] = key
-	k.cache.spanPut(k.cache.spanKey(k.tenant, src[start:]), spanEntry{key: key, escaped: escaped, ascii: ascii})
+	k.keys = append(k.keys, spanKey{start, key})
+	k.cache.spanPut(k.cache.spanHash(k.tenant, src[start:]), spanEntry{key: key, escaped: escaped, ascii: ascii})
 }

@@ -118,7 +118,7 @@ func TestKnownStrings(t *testing.T) {
 				}
 			}
 			for _, s := range got.slots {
-				if key, ok := k.keys[s.start]; !ok || key != c.key(tc.body[s.start:s.end]) {
+				if key, ok := k.keyAt(s.start); !ok || key != c.key(tc.body[s.start:s.end]) {
 					t.Fatalf("slot at %d: no kept key, or not the cache key of its bytes", s.start)
 				}
 			}
