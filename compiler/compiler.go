@@ -442,8 +442,8 @@ func (c *Compiler) decide(p *plan) {
 	slots := p.d.slots
 	p.replace = make([]bool, len(slots))
 	p.sameAs = make([]int, len(slots))
-	newest := map[Digest]int{}
-	kept := map[Digest]int{}
+	newest := make(map[Digest]int, len(slots))
+	kept := make(map[Digest]int, len(slots))
 	for i, s := range slots {
 		p.sameAs[i] = -1
 		if p.eligible[i] {
