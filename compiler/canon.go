@@ -64,7 +64,8 @@ type hasher struct {
 	h     hash.Hash
 	buf   [8]byte
 	long  map[*jsonv.Node]*text
-	cache *textCache // may be nil
+	cache *textCache    // may be nil
+	known *knownStrings // the parse's keys of long strings; may be nil
 	// Scratch reused across nodes, so walking a message allocates nothing:
 	// the member order of the objects being walked (a stack, as objects
 	// nest) and decoded short strings.
@@ -95,7 +96,7 @@ func (c *hasher) textOfKey(n *jsonv.Node, key *textKey) *text {
 		if key != nil {
 			k = *key
 		} else {
-			k = c.cache.key(raw)
+			k = c.key(n, raw)
 		}
 		if v, ok := c.cache.get(k); ok {
 			t := &text{canon: v.digest, chars: v.chars, node: n, src: c.src}
@@ -107,12 +108,21 @@ func (c *hasher) textOfKey(n *jsonv.Node, key *textKey) *text {
 	// string itself is decoded again if it is ever stored.
 	bp := decodeBuf.Get().(*[]byte)
 	b := n.AppendText((*bp)[:0], c.src)
+	t := c.decoded(n, k, long, b)
+	*bp = b[:0]
+	decodeBuf.Put(bp)
+	return t
+}
+
+// decoded is textOf for a string node whose text b the caller decoded
+// (k is its cache key when long): its digest and size, memoised like
+// textOf's. b is not kept: the text is decoded again only if it is stored,
+// and most first-seen texts are not (they go inline).
+func (c *hasher) decoded(n *jsonv.Node, k textKey, long bool, b []byte) *text {
 	t := &text{canon: sha256.Sum256(b), chars: len(b), node: n, src: c.src}
 	if !n.ASCII || n.Escaped {
 		t.chars = runeCount(b)
 	}
-	*bp = b[:0]
-	decodeBuf.Put(bp)
 	if long {
 		c.long[n] = t
 		if c.cache != nil {
@@ -120,6 +130,17 @@ func (c *hasher) textOfKey(n *jsonv.Node, key *textKey) *text {
 		}
 	}
 	return t
+}
+
+// key is the cache key of n's raw bytes: the one the parse computed when
+// it hashed the string (knownStrings), else a new one.
+func (c *hasher) key(n *jsonv.Node, raw []byte) textKey {
+	if c.known != nil {
+		if k, ok := c.known.keyAt(n.Start); ok && k.n == len(raw) {
+			return k
+		}
+	}
+	return c.cache.key(raw)
 }
 
 // bodyOf returns the stable body of a tool result string (see
@@ -131,7 +152,7 @@ func (c *hasher) bodyOf(n *jsonv.Node) (t *text, start, end int) {
 	var k, bk textKey
 	cached := c.cache != nil && len(raw) >= longString
 	if cached {
-		k = c.cache.key(raw)
+		k = c.key(n, raw)
 		bk = k
 		bk.body = true
 		if v, ok := c.cache.get(bk); ok {
@@ -144,13 +165,24 @@ func (c *hasher) bodyOf(n *jsonv.Node) (t *text, start, end int) {
 		}
 	}
 	// Not seen yet: the rules read the decoded text (a wrapper may be
-	// spelled with any escapes), once; the cache remembers the split.
-	b := n.TextBytes(c.src)
+	// spelled with any escapes), once; the cache remembers the split. It
+	// is decoded into a pooled buffer, since nothing keeps it.
+	bp := decodeBuf.Get().(*[]byte)
+	b := n.AppendText((*bp)[:0], c.src)
+	defer func() {
+		*bp = b[:0]
+		decodeBuf.Put(bp)
+	}()
 	lo, hi := splitWrapper(unsafe.String(unsafe.SliceData(b), len(b)))
 	rlo, okLo := jsonv.RawOffset(raw, lo)
 	rhi, okHi := jsonv.RawOffset(raw, hi)
 	if (lo == 0 && hi == len(b)) || !okLo || !okHi || rlo > rhi {
-		t := c.textOfKey(n, &k)
+		// The whole string is the body: its digest comes from b, not
+		// from decoding it again.
+		t, ok := c.long[n]
+		if !ok {
+			t = c.decoded(n, k, len(raw) >= longString, b)
+		}
 		t.digest = artifactDigest(t.canon, sha256.Sum256(raw))
 		if cached {
 			c.cache.put(bk, textVal{digest: t.digest, chars: t.chars})

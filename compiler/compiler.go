@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -89,6 +91,7 @@ type Compiler struct {
 	store  Store
 	tokens TokenCounter
 	texts  *textCache
+	counts *rawCounts // token counts of original bodies (rawcount.go)
 	// invalid counts rewrites the validity check refused (invalid_output).
 	invalid atomic.Uint64
 	// usage holds what providers reported about recent responses.
@@ -125,7 +128,7 @@ func New(opts Options, store Store, tokens TokenCounter) (*Compiler, error) {
 	if err := CheckWorkingStateChars(opts.WorkingStateChars); err != nil {
 		return nil, fmt.Errorf("compiler: %w", err)
 	}
-	return &Compiler{opts: opts, store: store, tokens: tokens, texts: newTextCache(), usage: newUsageNotes()}, nil
+	return &Compiler{opts: opts, store: store, tokens: tokens, texts: newTextCache(), counts: newRawCounts(), usage: newUsageNotes()}, nil
 }
 
 // Compile compiles one request. It never fails: every problem yields a
@@ -318,7 +321,7 @@ func (p *plan) build() {
 // used (nil when there is nothing to record).
 func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Result) (commit func() time.Duration) {
 	t0 := time.Now()
-	d, reason := parseDoc(f, req.Body, c.texts)
+	d, reason := parseDocKnown(f, req.Body, c.texts, newKnownStrings(c.texts, req.Scope.Tenant))
 	res.Parse = time.Since(t0)
 	if reason != "" {
 		res.Reason = reason
@@ -415,10 +418,20 @@ type parsed struct {
 }
 
 func parseDoc(f format, src []byte, cache *textCache) (parsed, Reason) {
+	return parseDocKnown(f, src, cache, nil)
+}
+
+// parseDocKnown is parseDoc that skips the scan of the long strings known
+// has seen validated before (known may be nil; see knownStrings).
+func parseDocKnown(f format, src []byte, cache *textCache, known *knownStrings) (parsed, Reason) {
 	if len(src) == 0 {
 		return parsed{}, ReasonInvalidJSON
 	}
-	root, err := jsonv.Parse(src, maxDepthForRequests)
+	var jk jsonv.Known
+	if known != nil {
+		jk = known
+	}
+	root, err := jsonv.ParseKnown(src, maxDepthForRequests, jk)
 	if err != nil {
 		if errors.Is(err, jsonv.ErrDepth) {
 			return parsed{}, ReasonTooDeep
@@ -428,8 +441,9 @@ func parseDoc(f format, src []byte, cache *textCache) (parsed, Reason) {
 		}
 		return parsed{}, ReasonInvalidJSON
 	}
-	d := &doc{src: src, root: root}
+	d := &doc{src: src, root: root, known: known}
 	h := newHasher(src, cache)
+	h.known = known
 	if reason := f.parse(d, h); reason != "" {
 		return parsed{}, reason
 	}
@@ -451,8 +465,8 @@ func (c *Compiler) decide(p *plan) {
 	slots := p.d.slots
 	p.replace = make([]bool, len(slots))
 	p.sameAs = make([]int, len(slots))
-	newest := map[Digest]int{}
-	kept := map[Digest]int{}
+	newest := make(map[Digest]int, len(slots))
+	kept := make(map[Digest]int, len(slots))
 	for i, s := range slots {
 		p.sameAs[i] = -1
 		if p.eligible[i] {
@@ -488,7 +502,14 @@ func (c *Compiler) decide(p *plan) {
 // validity check and the final gate. It returns the rewritten body, or a
 // pass-through reason.
 func (c *Compiler) rewrite(ctx context.Context, f format, p *plan, req Request, res *Result) ([]byte, Reason) {
-	out, err := splice(req.Body, p.edits)
+	// Room for the recovery tool's insertion (toolInsert: a comma or a
+	// new "tools" member around the definition), so adding it copies no
+	// second rewrite.
+	reserve := 0
+	if p.tool.def != nil {
+		reserve = len(p.tool.def) + len(`,"tools":[]`)
+	}
+	out, err := spliceReserve(req.Body, p.edits, reserve)
 	if err != nil {
 		return nil, ReasonInternal
 	}
@@ -544,6 +565,15 @@ func (c *Compiler) persist(ctx context.Context, scope Scope, p *plan) error {
 	for _, d := range missing {
 		want[d] = true
 	}
+	var todo []*text
+	seen := make(map[*text]bool, len(missing))
+	for i, a := range p.arts {
+		if t := p.texts[i]; want[a.Digest] && !seen[t] {
+			seen[t] = true
+			todo = append(todo, t)
+		}
+	}
+	decodeAll(todo)
 	arts := make([]Artifact, 0, len(missing))
 	for i, a := range p.arts {
 		if want[a.Digest] {
@@ -553,6 +583,38 @@ func (c *Compiler) persist(ctx context.Context, scope Scope, p *plan) error {
 	}
 	return c.store.Persist(ctx, scope, arts)
 }
+
+// decodeAll decodes the texts about to be stored (text.str), on every core
+// when there is much of it: a cold request stores a megabyte of new tool
+// results, and decoding their escapes is one of the costs it waits for.
+// Each text must appear once.
+func decodeAll(texts []*text) {
+	total := 0
+	for _, t := range texts {
+		total += t.chars
+	}
+	workers := min(runtime.GOMAXPROCS(0), len(texts))
+	if total < parallelDecodeChars || workers < 2 {
+		for _, t := range texts {
+			t.str()
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < len(texts); i = int(next.Add(1) - 1) {
+				texts[i].str()
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// parallelDecodeChars is the size from which decodeAll uses every core: a
+// goroutine costs more than decoding less.
+const parallelDecodeChars = 256 << 10
 
 // gate is the strict final gate: the rewrite goes out only if it is strictly
 // smaller in bytes, strictly fewer tokens when a tokenizer applies, and,
@@ -590,7 +652,7 @@ func (c *Compiler) tokenGate(ctx context.Context, p *plan, raw, out []byte, res 
 		defer func() { _ = recover() }()
 		st = countHinted(ctx, c.tokens, model, out, outHints)
 	}()
-	rt := countHinted(ctx, c.tokens, model, raw, rawHints)
+	rt := c.countRaw(ctx, p.d, model, raw, rawHints)
 	<-done
 	res.Tokens = TokenReport{Status: rt.Status, Encoding: rt.Encoding, Raw: rt.N, Sent: rt.N}
 	if !rt.Status.Measured() {
@@ -605,6 +667,27 @@ func (c *Compiler) tokenGate(ctx context.Context, p *plan, raw, out []byte, res 
 		return ReasonMoreTokens
 	}
 	return ""
+}
+
+// countRaw counts the original body raw, from rawCounts when these bytes
+// were counted before. The key comes from the parse of d, so only that
+// very body is looked up.
+func (c *Compiler) countRaw(ctx context.Context, d *doc, model string, raw []byte, hints []int) TokenCount {
+	var key textKey
+	ok := false
+	if c.counts != nil && d.known != nil && len(raw) == len(d.src) && unsafe.SliceData(raw) == unsafe.SliceData(d.src) {
+		key, ok = d.known.bodyKey(raw, d.known.tenant+"\x00"+model)
+	}
+	if ok {
+		if v, hit := c.counts.get(key); hit {
+			return v
+		}
+	}
+	rt := countHinted(ctx, c.tokens, model, raw, hints)
+	if ok && rt.Status.Measured() {
+		c.counts.put(key, rt)
+	}
+	return rt
 }
 
 // record stores the forwarded request's lineage node: each artifact it

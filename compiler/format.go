@@ -12,6 +12,7 @@ import (
 type doc struct {
 	src   []byte
 	root  *jsonv.Node
+	known *knownStrings // the parse's keys of src's long strings; may be nil
 	model string
 	units []*jsonv.Node
 	slots []slot

@@ -329,7 +329,9 @@ var errToolCheck = errors.New("compiler: the recovery tool edit is not where it 
 // closing bracket of out's tools array (after a comma when the array has
 // elements) or as a new last member "tools" of a root object that has
 // none, and nothing else changes, so the messages the format's parse and
-// provider rules read are the verified ones.
+// provider rules read are the verified ones. out is given up: the
+// insertion goes into its spare capacity when it has room (rewrite
+// reserves it).
 func addTool(out []byte, root *jsonv.Node, def []byte) ([]byte, error) {
 	if !root.Is(jsonv.Object) {
 		return nil, errToolCheck
@@ -344,7 +346,7 @@ func addTool(out []byte, root *jsonv.Node, def []byte) ([]byte, error) {
 	if c := out[ins.start]; c != ']' && c != '}' {
 		return nil, errToolCheck
 	}
-	return splice(out, []edit{ins})
+	return insertInto(out, ins), nil
 }
 
 // stickyTool is the tool flag a conversation's next state records: set

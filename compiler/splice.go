@@ -2,6 +2,7 @@ package compiler
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 )
 
@@ -16,7 +17,11 @@ type edit struct {
 // splice returns src with the edits applied. Edits must not overlap. Every
 // byte outside an edit is copied unchanged: this is what keeps pass-through
 // regions byte-identical (no re-serialization).
-func splice(src []byte, edits []edit) ([]byte, error) {
+func splice(src []byte, edits []edit) ([]byte, error) { return spliceReserve(src, edits, 0) }
+
+// spliceReserve is splice leaving room for extra more bytes, so that one
+// insertion into the result (insertInto) costs no second copy of it.
+func spliceReserve(src []byte, edits []edit, extra int) ([]byte, error) {
 	sort.Slice(edits, func(i, j int) bool { return edits[i].start < edits[j].start })
 	size := len(src)
 	for i, e := range edits {
@@ -25,7 +30,7 @@ func splice(src []byte, edits []edit) ([]byte, error) {
 		}
 		size += len(e.repl) - (e.end - e.start)
 	}
-	out := make([]byte, 0, size)
+	out := make([]byte, 0, size+extra)
 	pos := 0
 	for _, e := range edits {
 		out = append(out, src[pos:e.start]...)
@@ -33,6 +38,20 @@ func splice(src []byte, edits []edit) ([]byte, error) {
 		pos = e.end
 	}
 	return append(out, src[pos:]...), nil
+}
+
+// insertInto inserts e (start == end, within out) into out: in place when
+// out's spare capacity holds it (the bytes after e.start move up), else
+// into a copy. The caller gives out up.
+func insertInto(out []byte, e edit) []byte {
+	n := len(out)
+	if cap(out)-n < len(e.repl) {
+		return slices.Concat(out[:e.start], e.repl, out[e.start:])
+	}
+	out = out[:n+len(e.repl)]
+	copy(out[e.start+len(e.repl):], out[e.start:n])
+	copy(out[e.start:], e.repl)
+	return out
 }
 
 // tokenHints returns where the token counter may look for cuts (see

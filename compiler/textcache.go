@@ -1,11 +1,15 @@
 package compiler
 
 import (
+	"cmp"
 	"encoding/binary"
 	"hash/maphash"
 	"math/bits"
+	"slices"
 	"sync"
 	"unsafe"
+
+	"github.com/tokenterminator/caddy-token-terminator/compiler/jsonv"
 )
 
 // textCache remembers the digest and size of long strings by a keyed hash
@@ -23,6 +27,9 @@ type textCache struct {
 	seedA, seedB maphash.Seed
 	mu           sync.Mutex
 	cur, prev    map[textKey]textVal
+	// spans, spansPrev: the parse's memory of long strings (knownStrings),
+	// kept in generations like cur and prev.
+	spans, spansPrev map[uint64]spanVal
 }
 
 const textCacheEntries = 1 << 16
@@ -42,7 +49,7 @@ type textVal struct {
 }
 
 func newTextCache() *textCache {
-	return &textCache{seedA: maphash.MakeSeed(), seedB: maphash.MakeSeed(), cur: map[textKey]textVal{}}
+	return &textCache{seedA: maphash.MakeSeed(), seedB: maphash.MakeSeed(), cur: map[textKey]textVal{}, spans: map[uint64]spanVal{}}
 }
 
 func (c *textCache) key(raw []byte) textKey {
@@ -111,4 +118,116 @@ func runeCount(b []byte) int {
 		}
 	}
 	return len(b) - cont
+}
+
+// The parse's memory of long strings (jsonv.Known): a tenant's long string
+// is found again by a keyed hash of its first jsonv.KnownMin raw bytes and
+// the tenant, and accepted only when its whole raw bytes have the text
+// cache's key of a string validated before. So a resent tool result costs
+// one pass of the keyed hash instead of the parser's scan, and the hasher
+// reuses that key instead of hashing the string again. Keyed by tenant, so
+// no tenant's parse is sped up by another's strings.
+type spanEntry struct {
+	key            textKey // key.n == 0: empty
+	escaped, ascii bool
+}
+
+// spanVal holds the newest strings that share a start (a tool's fixed
+// header, a file read again with other lines), newest first.
+type spanVal [2]spanEntry
+
+func (c *textCache) spanHash(tenant string, rest []byte) uint64 {
+	return maphash.Bytes(c.seedA, rest[:jsonv.KnownMin]) ^ maphash.String(c.seedB, tenant)
+}
+
+func (c *textCache) spanGet(k uint64) spanVal {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if v, ok := c.spans[k]; ok {
+		return v
+	}
+	v, ok := c.spansPrev[k]
+	if ok {
+		c.spanPutLocked(k, v)
+	}
+	return v
+}
+
+func (c *textCache) spanPut(k uint64, e spanEntry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.spans[k]
+	if !ok {
+		v = c.spansPrev[k]
+	}
+	if v[0] == e {
+		return
+	}
+	c.spanPutLocked(k, spanVal{e, v[0]})
+}
+
+// spanEntries bounds each generation of spans: an entry is ~120 bytes
+// with the map's overhead, so both stay under ~8 MB. A miss only costs the
+// scan the parse would have made anyway.
+const spanEntries = 1 << 15
+
+func (c *textCache) spanPutLocked(k uint64, v spanVal) {
+	if len(c.spans) >= spanEntries {
+		c.spansPrev, c.spans = c.spans, make(map[uint64]spanVal, spanEntries/4)
+	}
+	c.spans[k] = v
+}
+
+// knownStrings is one parse's jsonv.Known: it answers from the cache and
+// keeps the key of every long string it hashed, by start offset, for the
+// hasher (hasher.key).
+type knownStrings struct {
+	cache   *textCache
+	tenant  string
+	keys    []spanKey // ascending by start: the parser meets strings in source order
+	skipped int       // strings whose scan the cache saved
+}
+
+// spanKey is the cache key of the long string starting at start.
+type spanKey struct {
+	start int
+	key   textKey
+}
+
+// keyAt returns the key kept for the string starting at start.
+func (k *knownStrings) keyAt(start int) (textKey, bool) {
+	i, ok := slices.BinarySearchFunc(k.keys, start, func(e spanKey, s int) int { return cmp.Compare(e.start, s) })
+	if !ok {
+		return textKey{}, false
+	}
+	return k.keys[i].key, true
+}
+
+// newKnownStrings returns nil without a cache.
+func newKnownStrings(c *textCache, tenant string) *knownStrings {
+	if c == nil {
+		return nil
+	}
+	return &knownStrings{cache: c, tenant: tenant, keys: make([]spanKey, 0, 64)}
+}
+
+func (k *knownStrings) String(src []byte, start int) (end int, escaped, ascii, ok bool) {
+	rest := src[start:]
+	for _, e := range k.cache.spanGet(k.cache.spanHash(k.tenant, rest)) {
+		if e.key.n == 0 || e.key.n > len(rest) {
+			continue
+		}
+		if key := k.cache.key(rest[:e.key.n]); key == e.key {
+			k.keys = append(k.keys, spanKey{start, key})
+			k.skipped++
+			return start + e.key.n, e.escaped, e.ascii, true
+		}
+	}
+	return 0, false, false, false
+}
+
+func (k *knownStrings) Scanned(src []byte, start, end int, escaped, ascii bool) {
+	key := k.cache.key(src[start:end])
+	k.keys = append(k.keys, spanKey{start, key})
+	k.cache.spanPut(k.cache.spanHash(k.tenant, src[start:]), spanEntry{key: key, escaped: escaped, ascii: ascii})
 }

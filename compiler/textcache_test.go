@@ -69,3 +69,62 @@ func TestRawText(t *testing.T) {
 		}
 	}
 }
+
+// knownStrings (the parse's memory of long strings): a resent string is
+// skipped only within its tenant and only when its whole bytes match; the
+// document, its digests and the hasher's cache keys are those of a parse
+// without it.
+func TestKnownStrings(t *testing.T) {
+	long := strings.Repeat(`line \"q\" é \u00e9\n`, 200)
+	body := func(results ...string) []byte {
+		var b strings.Builder
+		b.WriteString(`{"messages":[`)
+		for i, r := range results {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(`{"role":"tool","tool_call_id":"x","content":"` + r + `"}`)
+		}
+		b.WriteString(`]}`)
+		return []byte(b.String())
+	}
+	c := newTextCache()
+	tests := []struct {
+		name, tenant string
+		body         []byte
+		skipped      int // strings whose scan was skipped
+	}{
+		{"first", "A", body(long), 0},
+		{"resent, one new", "A", body(long, long+"x"), 1},
+		{"other tenant", "B", body(long, long+"x"), 0},
+		{"resent twice", "A", body(long+"x", long), 2},
+		{"same start, changed end", "A", body(long+"y", long[:len(long)-2]+"zz"), 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			k := newKnownStrings(c, tc.tenant)
+			got, reason := parseDocKnown(chatFormat{}, tc.body, c, k)
+			if reason != "" {
+				t.Fatal(reason)
+			}
+			want, _ := parseDoc(chatFormat{}, tc.body, newTextCache())
+			if len(got.slots) != len(want.slots) {
+				t.Fatalf("%d slots, want %d", len(got.slots), len(want.slots))
+			}
+			for i := range got.slots {
+				g, w := got.slots[i], want.slots[i]
+				if g.text.digest != w.text.digest || g.text.chars != w.text.chars || g.start != w.start || g.end != w.end {
+					t.Fatalf("slot %d differs from a parse without known strings", i)
+				}
+			}
+			for _, s := range got.slots {
+				if key, ok := k.keyAt(s.start); !ok || key != c.key(tc.body[s.start:s.end]) {
+					t.Fatalf("slot at %d: no kept key, or not the cache key of its bytes", s.start)
+				}
+			}
+			if k.skipped != tc.skipped {
+				t.Fatalf("%d strings skipped, want %d", k.skipped, tc.skipped)
+			}
+		})
+	}
+}

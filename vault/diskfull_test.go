@@ -31,7 +31,7 @@ func TestDiskGuard(t *testing.T) {
 	must(t, s.Persist(ctx, sc, []compiler.Artifact{old}))
 
 	reserve := s.disk.reserve()
-	if reserve < 2*(8<<20) {
+	if reserve < 2*s.db.Opts().MemTableSize {
 		t.Fatalf("reserve %d does not cover two memtable flushes", reserve)
 	}
 	free.Store(reserve + 10_000) // room for small transactions, not this artifact

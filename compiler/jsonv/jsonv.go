@@ -85,6 +85,7 @@ type parser struct {
 	elems   []*Node
 	mslab   []Member
 	eslab   []*Node
+	known   Known // may be nil
 }
 
 // containerChunk is how many members (or elements) one slab allocation
@@ -168,11 +169,37 @@ var ErrTooManyNodes = errors.New("jsonv: too many values")
 
 // Parse parses src, which must hold exactly one JSON value (surrounding
 // whitespace allowed). maxDepth <= 0 means MaxDepth.
-func Parse(src []byte, maxDepth int) (*Node, error) {
+func Parse(src []byte, maxDepth int) (*Node, error) { return ParseKnown(src, maxDepth, nil) }
+
+// Known remembers long strings a parse has already validated, so a parse
+// of the next request, which resends them, can skip their scan. Agents
+// resend their whole history on every call, and scanning its long strings
+// (tool results) is most of a parse.
+//
+// Parse asks only about strings whose first KnownMin bytes (from the
+// opening quote) hold no closing quote, so a short string costs no lookup.
+type Known interface {
+	// String is given the source and the offset of a string's opening
+	// quote. It returns the end (after the closing quote) and flags of a
+	// string validated before that src[start:] starts with, or ok false.
+	// It must answer only for bytes equal to a string it was told about by
+	// Scanned.
+	String(src []byte, start int) (end int, escaped, ascii, ok bool)
+	// Scanned tells of a long string the parser validated: src[start:end]
+	// runs from its opening quote to its closing one.
+	Scanned(src []byte, start, end int, escaped, ascii bool)
+}
+
+// KnownMin is the raw length from which Parse consults Known.
+const KnownMin = 1024
+
+// ParseKnown is Parse that skips the scan of the long strings known holds
+// (known may be nil). The tree is the one Parse would build.
+func ParseKnown(src []byte, maxDepth int, known Known) (*Node, error) {
 	if maxDepth <= 0 {
 		maxDepth = MaxDepth
 	}
-	p := &parser{src: src, maxDepth: maxDepth}
+	p := &parser{src: src, maxDepth: maxDepth, known: known}
 	p.skipSpace()
 	n, err := p.value()
 	if err != nil {
@@ -288,7 +315,30 @@ func (p *parser) digits() bool {
 // needs a look (a quote, a backslash, a control character or a non-ASCII
 // byte) instead of walking up to it byte by byte.
 func (p *parser) str() (escaped, ascii bool, err error) {
-	s := p.src
+	start := p.pos
+	if p.known == nil || len(p.src)-start <= KnownMin {
+		return p.scan(p.src)
+	}
+	// Scan the first KnownMin bytes: a string that ends there is short.
+	// A scan cut off there fails (also when the cut splits an escape or a
+	// character), and only a string that truly ends inside it succeeds.
+	if escaped, ascii, err = p.scan(p.src[:start+KnownMin]); err == nil {
+		return escaped, ascii, nil
+	}
+	if end, esc, asc, ok := p.known.String(p.src, start); ok {
+		p.pos = end
+		return esc, asc, nil
+	}
+	p.pos = start
+	if escaped, ascii, err = p.scan(p.src); err == nil {
+		p.known.Scanned(p.src, start, p.pos, escaped, ascii)
+	}
+	return escaped, ascii, err
+}
+
+// scan is str over s, a prefix of the source (all of it but for str's
+// first look at a long string).
+func (p *parser) scan(s []byte) (escaped, ascii bool, err error) {
 	i := p.pos + 1 // after the opening quote
 	ascii = true
 	for {

@@ -1,0 +1,88 @@
+package compiler
+
+import (
+	"encoding/binary"
+	"hash/maphash"
+	"sync"
+)
+
+// rawCounts remembers the token counts of original bodies, so a request
+// resent whole (a retry, a client that resends before it appends) costs
+// the token gate no pass over its megabyte: the counter would hash every
+// byte of it to find its cached counts. The key is built from what the
+// parse already has (bodyKey), so computing it costs a pass over the short
+// parts between the long strings only. Counts are a function of the bytes,
+// the model and the counter, and a Compiler has one counter, so a
+// remembered count is the count; only measured counts are kept (not one
+// cut short by the budget).
+type rawCounts struct {
+	mu        sync.Mutex
+	cur, prev map[textKey]TokenCount
+}
+
+// rawCountEntries bounds each generation; an entry is ~100 bytes.
+const rawCountEntries = 1 << 12
+
+func newRawCounts() *rawCounts { return &rawCounts{cur: map[textKey]TokenCount{}} }
+
+func (m *rawCounts) get(k textKey) (TokenCount, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if v, ok := m.cur[k]; ok {
+		return v, true
+	}
+	v, ok := m.prev[k]
+	if ok {
+		m.putLocked(k, v)
+	}
+	return v, ok
+}
+
+func (m *rawCounts) put(k textKey, v TokenCount) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.putLocked(k, v)
+}
+
+func (m *rawCounts) putLocked(k textKey, v TokenCount) {
+	if len(m.cur) >= rawCountEntries {
+		m.prev, m.cur = m.cur, make(map[textKey]TokenCount, rawCountEntries/4)
+	}
+	m.cur[k] = v
+}
+
+// bodyKey is a 128-bit keyed hash of all of src, for the tenant and model
+// in salt: the bytes between the long strings the parse hashed, each long
+// string by its text-cache key (which names its bytes as surely as the
+// bytes do) and every length, so two bodies share a key only if they are
+// the same bytes. ok is false without the parse's keys.
+func (k *knownStrings) bodyKey(src []byte, salt string) (key textKey, ok bool) {
+	if k == nil {
+		return textKey{}, false
+	}
+	var ha, hb maphash.Hash
+	ha.SetSeed(k.cache.seedA)
+	hb.SetSeed(k.cache.seedB)
+	var buf [8 * 4]byte
+	write := func(b []byte) { ha.Write(b); hb.Write(b) }
+	binary.LittleEndian.PutUint64(buf[:8], uint64(len(salt)))
+	write(buf[:8])
+	ha.WriteString(salt)
+	hb.WriteString(salt)
+	pos := 0
+	for _, sk := range k.keys {
+		s, e := sk.start, sk.key
+		if s < pos || s+e.n > len(src) {
+			return textKey{}, false // not the spans of src's strings
+		}
+		write(src[pos:s])
+		binary.LittleEndian.PutUint64(buf[0:], uint64(s-pos))
+		binary.LittleEndian.PutUint64(buf[8:], e.a)
+		binary.LittleEndian.PutUint64(buf[16:], e.b)
+		binary.LittleEndian.PutUint64(buf[24:], uint64(e.n))
+		write(buf[:])
+		pos = s + e.n
+	}
+	write(src[pos:])
+	return textKey{a: ha.Sum64(), b: hb.Sum64(), n: len(src)}, true
+}
