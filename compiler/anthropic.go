@@ -189,7 +189,9 @@ func anthSameBlocks(as []byte, a *jsonv.Node, bs []byte, b *jsonv.Node) error {
 // tool_result follows another kind of block there, or a tool_result answers
 // no tool_use of the message just before.
 func anthPairing(src []byte, msgs *jsonv.Node) (int, error) {
-	pending := map[string]bool{}
+	// Two maps for the whole walk, cleared per message: a 1 MB request has
+	// hundreds of messages and the check runs this four times.
+	pending, answered := map[string]bool{}, map[string]bool{}
 	paired := 0
 	for i, m := range msgs.Elems {
 		content := m.Get("content")
@@ -197,7 +199,7 @@ func anthPairing(src []byte, msgs *jsonv.Node) (int, error) {
 		if content.Is(jsonv.Array) {
 			blocks = content.Elems
 		}
-		answered := map[string]bool{}
+		clear(answered)
 		if m.Get("role").StringIs(src, "user") {
 			results := true // still in the leading run of tool_result blocks
 			for _, b := range blocks {
@@ -219,7 +221,7 @@ func anthPairing(src []byte, msgs *jsonv.Node) (int, error) {
 		if len(answered) != len(pending) {
 			return 0, fmt.Errorf("anthropic: tool_use without tool_result before message %d", i)
 		}
-		pending = map[string]bool{}
+		clear(pending)
 		if m.Get("role").StringIs(src, "assistant") {
 			for _, b := range blocks {
 				if b.Get("type").StringIs(src, anthToolUse) {

@@ -1,7 +1,6 @@
 package compiler
 
 import (
-	"bytes"
 	"cmp"
 	"slices"
 	"time"
@@ -78,10 +77,6 @@ func (ch *choice) price(cp costPlan, tpb float64) float64 {
 	return ch.model.Price(float64(cp.total)*tpb, float64(cp.cached)*tpb)
 }
 
-var cacheControl = []byte(`"cache_control"`)
-
-var oneHourTTL = [][]byte{[]byte(`"ttl":"1h"`), []byte(`"ttl": "1h"`)}
-
 // choose builds the candidate plans of a request and returns the cheapest
 // compiled one with its cost decision; with the cost model off it returns
 // the full plan and no decision (bytes and tokens judge alone).
@@ -101,17 +96,17 @@ func (c *Compiler) choose(base *plan, format string, req Request) (*plan, *choic
 		ch.now = time.Now()
 	}
 	if ch.model.Breakpoints {
-		oneHour := bytes.Contains(d.src, oneHourTTL[0]) || bytes.Contains(d.src, oneHourTTL[1])
+		marked, count, oneHour := breakpointMarks(d)
 		switch {
-		case !bytes.Contains(d.src, cacheControl):
+		case count == 0:
 			ch.model = ch.model.Uncached() // no breakpoint: the provider caches nothing
 		case oneHour:
 			ch.model.TTL, ch.model.CacheWrite = ch.model.TTL1h, ch.model.CacheWrite1h
-			ch.marked = breakpointMarks(d)
+			ch.marked = marked
 		default:
-			ch.marked = breakpointMarks(d)
+			ch.marked = marked
 		}
-		base.blocks = receiptBlocksFor(d, ch.marked, oneHour, anthropicMaxBreakpoints)
+		base.blocks = receiptBlocksFor(d, ch.marked, oneHour, count)
 	}
 	base.head, base.headSize = headFingerprint(d)
 	if base.lineage.Found {

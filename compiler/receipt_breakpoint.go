@@ -1,7 +1,6 @@
 package compiler
 
 import (
-	"bytes"
 	"fmt"
 	"strings"
 
@@ -42,13 +41,11 @@ type receiptBlocks struct {
 // requests whose client marks one breakpoint in the history, after its
 // first message, and none 1-hour (a 5-minute
 // breakpoint must not precede a 1-hour one, and the gateway adds only
-// 5-minute ones); marked is choice.marked, max the provider's limit.
-func receiptBlocksFor(d *doc, marked []bool, oneHour bool, max int) receiptBlocks {
+// 5-minute ones); marked is choice.marked, count the request's markers
+// (breakpointMarks).
+func receiptBlocksFor(d *doc, marked []bool, oneHour bool, count int) receiptBlocks {
 	if marked == nil || oneHour {
 		return receiptBlocks{}
-	}
-	if max <= 0 {
-		max = 4
 	}
 	rb := receiptBlocks{marked: marked, limit: -1}
 	history := 0 // breakpoints in the history
@@ -69,10 +66,7 @@ func receiptBlocksFor(d *doc, marked []bool, oneHour bool, max int) receiptBlock
 	// second one already ends right before the newest round, where new
 	// receipts go, and plain strings are shorter.
 	rb.on = history == 1 && rb.limit > 0
-	// A literal "cache_control" inside a tool result counts too: the count
-	// can only come out high, and then nothing is added. An escaped key the
-	// count misses is caught by the check (checkAddedBreakpoint).
-	rb.free = rb.on && bytes.Count(d.src, cacheControl) < max
+	rb.free = rb.on && count < anthropicMaxBreakpoints
 	return rb
 }
 

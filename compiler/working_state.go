@@ -224,6 +224,10 @@ func wsUserMessage(src []byte, m *jsonv.Node) bool {
 // step would write its newest message again and the session would cost
 // more than the original. Until that is settled against the provider, such
 // a message gets no block.
+// cacheControl is the marker's key as bytes: a message whose bytes hold it
+// anywhere (a breakpoint, or a tool result quoting one) gets no block.
+var cacheControl = []byte(`"cache_control"`)
+
 func wsTarget(f format, d *doc) (pos int, inString, ok bool) {
 	key, _ := wsShape(f)
 	list := d.root.Get(key)
