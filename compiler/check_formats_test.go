@@ -1,6 +1,7 @@
 package compiler
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -165,6 +166,37 @@ func TestAnthropicBreakpointRules(t *testing.T) {
 			err := anthropicFormat{}.rules(p.doc)
 			if (tt.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.wantErr)) {
 				t.Fatalf("error %v, want %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// breakpointMarks reads markers from the tree: a tool result quoting
+// "cache_control" is no marker, an escaped key is one, and the 1-hour TTL
+// is seen wherever it is.
+func TestBreakpointMarks(t *testing.T) {
+	for _, tt := range []struct {
+		name, body string
+		marked     []bool
+		count      int
+		oneHour    bool
+	}{
+		{"quoted in a result", `{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"a","content":"{\"cache_control\":{\"type\":\"ephemeral\"}}"}]}]}`,
+			[]bool{false, false}, 0, false},
+		{"escaped key", `{"messages":[{"role":"user","content":[{"type":"text","text":"x","cache\u005fcontrol":{"type":"ephemeral"}}]}]}`,
+			[]bool{false, true}, 1, false},
+		{"tools, system and a 1-hour message", `{"tools":[{"name":"a","cache_control":{"type":"ephemeral"}}],"system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral"}}],` +
+			`"messages":[{"role":"user","content":"go"},{"role":"assistant","content":"ok"},{"role":"user","content":[{"type":"text","text":"x","cache_control":{"type":"ephemeral","ttl":"1h"}}]}]}`,
+			[]bool{true, true, false, false, true}, 3, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p, reason := parseDoc(anthropicFormat{}, []byte(tt.body), nil)
+			if reason != "" {
+				t.Fatal(reason)
+			}
+			marked, count, oneHour := breakpointMarks(p.doc)
+			if fmt.Sprint(marked) != fmt.Sprint(tt.marked) || count != tt.count || oneHour != tt.oneHour {
+				t.Fatalf("marked %v count %d 1h %v; want %v %d %v", marked, count, oneHour, tt.marked, tt.count, tt.oneHour)
 			}
 		})
 	}
