@@ -158,8 +158,9 @@ func TestBodyOutlivesHandler(t *testing.T) {
 				}
 				go func() { // reads the body after Compile returned
 					<-compileGo
-					compileSeen <- string(req.Body)
+					seen := string(req.Body)
 					req.Done()
+					compileSeen <- seen
 				}()
 				res.Reason = compiler.ReasonTimeout
 				return res
