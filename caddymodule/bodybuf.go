@@ -12,7 +12,7 @@ import (
 )
 
 // bodyBuffer is the one owner of a candidate's body bytes, from the read
-// to their return to a pool. The buffer is half of what a warm request
+// to their return to the free list. The buffer is half of what a warm request
 // allocates, but its readers can outlive the handler: reverse_proxy's
 // transport writes the body in a goroutine of its own that may still run
 // when the answer is back (and rewinds it through GetBody), and a compile
@@ -41,16 +41,52 @@ type pooled struct {
 	class int
 }
 
-// Size classes: four per doubling, from 64 KiB to 32 MiB, so a buffer is
-// at most a quarter larger than its body. Smaller bodies cost little to
+// Size classes: eight per doubling, from 64 KiB to 4 MiB (maxFreeBytes), so a buffer is
+// at most an eighth larger than its body. Smaller bodies cost little to
 // allocate; larger ones are not kept around.
 const (
 	poolMinShift    = 16
-	poolMaxShift    = 25
-	classesPerShift = 4
+	poolMaxShift    = 22
+	classesPerShift = 8
+	// maxFreeBytes bounds the buffers kept free, all classes together. A
+	// free buffer is live heap, so it raises the collector's goal twice
+	// over: a few cover the requests in flight on a core each, and a
+	// burst of concurrent bodies allocates the rest (the peak it reaches
+	// is not raised by buffers kept from the previous burst).
+	maxFreeBytes = 4 << 20
 )
 
-var bodyPools [(poolMaxShift - poolMinShift) * classesPerShift]sync.Pool
+// freeBodies holds the free buffers, by class, within maxFreeBytes.
+var freeBodies struct {
+	mu    sync.Mutex
+	lists [(poolMaxShift - poolMinShift) * classesPerShift][]*pooled
+	bytes int64
+}
+
+func getFree(class int) *pooled {
+	freeBodies.mu.Lock()
+	defer freeBodies.mu.Unlock()
+	l := freeBodies.lists[class]
+	if len(l) == 0 {
+		return nil
+	}
+	v := l[len(l)-1]
+	l[len(l)-1] = nil
+	freeBodies.lists[class] = l[:len(l)-1]
+	freeBodies.bytes -= int64(cap(v.b))
+	return v
+}
+
+// putFree keeps v if there is room; otherwise the collector takes it.
+func putFree(v *pooled) {
+	freeBodies.mu.Lock()
+	defer freeBodies.mu.Unlock()
+	if freeBodies.bytes+int64(cap(v.b)) > maxFreeBytes {
+		return
+	}
+	freeBodies.lists[v.class] = append(freeBodies.lists[v.class], v)
+	freeBodies.bytes += int64(cap(v.b))
+}
 
 // poisonReleased fills every released buffer in test binaries, so a use
 // after release shows as bytes no valid body has (0xFF is never in UTF-8).
@@ -66,13 +102,13 @@ func bodyClass(n int64) (class int, size int64) {
 		return -1, n
 	}
 	k := bits.Len64(uint64(n-1)) - 1 // 2^k < n <= 2^(k+1)
-	step := int64(1) << (k - 2)
-	j := (n - 1<<k + step - 1) / step // 1..4
+	step := int64(1) << (k - 3)
+	j := (n - 1<<k + step - 1) / step // 1..8
 	return (k-poolMinShift)*classesPerShift + int(j) - 1, 1<<k + j*step
 }
 
 // newBodyBuffer returns an empty buffer with room for size bytes, from its
-// size class's pool when it has one, held once (by the handler).
+// size class's free list when it has one, held once (by the handler).
 func newBodyBuffer(size int64) *bodyBuffer {
 	o := &bodyBuffer{}
 	o.refs.Store(1)
@@ -81,7 +117,7 @@ func newBodyBuffer(size int64) *bodyBuffer {
 		o.b = make([]byte, 0, size)
 		return o
 	}
-	if v, ok := bodyPools[class].Get().(*pooled); ok {
+	if v := getFree(class); v != nil {
 		o.mem = v
 	} else {
 		o.mem = &pooled{b: make([]byte, capacity), class: class}
@@ -146,7 +182,7 @@ func (o *bodyBuffer) release() {
 	if poisonReleased {
 		fillPoison(mem.b)
 	}
-	bodyPools[mem.class].Put(mem)
+	putFree(mem)
 }
 
 func fillPoison(b []byte) {

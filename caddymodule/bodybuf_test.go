@@ -30,12 +30,12 @@ func TestBodyClass(t *testing.T) {
 	}{
 		{0, -1, 0},
 		{1 << 16, -1, 1 << 16}, // small: not pooled
-		{1<<16 + 1, 0, 1<<16 + 1<<14},
-		{1<<17 + 1, 4, 1<<17 + 1<<15},
-		{1<<20 + 1, 16, 1<<20 + 1<<18},
-		{1<<20 + 1<<19, 17, 1<<20 + 1<<19},
-		{1 << 25, 35, 1 << 25},
-		{1<<25 + 1, -1, 1<<25 + 1}, // large: not kept around
+		{1<<16 + 1, 0, 1<<16 + 1<<13},
+		{1<<17 + 1, 8, 1<<17 + 1<<14},
+		{1<<20 + 1, 32, 1<<20 + 1<<17},
+		{1<<20 + 1<<19, 35, 1<<20 + 1<<19},
+		{1 << 22, 47, 1 << 22},
+		{1<<22 + 1, -1, 1<<22 + 1}, // large: not kept around
 	} {
 		class, capacity := bodyClass(tc.n)
 		if class != tc.class || capacity != tc.wantCapacity {
@@ -43,13 +43,36 @@ func TestBodyClass(t *testing.T) {
 		}
 	}
 	prev := -1
-	for n := int64(1<<16 + 1); n <= 1<<25; n += 4093 {
+	for n := int64(1<<16 + 1); n <= 1<<22; n += 4093 {
 		class, capacity := bodyClass(n)
-		if capacity < n || capacity > n+n/4 || class < prev || class >= len(bodyPools) {
-			t.Fatalf("bodyClass(%d) = %d, %d: outside [n, 1.25n] or out of order", n, class, capacity)
+		if capacity < n || capacity > n+n/8 || class < prev || class >= len(freeBodies.lists) {
+			t.Fatalf("bodyClass(%d) = %d, %d: outside [n, 1.125n] or out of order", n, class, capacity)
 		}
 		prev = class
 	}
+}
+
+// Released buffers are kept within maxFreeBytes and handed out again.
+func TestFreeBodiesBounded(t *testing.T) {
+	var held []*bodyBuffer
+	for range 2 * maxFreeBytes / (1 << 20) {
+		held = append(held, newBodyBuffer(1<<20))
+	}
+	for _, o := range held {
+		o.release()
+		if freeBodies.bytes > maxFreeBytes {
+			t.Fatalf("%d bytes kept free, more than %d", freeBodies.bytes, maxFreeBytes)
+		}
+	}
+	kept := freeBodies.bytes
+	if kept < maxFreeBytes/2 {
+		t.Fatalf("only %d bytes kept free of %d released", kept, len(held)<<20)
+	}
+	o := newBodyBuffer(1 << 20)
+	if o.mem == nil || freeBodies.bytes != kept-int64(cap(o.mem.b)) {
+		t.Fatal("a free buffer of the class was not handed out again")
+	}
+	o.release()
 }
 
 // poisoned reports whether every byte of b's array is the poison.
