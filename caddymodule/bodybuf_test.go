@@ -34,8 +34,8 @@ func TestBodyClass(t *testing.T) {
 		{1<<17 + 1, 8, 1<<17 + 1<<14},
 		{1<<20 + 1, 32, 1<<20 + 1<<17},
 		{1<<20 + 1<<19, 35, 1<<20 + 1<<19},
-		{1 << 22, 47, 1 << 22},
-		{1<<22 + 1, -1, 1<<22 + 1}, // large: not kept around
+		{1 << 21, 39, 1 << 21},
+		{1<<21 + 1, -1, 1<<21 + 1}, // large: not kept around
 	} {
 		class, capacity := bodyClass(tc.n)
 		if class != tc.class || capacity != tc.wantCapacity {
@@ -43,7 +43,7 @@ func TestBodyClass(t *testing.T) {
 		}
 	}
 	prev := -1
-	for n := int64(1<<16 + 1); n <= 1<<22; n += 4093 {
+	for n := int64(1<<16 + 1); n <= 1<<21; n += 4093 {
 		class, capacity := bodyClass(n)
 		if capacity < n || capacity > n+n/8 || class < prev || class >= len(freeBodies.lists) {
 			t.Fatalf("bodyClass(%d) = %d, %d: outside [n, 1.125n] or out of order", n, class, capacity)
@@ -55,8 +55,8 @@ func TestBodyClass(t *testing.T) {
 // Released buffers are kept within maxFreeBytes and handed out again.
 func TestFreeBodiesBounded(t *testing.T) {
 	var held []*bodyBuffer
-	for range 2 * maxFreeBytes / (1 << 20) {
-		held = append(held, newBodyBuffer(1<<20))
+	for range 4 * maxFreeBytes / (1 << 20) {
+		held = append(held, newBodyBuffer(1<<19))
 	}
 	for _, o := range held {
 		o.release()
@@ -66,9 +66,9 @@ func TestFreeBodiesBounded(t *testing.T) {
 	}
 	kept := freeBodies.bytes
 	if kept < maxFreeBytes/2 {
-		t.Fatalf("only %d bytes kept free of %d released", kept, len(held)<<20)
+		t.Fatalf("only %d bytes kept free of %d released", kept, len(held)<<19)
 	}
-	o := newBodyBuffer(1 << 20)
+	o := newBodyBuffer(1 << 19)
 	if o.mem == nil || freeBodies.bytes != kept-int64(cap(o.mem.b)) {
 		t.Fatal("a free buffer of the class was not handed out again")
 	}
@@ -87,7 +87,7 @@ func poisoned(b []byte) bool {
 
 func filledBuffer(t *testing.T, n int, c byte) (*bodyBuffer, []byte) {
 	t.Helper()
-	if !poisonReleased {
+	if !poisoning() {
 		t.Fatal("released buffers are not poisoned in this test binary")
 	}
 	o := newBodyBuffer(int64(n + 1))
