@@ -93,17 +93,17 @@ func putFree(v *pooled) {
 // poisonReleased fills every released buffer in test binaries, so a use
 // after release shows as bytes no valid body has (0xFF is never in UTF-8);
 // not while benchmarking, where it would add a pass over every body.
-var poisonReleased = testing.Testing()
-
-var checkBenchmarking sync.Once
+var (
+	poisonReleased    atomic.Bool
+	checkBenchmarking sync.Once
+)
 
 func poisoning() bool {
 	checkBenchmarking.Do(func() {
-		if f := flag.Lookup("test.bench"); poisonReleased && f != nil && f.Value.String() != "" {
-			poisonReleased = false
-		}
+		f := flag.Lookup("test.bench")
+		poisonReleased.Store(testing.Testing() && (f == nil || f.Value.String() == ""))
 	})
-	return poisonReleased
+	return poisonReleased.Load()
 }
 
 // poisonByte is what a released buffer holds in test binaries.
@@ -189,7 +189,7 @@ func (o *bodyBuffer) release() {
 		panic("caddymodule: body buffer released more often than held")
 	}
 	mem := o.mem
-	o.mem, o.b = nil, nil
+	o.mem = nil
 	if mem == nil {
 		return
 	}
