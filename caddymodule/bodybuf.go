@@ -12,39 +12,41 @@ import (
 	"unsafe"
 )
 
-// bodyBuffer is the one owner of a candidate's body bytes, from the read
-// to their return to the free list. The buffer is half of what a warm request
+// bodyBuffer is the one owner of a candidate's body bytes, from the read to
+// their return to the free list. The buffer is half of what a warm request
 // allocates, but its readers can outlive the handler: reverse_proxy's
 // transport writes the body in a goroutine of its own that may still run
 // when the answer is back (and rewinds it through GetBody), and a compile
 // abandoned at compile_timeout reads it until it stops. So every reader
-// holds a reference, and the bytes go back to the pool only when the last
-// one is dropped: the handler's own when it returns, the compile's at
+// holds a reference, and the bytes go back to the free list only when the
+// last one is dropped: the handler's own when it returns, the compile's at
 // compiler.Request.Done, and each body reader's at its EOF or Close. A
-// reference is only ever taken from a live one (tryHold), so a buffer
-// never comes back to life once released. A reader that is never closed
-// keeps its buffer from the pool, and the garbage collector takes it: a
-// missed reuse costs an allocation, an early one would corrupt a request.
+// reference is only ever taken from a live one (tryHold), so a buffer never
+// comes back to life once released. A reader that is never closed keeps its
+// buffer from the list, and the garbage collector takes it: a missed reuse
+// costs an allocation, an early one would corrupt a request.
 //
 // The token counter needs no reference: it tokenizes a copy of what it
-// counts past its budget (tokens.Counter.start). Nothing the compiler
-// keeps beyond Compile (its caches, the lineage record, Result.Model)
-// views the body: they hold digests, counts and copied strings.
+// counts past its budget (tokens.Counter.start). Of what the compiler hands
+// back, Result.Commit and Result.Recovered view the body (through the plan's
+// texts): the handler runs them before it drops its own reference. What the
+// compiler keeps beyond Compile (its caches, the lineage record, the usage
+// notes) holds digests, counts and copied strings.
 type bodyBuffer struct {
 	b    []byte // the body
 	mem  *pooled
 	refs atomic.Int64
 }
 
-// pooled is a size class's buffer as it sits in its pool.
+// pooled is a size class's buffer, in use or on the free list.
 type pooled struct {
 	b     []byte // full capacity of its class
 	class int
 }
 
-// Size classes: eight per doubling, from 64 KiB to 2 MiB (maxFreeBytes), so a buffer is
-// at most an eighth larger than its body. Smaller bodies cost little to
-// allocate; larger ones are not kept around.
+// Size classes: eight per doubling, from 64 KiB to 2 MiB (maxFreeBytes), so
+// a buffer is at most an eighth larger than its body. Smaller bodies cost
+// little to allocate; larger ones are not kept around.
 const (
 	poolMinShift    = 16
 	poolMaxShift    = 21
