@@ -29,7 +29,9 @@ func (h *Handler) refuseUnread(r *http.Request) (compiler.Reason, bool) {
 // than max_buffered_bytes of bodies at once: a declared length is reserved
 // whole, an unknown one as it grows. On a non-empty reason the body (what
 // was read, then the rest) streams through untouched. release returns the
-// reservation; it is due when the upstream is done with the body.
+// reservation; it is due when the upstream is done with the body. The body
+// read whole is held by ex.body (bodybuf.go); its reference is dropped by
+// the caller.
 func (h *Handler) readBody(r *http.Request, ex *exchange) (buf []byte, reason compiler.Reason, release func()) {
 	rep := &ex.rep
 	var held int64
@@ -59,8 +61,20 @@ func (h *Handler) readBody(r *http.Request, ex *exchange) (buf []byte, reason co
 		pumped = pump(orig, ex.start.Add(time.Duration(h.BodyReadTimeout)))
 		orig = pumped
 	}
-	buf, over, busy, readErr := readAtMost(orig, *h.MaxBodySize, r.ContentLength, grow)
+	var first []byte
+	if r.ContentLength >= 0 && r.ContentLength <= *h.MaxBodySize {
+		ex.body = newBodyBuffer(r.ContentLength + 1) // as readAtMost sizes it
+		first = ex.body.b
+	} else {
+		ex.body = newBodyBuffer(0) // grows as it is read: not pooled
+	}
+	buf, over, busy, readErr := readAtMostInto(orig, *h.MaxBodySize, r.ContentLength, grow, first)
 	rep.read = time.Since(ex.start)
+	ex.body.keep(buf)
+	if readErr != nil || over || busy {
+		// Handed on below through readers that take no reference.
+		ex.body.abandon()
+	}
 	if errors.Is(readErr, errSlowBody) {
 		// A slow client: stream what came and the rest through, so the
 		// request does not hold buffer budget while it trickles in.
@@ -98,15 +112,34 @@ func (h *Handler) readBody(r *http.Request, ex *exchange) (buf []byte, reason co
 }
 
 // setBody makes b the request body, with a consistent Content-Length, no
-// Transfer-Encoding and a GetBody for transports that rewind.
-func setBody(r *http.Request, b []byte) {
-	r.Body = io.NopCloser(bytes.NewReader(b))
+// Transfer-Encoding and a GetBody for transports that rewind. When b lies
+// in the body buffer o (nil for none), each reader holds o until its EOF or
+// Close, so the transport may go on reading after the handler returned.
+func setBody(r *http.Request, o *bodyBuffer, b []byte) {
 	r.ContentLength = int64(len(b))
 	r.Header.Set("Content-Length", strconv.Itoa(len(b)))
 	r.Header.Del("Transfer-Encoding")
 	r.TransferEncoding = nil
-	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+	if o.owns(b) {
+		if rc, ok := o.reader(b); ok { // the caller holds o: always ok
+			r.Body = rc
+			r.GetBody = func() (io.ReadCloser, error) {
+				if rc, ok := o.reader(b); ok {
+					return rc, nil
+				}
+				return nil, errBodyReleased
+			}
+			return
+		}
+		b = bytes.Clone(b)
+	}
+	r.Body = plainBody(b)
+	r.GetBody = func() (io.ReadCloser, error) { return plainBody(b), nil }
 }
+
+// errBodyReleased: a rewind asked for a body whose every holder was done
+// (no transport rewinds after its round trip; refused rather than risked).
+var errBodyReleased = errors.New("request body already released")
 
 // readAtMost reads up to limit+1 bytes of body. over reports that the body
 // is longer than limit (buf then holds limit+1 bytes and the rest is still
@@ -114,6 +147,12 @@ func setBody(r *http.Request, b []byte) {
 // set, must reserve every byte of capacity the buffer grows by; when it
 // refuses, busy is set and the rest of the body is unread.
 func readAtMost(body io.Reader, limit, hint int64, grow func(n int64) bool) (buf []byte, over, busy bool, err error) {
+	return readAtMostInto(body, limit, hint, grow, nil)
+}
+
+// readAtMostInto is readAtMost into first when it has room for the size
+// readAtMost would make (nil: a new buffer).
+func readAtMostInto(body io.Reader, limit, hint int64, grow func(n int64) bool, first []byte) (buf []byte, over, busy bool, err error) {
 	size := int64(512)
 	if hint >= 0 && hint <= limit {
 		size = hint + 1 // +1 so that EOF is seen without growing
@@ -121,7 +160,11 @@ func readAtMost(body io.Reader, limit, hint int64, grow func(n int64) bool) (buf
 	if grow != nil && !grow(size) {
 		return nil, false, true, nil
 	}
-	buf = make([]byte, 0, size)
+	if int64(cap(first)) >= size {
+		buf = first[:0]
+	} else {
+		buf = make([]byte, 0, size)
+	}
 	lr := io.LimitReader(body, limit+1)
 	for {
 		if len(buf) == cap(buf) {

@@ -217,6 +217,7 @@ type exchange struct {
 	start  time.Time
 	rep    report
 	commit func()            // lineage record, run once the provider accepted the body
+	body   *bodyBuffer       // the client's body read whole (bodybuf.go); nil when not read
 	rec    *recoveryExchange // set when the forwarded body carries the recovery tool
 	// observe hands the provider's usage for this request to the compiler
 	// (cost calibration); nil when the request was not compiled.
@@ -234,7 +235,11 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 		rep.passthrough(reason)
 		return func() {}
 	}
-	buf, reason, release := h.readBody(r, ex)
+	buf, reason, reserved := h.readBody(r, ex)
+	release = reserved
+	if o := ex.body; o != nil {
+		release = func() { reserved(); o.release() } // the handler's own reference
+	}
 	if reason != "" {
 		rep.passthrough(reason)
 		return release
@@ -243,7 +248,7 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 		rep.passthrough(compiler.ReasonVaultError)
 		rep.detail = h.vaultErr
 		rep.rawBytes, rep.sentBytes = int64(len(buf)), int64(len(buf))
-		setBody(r, buf)
+		setBody(r, ex.body, buf)
 		return release
 	}
 	tenant := h.tenant(r, rep.format)
@@ -256,7 +261,7 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 			rep.passthrough(compiler.ReasonNoTenant)
 		}
 		rep.rawBytes, rep.sentBytes = int64(len(buf)), int64(len(buf))
-		setBody(r, buf)
+		setBody(r, ex.body, buf)
 		return release
 	}
 
@@ -272,17 +277,19 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 	if !ok {
 		rep.passthrough(compiler.ReasonBusy) // no room for the compile's working memory
 		rep.rawBytes, rep.sentBytes = int64(len(buf)), int64(len(buf))
-		setBody(r, buf)
+		setBody(r, ex.body, buf)
 		return release
 	}
-	// The reservation is returned when the compile stops, not when it
-	// returns: one abandoned at compile_timeout keeps working (and holding
-	// its memory) in the background until it finishes.
-	work = sync.OnceFunc(work)
-	req.Done = work
+	// The reservation and the compile's hold on the body are returned when
+	// the compile stops, not when it returns: one abandoned at
+	// compile_timeout keeps working (reading the body, holding its memory)
+	// in the background until it finishes.
+	compiling, _ := ex.body.tryHold() // the handler holds it: always ok
+	stopped := sync.OnceFunc(func() { work(); compiling() })
+	req.Done = stopped
 	res := h.compile(r.Context(), req)
 	if res.Reason != compiler.ReasonTimeout {
-		work() // stopped (a compile that panicked may not have said so)
+		stopped() // stopped (a compile that panicked may not have said so)
 	}
 	if res.Reason == compiler.ReasonTimeout && r.Context().Err() != nil {
 		res.Reason = compiler.ReasonClientAbort // the client left; the compile was not slow
@@ -295,7 +302,7 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 		rewrite := h.holdRewrite(len(out))
 		release = func() { rewrite(); body() }
 	}
-	setBody(r, out)
+	setBody(r, ex.body, out)
 	ex.commit = res.Commit
 	h.noteRecovery(r, ex, res, buf, out, tenant)
 	if h.observe != nil {

@@ -190,7 +190,7 @@ func (h *Handler) loopJSON(w http.ResponseWriter, r *http.Request, next caddyhtt
 	rx, rep := ex.rec, &ex.rep
 	send := func(ctx context.Context, body []byte) (io.ReadCloser, error) {
 		var buf bytes.Buffer
-		if err := h.sendFollowUp(ctx, r, next, body, &boundedWriter{b: &buf, max: c.max}); err != nil {
+		if err := h.sendFollowUp(ctx, r, next, ex.body, body, &boundedWriter{b: &buf, max: c.max}); err != nil {
 			return nil, err
 		}
 		return io.NopCloser(&buf), nil
@@ -244,7 +244,7 @@ func (h *Handler) loopStream(w http.ResponseWriter, r *http.Request, next caddyh
 		}
 		rep.recovery.rounds++
 		markRecovered(ex, arts)
-		if err := h.sendFollowUp(ctx, r, next, body, st); err != nil {
+		if err := h.sendFollowUp(ctx, r, next, ex.body, body, st); err != nil {
 			return fail(fallbackRoundFailed, err)
 		}
 		request = body
@@ -260,7 +260,7 @@ func (h *Handler) fallback(w http.ResponseWriter, r *http.Request, next caddyhtt
 		zap.String("format", ex.rec.format), zap.String("reason", reason),
 		zap.Int("recovery_rounds", rep.recovery.rounds), zap.Error(err))
 	fr := r.Clone(r.Context())
-	setBody(fr, ex.rec.original)
+	setBody(fr, ex.body, ex.rec.original)
 	w.Header().Set(HeaderName, rep.header())
 	return next.ServeHTTP(w, fr)
 }
@@ -268,9 +268,9 @@ func (h *Handler) fallback(w http.ResponseWriter, r *http.Request, next caddyhtt
 // sendFollowUp sends body upstream as a fresh request of r (same method,
 // path and headers) and writes a successful answer's body to dst. Another
 // status, an error or an aborted answer is an error.
-func (h *Handler) sendFollowUp(ctx context.Context, r *http.Request, next caddyhttp.Handler, body []byte, dst io.Writer) (err error) {
+func (h *Handler) sendFollowUp(ctx context.Context, r *http.Request, next caddyhttp.Handler, o *bodyBuffer, body []byte, dst io.Writer) (err error) {
 	fr := r.Clone(ctx)
-	setBody(fr, body)
+	setBody(fr, o, body) // a rewrite or a follow-up: held like the client's body should it ever lie in it
 	fw := &followUpWriter{header: http.Header{}, dst: dst}
 	defer func() {
 		if v := recover(); v != nil { // reverse_proxy aborts a broken answer with a panic

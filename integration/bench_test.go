@@ -52,6 +52,9 @@ func startBenchGateway(b *testing.B, up *upstream, snippets ...string) []benchSi
 	b.Helper()
 	tmp := b.TempDir()
 	logFile := filepath.Join(tmp, "caddy.log")
+	if keep := os.Getenv("TT_BENCH_LOG"); keep != "" {
+		logFile = keep // kept for reading the log lines of the timed requests (the tail)
+	}
 	var cfg strings.Builder
 	fmt.Fprintf(&cfg, `{
 	admin off
