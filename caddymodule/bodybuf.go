@@ -2,13 +2,12 @@ package caddymodule
 
 import (
 	"bytes"
-	"flag"
 	"io"
 	"math/bits"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
-	"testing"
 	"unsafe"
 )
 
@@ -92,18 +91,22 @@ func putFree(v *pooled) {
 	freeBodies.bytes += int64(cap(v.b))
 }
 
-// poisonReleased fills every released buffer in test binaries, so a use
-// after release shows as bytes no valid body has (0xFF is never in UTF-8);
-// not while benchmarking, where it would add a pass over every body.
+// poisonReleased fills every released buffer, so a use after release
+// shows as bytes no valid body has (0xFF is never in UTF-8). Tests turn it
+// on: this package's directly, the integration suite through
+// TT_TEST_POISON_BODIES=1 (its harness sets it, except when benchmarking,
+// where it would add a pass over every body). The production binary never
+// pays for it and links no testing code.
 var (
-	poisonReleased    atomic.Bool
-	checkBenchmarking sync.Once
+	poisonReleased atomic.Bool
+	poisonFromEnv  sync.Once
 )
 
 func poisoning() bool {
-	checkBenchmarking.Do(func() {
-		f := flag.Lookup("test.bench")
-		poisonReleased.Store(testing.Testing() && (f == nil || f.Value.String() == ""))
+	poisonFromEnv.Do(func() {
+		if os.Getenv("TT_TEST_POISON_BODIES") == "1" {
+			poisonReleased.Store(true)
+		}
 	})
 	return poisonReleased.Load()
 }
