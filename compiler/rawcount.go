@@ -3,7 +3,6 @@ package compiler
 import (
 	"encoding/binary"
 	"hash/maphash"
-	"sync"
 )
 
 // rawCounts remembers the token counts of original bodies, so a request
@@ -15,41 +14,12 @@ import (
 // the model and the counter, and a Compiler has one counter, so a
 // remembered count is the count; only measured counts are kept (not one
 // cut short by the budget).
-type rawCounts struct {
-	mu        sync.Mutex
-	cur, prev map[textKey]TokenCount
-}
+type rawCounts = generations[textKey, TokenCount]
 
 // rawCountEntries bounds each generation; an entry is ~100 bytes.
 const rawCountEntries = 1 << 12
 
-func newRawCounts() *rawCounts { return &rawCounts{cur: map[textKey]TokenCount{}} }
-
-func (m *rawCounts) get(k textKey) (TokenCount, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if v, ok := m.cur[k]; ok {
-		return v, true
-	}
-	v, ok := m.prev[k]
-	if ok {
-		m.putLocked(k, v)
-	}
-	return v, ok
-}
-
-func (m *rawCounts) put(k textKey, v TokenCount) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.putLocked(k, v)
-}
-
-func (m *rawCounts) putLocked(k textKey, v TokenCount) {
-	if len(m.cur) >= rawCountEntries {
-		m.prev, m.cur = m.cur, make(map[textKey]TokenCount, rawCountEntries/4)
-	}
-	m.cur[k] = v
-}
+func newRawCounts() *rawCounts { return newGenerations[textKey, TokenCount](rawCountEntries) }
 
 // bodyKey is a 128-bit keyed hash of all of src, for the tenant and model
 // in salt: the bytes between the long strings the parse hashed, each long

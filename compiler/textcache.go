@@ -6,7 +6,6 @@ import (
 	"hash/maphash"
 	"math/bits"
 	"slices"
-	"sync"
 	"unsafe"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler/jsonv"
@@ -25,11 +24,9 @@ import (
 // Entries are ~80 bytes, so the cache stays under ~10 MB.
 type textCache struct {
 	seedA, seedB maphash.Seed
-	mu           sync.Mutex
-	cur, prev    map[textKey]textVal
-	// spans, spansPrev: the parse's memory of long strings (knownStrings),
-	// kept in generations like cur and prev.
-	spans, spansPrev map[uint64]spanVal
+	texts        *generations[textKey, textVal]
+	// spans: the parse's memory of long strings (knownStrings).
+	spans *generations[uint64, spanVal]
 }
 
 const textCacheEntries = 1 << 16
@@ -49,38 +46,17 @@ type textVal struct {
 }
 
 func newTextCache() *textCache {
-	return &textCache{seedA: maphash.MakeSeed(), seedB: maphash.MakeSeed(), cur: map[textKey]textVal{}, spans: map[uint64]spanVal{}}
+	return &textCache{seedA: maphash.MakeSeed(), seedB: maphash.MakeSeed(),
+		texts: newGenerations[textKey, textVal](textCacheEntries), spans: newGenerations[uint64, spanVal](spanEntries)}
 }
 
 func (c *textCache) key(raw []byte) textKey {
 	return textKey{a: maphash.Bytes(c.seedA, raw), b: maphash.Bytes(c.seedB, raw), n: len(raw)}
 }
 
-func (c *textCache) get(k textKey) (textVal, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if v, ok := c.cur[k]; ok {
-		return v, true
-	}
-	v, ok := c.prev[k]
-	if ok {
-		c.putLocked(k, v)
-	}
-	return v, ok
-}
+func (c *textCache) get(k textKey) (textVal, bool) { return c.texts.get(k) }
 
-func (c *textCache) put(k textKey, v textVal) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.putLocked(k, v)
-}
-
-func (c *textCache) putLocked(k textKey, v textVal) {
-	if len(c.cur) >= textCacheEntries {
-		c.prev, c.cur = c.cur, make(map[textKey]textVal, textCacheEntries/4)
-	}
-	c.cur[k] = v
-}
+func (c *textCache) put(k textKey, v textVal) { c.texts.put(k, v) }
 
 // rawText returns the text of raw JSON bytes taken as they are (a folded
 // turn's exact messages). The digest and size come from the cache when
@@ -141,42 +117,23 @@ func (c *textCache) spanHash(tenant string, rest []byte) uint64 {
 }
 
 func (c *textCache) spanGet(k uint64) spanVal {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if v, ok := c.spans[k]; ok {
-		return v
-	}
-	v, ok := c.spansPrev[k]
-	if ok {
-		c.spanPutLocked(k, v)
-	}
+	v, _ := c.spans.get(k)
 	return v
 }
 
 func (c *textCache) spanPut(k uint64, e spanEntry) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	v, ok := c.spans[k]
-	if !ok {
-		v = c.spansPrev[k]
-	}
-	if v[0] == e {
-		return
-	}
-	c.spanPutLocked(k, spanVal{e, v[0]})
+	c.spans.update(k, func(v spanVal) (spanVal, bool) {
+		if v[0] == e {
+			return v, false
+		}
+		return spanVal{e, v[0]}, true
+	})
 }
 
 // spanEntries bounds each generation of spans: an entry is ~120 bytes
 // with the map's overhead, so both stay under ~8 MB. A miss only costs the
 // scan the parse would have made anyway.
 const spanEntries = 1 << 15
-
-func (c *textCache) spanPutLocked(k uint64, v spanVal) {
-	if len(c.spans) >= spanEntries {
-		c.spansPrev, c.spans = c.spans, make(map[uint64]spanVal, spanEntries/4)
-	}
-	c.spans[k] = v
-}
 
 // knownStrings is one parse's jsonv.Known: it answers from the cache and
 // keeps the key of every long string it hashed, by start offset, for the

@@ -37,8 +37,8 @@ func TestTextCache(t *testing.T) {
 		}
 	}
 	// One entry for the string, one for its tool-result body split.
-	if len(c.cur) != 2 {
-		t.Fatalf("cache holds %d entries", len(c.cur))
+	if n := c.texts.len(); n != 2 {
+		t.Fatalf("cache holds %d entries", n)
 	}
 }
 
