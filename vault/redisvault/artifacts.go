@@ -149,7 +149,6 @@ func parseMetaCreated(m string) (size int64, chars int, created int64, err error
 	return size, n, created, nil
 }
 
-
 // touch reports which of arts tenant has, bumping stale last-seen times.
 func (s *Store) touch(ctx context.Context, tk tenantKeys, arts []*compiler.Artifact, now int64) ([]bool, error) {
 	ks := make([]string, 1, 1+len(arts))
