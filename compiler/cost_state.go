@@ -332,43 +332,34 @@ func (p *plan) rendered(edited bool, marked []bool) ([]seg, []bool) {
 // breakpointMarks reports, for the head (tools) and then every unit,
 // whether it carries a cache_control marker: where a provider that caches
 // only at breakpoints writes its cache entries (at message granularity, as
-// cost.Render places them); with how many markers the request has and
-// whether one asks for the 1-hour TTL. It walks the parsed tree (keys as
-// decoded, so neither a tool result quoting "cache_control" nor an escaped
-// key fools it) and never scans the body's bytes: a 1 MB body's strings
-// are leaves.
+// cost.Render places them); with how many markers the whole request has
+// and whether one asks for the 1-hour TTL. It reads the markers as the
+// check does (cacheBreakpoints: keys as decoded, so neither a tool result
+// quoting "cache_control" nor an escaped key fools it) and never scans the
+// body's bytes: a 1 MB body's strings are leaves of the tree.
 func breakpointMarks(d *doc) (marked []bool, count int, oneHour bool) {
 	marked = make([]bool, len(d.units)+1)
-	var walk func(n *jsonv.Node) bool
-	walk = func(n *jsonv.Node) bool {
-		found := false
-		switch n.Kind {
-		case jsonv.Object:
-			for _, m := range n.Members {
-				if m.Key == "cache_control" {
-					found = true
-					count++
-					oneHour = oneHour || m.Value.Get("ttl").StringIs(d.src, "1h")
-				} else if walk(m.Value) {
-					found = true
-				}
-			}
-		case jsonv.Array:
-			for _, e := range n.Elems {
-				if walk(e) {
-					found = true
-				}
-			}
-		}
-		return found
+	var all []breakpoint
+	cacheBreakpoints(d.src, d.root, nil, &all)
+	if len(all) == 0 {
+		return marked, 0, false
+	}
+	for _, b := range all {
+		oneHour = oneHour || b.oneHour
+	}
+	var in []breakpoint
+	has := func(n *jsonv.Node) bool {
+		in = in[:0]
+		cacheBreakpoints(d.src, n, nil, &in)
+		return len(in) > 0
 	}
 	if t := d.root.Get("tools"); t != nil {
-		marked[0] = walk(t)
+		marked[0] = has(t)
 	}
 	for u, n := range d.units {
-		marked[u+1] = walk(n)
+		marked[u+1] = has(n)
 	}
-	return marked, count, oneHour
+	return marked, len(all), oneHour
 }
 
 func unitSize(n *jsonv.Node) int { return n.End - n.Start }
