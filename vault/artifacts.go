@@ -132,18 +132,43 @@ func Unique(arts []compiler.Artifact, maxArt int64) ([]*compiler.Artifact, error
 // (see integrity.go); a record that fails is dropped in the same
 // transaction and counts as missing.
 func (s *Store) verify(ctx context.Context, tenant string, arts []*compiler.Artifact, now int64) ([]*compiler.Artifact, error) {
+	// Read before the transaction: a deletion committing after this bumps it.
+	gen := s.deletionGen()
+	arts = s.checked.unvouched(tenant, arts, now, int64(s.touchAfter), gen)
+	if len(arts) == 0 {
+		return nil, nil
+	}
+	missing, err := s.verifyRead(ctx, tenant, arts, now, gen, false)
+	if errors.Is(err, errNeedsDrop) {
+		// A record failed its read: drop it alone among deletions, so no
+		// concurrent request is vouched for it (integrity.go).
+		err = s.deleting(func() error {
+			missing, err = s.verifyRead(ctx, tenant, arts, now, gen, true)
+			return err
+		})
+	}
+	return missing, err
+}
+
+// errNeedsDrop stops a verify transaction that found a record to drop
+// outside deleting.
+var errNeedsDrop = errors.New("vault: a record needs dropping")
+
+// verifyRead is verify's transaction over the artifacts not vouched for.
+// With drop false it stops at the first unreadable record (errNeedsDrop).
+func (s *Store) verifyRead(ctx context.Context, tenant string, arts []*compiler.Artifact, now int64, gen uint64, drop bool) ([]*compiler.Artifact, error) {
 	var missing []*compiler.Artifact
-	var fresh []compiler.Digest
-	type drop struct {
+	var fresh, known []seenDigest
+	type dropped struct {
 		d    compiler.Digest
 		size int64
 		why  error
 	}
-	var drops []drop
+	var drops []dropped
 	err := s.update(ctx, func(txn *badger.Txn) error {
-		missing, fresh, drops = missing[:0], fresh[:0], drops[:0]
+		missing, fresh, known, drops = missing[:0], fresh[:0], known[:0], drops[:0]
 		for _, a := range arts {
-			ok, err := s.touch(txn, tenant, a.Digest, now)
+			seen, ok, err := s.touch(txn, tenant, a.Digest, now)
 			if err != nil {
 				return err
 			}
@@ -157,26 +182,34 @@ func (s *Store) verify(ctx context.Context, tenant string, arts []*compiler.Arti
 				if _, err := txn.Get(artKey(tenant, a.Digest)); err != nil {
 					return fmt.Errorf("vault: artifact %x content: %w", a.Digest[:8], err)
 				}
+				known = append(known, seenDigest{a.Digest, seen})
 				continue
 			}
 			why := readable(txn, tenant, a.Digest)
 			if why == nil {
-				fresh = append(fresh, a.Digest)
+				fresh = append(fresh, seenDigest{a.Digest, seen})
 				continue
+			}
+			if !drop {
+				return errNeedsDrop
 			}
 			size, err := dropRecord(txn, tenant, a.Digest)
 			if err != nil {
 				return err
 			}
-			drops = append(drops, drop{a.Digest, size, why})
+			drops = append(drops, dropped{a.Digest, size, why})
 			missing = append(missing, a)
 		}
 		return nil
 	})
+	if errors.Is(err, errNeedsDrop) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, fmt.Errorf("vault: verify: %w", err)
 	}
-	s.checked.add(tenant, fresh...)
+	s.checked.add(tenant, gen, fresh...)
+	s.checked.seen(tenant, gen, known)
 	for _, d := range drops {
 		s.dropped(tenant, d.d, d.size, d.why)
 	}
@@ -184,33 +217,34 @@ func (s *Store) verify(ctx context.Context, tenant string, arts []*compiler.Arti
 }
 
 // touch reports whether tenant has artifact d and bumps its last-seen time
-// when stale.
-func (s *Store) touch(txn *badger.Txn, tenant string, d compiler.Digest, now int64) (bool, error) {
+// when stale; seen is the last-seen time stored once it returns.
+func (s *Store) touch(txn *badger.Txn, tenant string, d compiler.Digest, now int64) (seen int64, ok bool, err error) {
 	mk := metaKey(tenant, d)
 	item, err := txn.Get(mk)
 	if errors.Is(err, badger.ErrKeyNotFound) {
-		return false, nil
+		return 0, false, nil
 	}
 	if err != nil {
-		return false, err
+		return 0, false, err
 	}
 	var m meta
 	if err := item.Value(m.decode); err != nil {
-		return false, err
+		return 0, false, err
 	}
 	if m.Digest != d {
-		return false, fmt.Errorf("%w: record filed under %x", ErrDigest, d[:8])
+		return 0, false, fmt.Errorf("%w: record filed under %x", ErrDigest, d[:8])
 	}
 	if now-m.LastSeen < int64(s.touchAfter) {
-		return true, nil
+		return m.LastSeen, true, nil
 	}
 	m.LastSeen = now
-	return true, txn.Set(mk, m.encode())
+	return now, true, txn.Set(mk, m.encode())
 }
 
 // write stores arts (not present at verify time) within the byte cap, syncs
 // once and reads everything back.
 func (s *Store) write(ctx context.Context, tenant string, arts []*compiler.Artifact, now int64) error {
+	gen := s.deletionGen() // before the records exist (see verifiedSet)
 	var need int64
 	for _, a := range arts {
 		need += ArtifactSize(a)
@@ -287,9 +321,11 @@ func (s *Store) write(ctx context.Context, tenant string, arts []*compiler.Artif
 	if err := s.readBack(tenant, ours, oursEnc, others); err != nil {
 		return err
 	}
-	for _, a := range ours {
-		s.checked.add(tenant, a.Digest)
+	written := make([]seenDigest, len(ours))
+	for i, a := range ours {
+		written[i] = seenDigest{a.Digest, now}
 	}
+	s.checked.add(tenant, gen, written...)
 	return nil
 }
 
@@ -527,36 +563,38 @@ func (s *Store) evictOldest(sc evictScope) {
 	for chunk := range slices.Chunk(cands[:take], evictChunk) {
 		var n, b int64
 		per := map[string]int64{}
-		err := s.update(context.Background(), func(txn *badger.Txn) error {
-			n, b = 0, 0
-			clear(per)
-			for _, c := range chunk {
-				item, err := txn.Get(c.key)
-				if errors.Is(err, badger.ErrKeyNotFound) {
-					continue
+		err := s.deleting(func() error {
+			return s.update(context.Background(), func(txn *badger.Txn) error {
+				n, b = 0, 0
+				clear(per)
+				for _, c := range chunk {
+					item, err := txn.Get(c.key)
+					if errors.Is(err, badger.ErrKeyNotFound) {
+						continue
+					}
+					if err != nil {
+						return err
+					}
+					var m meta
+					if err := item.Value(m.decode); err != nil {
+						return err
+					}
+					if m.LastSeen >= cutoff {
+						continue // seen again since the scan
+					}
+					ak := append([]byte("a"), c.key[1:]...)
+					if err := txn.Delete(c.key); err != nil {
+						return err
+					}
+					if err := txn.Delete(ak); err != nil {
+						return err
+					}
+					n++
+					b += m.size()
+					per[tenantOfKey(c.key)] += m.size()
 				}
-				if err != nil {
-					return err
-				}
-				var m meta
-				if err := item.Value(m.decode); err != nil {
-					return err
-				}
-				if m.LastSeen >= cutoff {
-					continue // seen again since the scan
-				}
-				ak := append([]byte("a"), c.key[1:]...)
-				if err := txn.Delete(c.key); err != nil {
-					return err
-				}
-				if err := txn.Delete(ak); err != nil {
-					return err
-				}
-				n++
-				b += m.size()
-				per[tenantOfKey(c.key)] += m.size()
-			}
-			return nil
+				return nil
+			})
 		})
 		if err != nil {
 			s.log.Warn("vault eviction failed", zap.Error(err))

@@ -137,8 +137,15 @@ type Store struct {
 	evicted  atomic.Uint64
 	corrupt  atomic.Uint64
 	// checked holds the artifacts whose content this process has read and
-	// found intact, so Missing reads each record once, not on every request.
+	// found intact, so Missing reads each record once, not on every request,
+	// and vouches for recent ones without a read (integrity.go).
 	checked verifiedSet
+	// deletes is held for writing by every transaction that deletes an
+	// artifact, which bumps deleteGen before releasing it; for reading
+	// while deleteGen is read. An entry of checked recorded at the current
+	// generation therefore names a record that is still stored.
+	deletes   sync.RWMutex
+	deleteGen uint64
 	// syncs lets concurrent Persists share one db.Sync (group commit).
 	syncs syncGroup
 	// nextEvict is the earliest unix-nano time at which any stored artifact
@@ -382,6 +389,23 @@ const maxRetries = 8
 // be safe to run again from scratch. It refuses with ErrFull when the disk
 // is too full for Badger to write safely (see diskGuard); a small
 // transaction's own bytes are covered by the guard's slack.
+// deleting runs fn, a transaction that may delete artifacts, alone among
+// deletions and bumps the deletion generation after it, so no entry of
+// checked recorded before it commits vouches for what it deleted.
+func (s *Store) deleting(fn func() error) error {
+	s.deletes.Lock()
+	defer s.deletes.Unlock()
+	defer func() { s.deleteGen++ }()
+	return fn()
+}
+
+// deletionGen is the current deletion generation.
+func (s *Store) deletionGen() uint64 {
+	s.deletes.RLock()
+	defer s.deletes.RUnlock()
+	return s.deleteGen
+}
+
 func (s *Store) update(ctx context.Context, fn func(*badger.Txn) error) error {
 	if err := s.disk.check(0); err != nil {
 		return err
