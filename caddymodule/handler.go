@@ -275,25 +275,30 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 		Mode:        mode,
 		DeferCommit: true,
 	}
-	work, ok := h.admitCompile(len(buf))
-	if !ok {
-		rep.passthrough(compiler.ReasonBusy) // no room for the compile's working memory
-		rep.rawBytes, rep.sentBytes = int64(len(buf)), int64(len(buf))
-		setBody(r, ex.body, buf)
-		return release
-	}
 	// compile_timeout bounds the wait for a slot and the compile together.
+	// The slot comes first: a waiting request holds only its body, not the
+	// compile's working memory.
 	ctx, cancel := context.WithTimeout(r.Context(), time.Duration(h.CompileTimeout))
 	defer cancel()
 	queued := time.Now()
 	slot, ok := h.slots.acquire(ctx)
 	rep.queue = time.Since(queued)
 	if !ok {
-		work()
-		rep.passthrough(compiler.ReasonBusy) // no compile slot within compile_timeout
+		rep.passthrough(compiler.ReasonBusy)
+		rep.detail = "no compile slot within compile_timeout"
 		if r.Context().Err() != nil {
 			rep.passthrough(compiler.ReasonClientAbort)
+			rep.detail = ""
 		}
+		rep.rawBytes, rep.sentBytes = int64(len(buf)), int64(len(buf))
+		setBody(r, ex.body, buf)
+		return release
+	}
+	work, ok := h.admitCompile(len(buf))
+	if !ok {
+		slot()
+		rep.passthrough(compiler.ReasonBusy)
+		rep.detail = "no room for the compile's working memory within max_buffered_bytes"
 		rep.rawBytes, rep.sentBytes = int64(len(buf)), int64(len(buf))
 		setBody(r, ex.body, buf)
 		return release

@@ -271,8 +271,8 @@ func (s *Store) scrub() {
 func (s *Store) dropIfUnreadable(tenant string, d compiler.Digest, why error) {
 	var size int64
 	drop := false
-	err := s.deleting(func() error {
-		return s.update(context.Background(), func(txn *badger.Txn) error {
+	err := s.deleting(func() (bool, error) {
+		err := s.update(context.Background(), func(txn *badger.Txn) error {
 			drop = false
 			if err := readable(txn, tenant, d); err == nil || errors.Is(err, badger.ErrKeyNotFound) {
 				return nil
@@ -282,6 +282,7 @@ func (s *Store) dropIfUnreadable(tenant string, d compiler.Digest, why error) {
 			size, err = dropRecord(txn, tenant, d)
 			return err
 		})
+		return err == nil && drop, err
 	})
 	if err != nil {
 		s.log.Warn("vault could not drop an unreadable artifact", zap.String("artifact", hex.EncodeToString(d[:8])), zap.Error(err))

@@ -171,8 +171,8 @@ func TestVouchedUntilDeletedOrStale(t *testing.T) {
 
 	// Deleted behind the set's back, through the deletion discipline: the
 	// generation moves, so the next call reads the store and finds it gone.
-	must(t, s.deleting(func() error {
-		return s.db.Update(func(txn *badger.Txn) error {
+	must(t, s.deleting(func() (bool, error) {
+		return true, s.db.Update(func(txn *badger.Txn) error {
 			_, err := dropRecord(txn, "t", a.Digest)
 			return err
 		})
@@ -198,5 +198,40 @@ func TestVouchedUntilDeletedOrStale(t *testing.T) {
 	must(t, s.Record(ctx, sc, compiler.Record{ChainEnd: dg("d"), Length: 1, Referenced: []compiler.Digest{b.Digest}}))
 	if m3, _ := readMeta(t, s, "t", b.Digest); m3.LastSeen != clk.Now().UnixNano() {
 		t.Fatalf("Record did not touch a stale artifact: %d, want %d", m3.LastSeen, clk.Now().UnixNano())
+	}
+}
+
+// No request is vouched for while a deletion runs: a deletion that has
+// committed but not yet moved the generation cannot leave a vouch behind.
+func TestNoVouchDuringDeletion(t *testing.T) {
+	s := openTest(t, Config{})
+	ctx := context.Background()
+	sc := compiler.Scope{Tenant: "t"}
+	a := mkArt(text("deleted while vouching", 9000))
+	must(t, s.Persist(ctx, sc, []compiler.Artifact{a}))
+
+	s.deletes.Lock() // a deletion in progress, as deleting runs it
+	must(t, s.db.Update(func(txn *badger.Txn) error {
+		_, err := dropRecord(txn, "t", a.Digest)
+		return err
+	}))
+	got := make(chan []compiler.Digest, 1)
+	go func() {
+		m, err := s.Missing(ctx, sc, []compiler.Digest{a.Digest})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- m
+	}()
+	select {
+	case m := <-got:
+		s.deletes.Unlock()
+		t.Fatalf("Missing answered during a deletion: %x", m)
+	case <-time.After(50 * time.Millisecond):
+	}
+	s.deleteGen++
+	s.deletes.Unlock()
+	if m := <-got; len(m) != 1 || m[0] != a.Digest {
+		t.Fatalf("Missing after the deletion = %x, want the deleted artifact", m)
 	}
 }

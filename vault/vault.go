@@ -148,6 +148,9 @@ type Store struct {
 	deleteGen uint64
 	// syncs lets concurrent Persists share one db.Sync (group commit).
 	syncs syncGroup
+	// unsynced holds the artifacts a write has committed but not yet seen
+	// synced and read back: verify waits for a sync before it confirms one.
+	unsynced pendingSet
 	// nextEvict is the earliest unix-nano time at which any stored artifact
 	// can leave its retention window; until then a full vault fails fast
 	// instead of rescanning metadata on every request.
@@ -385,18 +388,19 @@ func (s *Store) Stats() Stats {
 // maxRetries bounds optimistic-transaction retries on ErrConflict.
 const maxRetries = 8
 
-// update runs fn in a read-write transaction, retrying on conflicts. fn must
-// be safe to run again from scratch. It refuses with ErrFull when the disk
-// is too full for Badger to write safely (see diskGuard); a small
-// transaction's own bytes are covered by the guard's slack.
 // deleting runs fn, a transaction that may delete artifacts, alone among
-// deletions and bumps the deletion generation after it, so no entry of
-// checked recorded before it commits vouches for what it deleted.
-func (s *Store) deleting(fn func() error) error {
+// deletions and vouchers (verify holds deletes for reading while it
+// vouches), and bumps the deletion generation after it when fn reports
+// that it deleted something, so no entry of checked recorded before the
+// deletion committed vouches for what it deleted.
+func (s *Store) deleting(fn func() (deleted bool, err error)) error {
 	s.deletes.Lock()
 	defer s.deletes.Unlock()
-	defer func() { s.deleteGen++ }()
-	return fn()
+	deleted, err := fn()
+	if deleted {
+		s.deleteGen++
+	}
+	return err
 }
 
 // deletionGen is the current deletion generation.
@@ -406,6 +410,10 @@ func (s *Store) deletionGen() uint64 {
 	return s.deleteGen
 }
 
+// update runs fn in a read-write transaction, retrying on conflicts. fn must
+// be safe to run again from scratch. It refuses with ErrFull when the disk
+// is too full for Badger to write safely (see diskGuard); a small
+// transaction's own bytes are covered by the guard's slack.
 func (s *Store) update(ctx context.Context, fn func(*badger.Txn) error) error {
 	if err := s.disk.check(0); err != nil {
 		return err
