@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +11,7 @@ import (
 	rtmetrics "runtime/metrics"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/compiler/compilertest"
 )
 
@@ -144,5 +147,131 @@ func TestCompileMemoryAdmitted(t *testing.T) {
 	}
 	if held := h.buffered.Load(); held != 0 {
 		t.Fatalf("%d bytes still counted as held", held)
+	}
+}
+
+// At most max_concurrent_compiles compiles run at once; the others wait
+// for a slot, and every one of them is compiled when the slots free up in
+// time.
+func TestMaxConcurrentCompilesBoundsCompiles(t *testing.T) {
+	var running, peak, calls atomic.Int32
+	// Its own compile func: fakeCompiler records its last request unlocked.
+	compile := func(_ context.Context, req compiler.Request) compiler.Result {
+		calls.Add(1)
+		n := running.Add(1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		time.Sleep(20 * time.Millisecond)
+		running.Add(-1)
+		return compiler.Result{Body: []byte(`{"compiled":1}`), Decision: compiler.Accepted, RawBytes: len(req.Body), SentBytes: 14}
+	}
+	h, _ := testHandler(t, &fakeCompiler{}, func(h *Handler) {
+		h.MaxConcurrentCompiles = intp(2)
+		h.CompileTimeout = caddy.Duration(time.Minute)
+	})
+	h.comp = compile
+	const requests = 7
+	var wg sync.WaitGroup
+	headers := make([]string, requests)
+	for i := range requests {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := httptest.NewRecorder()
+			if err := h.ServeHTTP(w, newRequest(http.MethodPost, chatPath, strings.NewReader(`{"messages":[]}`)), recordNext(&seen{})); err != nil {
+				t.Error(err)
+			}
+			headers[i] = w.Header().Get(HeaderName)
+		}()
+	}
+	wg.Wait()
+	for i, tt := range headers {
+		if !strings.HasPrefix(tt, "accepted;") {
+			t.Errorf("request %d: %q, want accepted", i, tt)
+		}
+	}
+	if got := peak.Load(); got != 2 {
+		t.Fatalf("%d compiles ran at once, want 2 (max_concurrent_compiles)", got)
+	}
+	if got := calls.Load(); got != requests {
+		t.Fatalf("%d compiles, want %d", got, requests)
+	}
+}
+
+// A candidate that gets no slot within compile_timeout goes upstream
+// unchanged (passthrough=busy) and is never compiled; a compile abandoned
+// at compile_timeout holds its slot until it stops, not until the handler
+// moves on.
+func TestMaxConcurrentCompilesWaitIsBounded(t *testing.T) {
+	entered := make(chan struct{}, 1)
+	unblock := make(chan struct{})
+	var abandoned func() // the Done of a compile that outlived its timeout
+	var mu sync.Mutex
+	fc := &fakeCompiler{fn: func(ctx context.Context, req compiler.Request) compiler.Result {
+		if strings.Contains(string(req.Body), "block") {
+			entered <- struct{}{}
+			<-unblock
+		}
+		if strings.Contains(string(req.Body), "abandon") {
+			<-ctx.Done()
+			mu.Lock()
+			abandoned = req.Done // still working: it says Done later
+			mu.Unlock()
+			return compiler.Result{Body: req.Body, Decision: compiler.Passthrough, Reason: compiler.ReasonTimeout, RawBytes: len(req.Body), SentBytes: len(req.Body)}
+		}
+		return compiler.Result{Body: []byte(`{}`), Decision: compiler.Accepted, RawBytes: len(req.Body), SentBytes: 2}
+	}}
+	h, logs := testHandler(t, fc, func(h *Handler) {
+		h.MaxConcurrentCompiles = intp(1)
+		h.CompileTimeout = caddy.Duration(100 * time.Millisecond)
+	})
+	serve := func(body string) (header string, forwarded []byte) {
+		var s seen
+		w := httptest.NewRecorder()
+		if err := h.ServeHTTP(w, newRequest(http.MethodPost, chatPath, strings.NewReader(body)), recordNext(&s)); err != nil {
+			t.Fatal(err)
+		}
+		return w.Header().Get(HeaderName), s.body
+	}
+
+	done := make(chan string, 1)
+	go func() { tt, _ := serve(`{"messages":["block"]}`); done <- tt }()
+	<-entered // the only slot is taken
+	const waiting = `{"messages":["waits for a slot"]}`
+	tt, fwd := serve(waiting)
+	if !strings.HasPrefix(tt, "passthrough=busy;") || string(fwd) != waiting {
+		t.Fatalf("while the slot is taken: %q, forwarded %q", tt, fwd)
+	}
+	if got := fc.calls.Load(); got != 1 {
+		t.Fatalf("%d compiles, want 1: the waiting request must not be compiled", got)
+	}
+	var queued float64
+	for _, e := range logs.All() {
+		if v, ok := e.ContextMap()["queue_ms"].(float64); ok {
+			queued = v
+		}
+	}
+	if queued < 100 {
+		t.Fatalf("queue_ms %v, want the compile_timeout it waited (100 ms)", queued)
+	}
+	close(unblock)
+	if tt := <-done; !strings.HasPrefix(tt, "accepted;") {
+		t.Fatalf("the blocking compile: %q", tt)
+	}
+	if tt, _ := serve(`{"messages":[]}`); !strings.HasPrefix(tt, "accepted;") {
+		t.Fatalf("after the slot came back: %q", tt)
+	}
+
+	if tt, _ := serve(`{"messages":["abandon"]}`); !strings.HasPrefix(tt, "passthrough=timeout;") {
+		t.Fatalf("abandoned compile: %q", tt)
+	}
+	if tt, _ := serve(`{"messages":[]}`); !strings.HasPrefix(tt, "passthrough=busy;") {
+		t.Fatalf("while the abandoned compile still runs: %q, want busy", tt)
+	}
+	mu.Lock()
+	abandoned()
+	mu.Unlock()
+	if tt, _ := serve(`{"messages":[]}`); !strings.HasPrefix(tt, "accepted;") {
+		t.Fatalf("after the abandoned compile stopped: %q", tt)
 	}
 }

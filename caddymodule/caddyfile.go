@@ -49,6 +49,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    inline_recent_turns     <n>
 //	    compile_timeout         <duration>
 //	    max_buffered_bytes      <size>
+//	    max_concurrent_compiles <n>
 //	    body_read_timeout       <duration>
 //	    cost_model              on|off
 //	    cost_horizon            <n>
@@ -193,6 +194,7 @@ var subdirectives = map[string]func(t *Handler, v string) error{
 	"token_budget":            func(t *Handler, v string) error { return setDuration(&t.TokenBudget, v) },
 	"compile_timeout":         func(t *Handler, v string) error { return setDuration(&t.CompileTimeout, v) },
 	"max_buffered_bytes":      func(t *Handler, v string) error { return setSize(&t.MaxBufferedBytes, v) },
+	"max_concurrent_compiles": func(t *Handler, v string) error { return setInt(&t.MaxConcurrentCompiles, v, 1) },
 	"body_read_timeout":       func(t *Handler, v string) error { return setDuration(&t.BodyReadTimeout, v) },
 	"bypass_header":           func(t *Handler, v string) error { t.BypassHeader = v; return nil },
 	"ledger_retention":        func(t *Handler, v string) error { return setDuration(&t.LedgerRetention, v) },

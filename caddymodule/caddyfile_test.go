@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"encoding/json"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -59,6 +60,7 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{name: "tokenizer cl100k", input: "token_terminator {\ntokenizer cl100k_base\n}", want: `{"tokenizer":"cl100k_base"}`},
 		{name: "size plain bytes", input: "token_terminator {\nmax_body_size 1048576\n}", want: `{"max_body_size":1048576}`},
 		{name: "max_buffered_bytes", input: "token_terminator {\nmax_buffered_bytes 64MiB\n}", want: `{"max_buffered_bytes":67108864}`},
+		{name: "max_concurrent_compiles", input: "token_terminator {\nmax_concurrent_compiles 8\n}", want: `{"max_concurrent_compiles":8}`},
 		{name: "size MiB", input: "token_terminator {\nvault_max_bytes 512MiB\n}", want: `{"vault_max_bytes":536870912}`},
 		{name: "duration days", input: "token_terminator {\ncompile_timeout 1d\n}", want: `{"compile_timeout":86400000000000}`},
 		{name: "min equals max", input: "token_terminator {\nmin_artifact_chars 10\nmax_artifact_chars 10\n}", want: `{"min_artifact_chars":10,"max_artifact_chars":10}`},
@@ -108,6 +110,7 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{name: "unknown tokenizer", input: "token_terminator {\ntokenizer p50k_base\n}", err: "tokenizer: want auto, o200k_base, cl100k_base or off, got 'p50k_base'"},
 		{name: "bad token_budget", input: "token_terminator {\ntoken_budget soon\n}", err: "token_budget: bad duration"},
 		{name: "zero token_budget", input: "token_terminator {\ntoken_budget 0s\n}", err: "token_budget: duration must be positive"},
+		{name: "zero max_concurrent_compiles", input: "token_terminator {\nmax_concurrent_compiles 0\n}", err: "max_concurrent_compiles: must be at least 1, got 0"},
 		{name: "negative compile_timeout", input: "token_terminator {\ncompile_timeout -1s\n}", err: "compile_timeout: duration must be positive"},
 		{name: "bad context_compaction", input: "token_terminator {\ncontext_compaction yes\n}", err: "context_compaction: want on or off, got 'yes'"},
 		{name: "context_min_vault_chars below 500", input: "token_terminator {\ncontext_min_vault_chars 499\n}", err: "context_min_vault_chars: must be at least 500, got 499"},
@@ -176,6 +179,7 @@ func TestDefaults(t *testing.T) {
 		{"collapse_after_turns", *h.CollapseAfterTurns, 6},
 		{"inline_recent_turns", *h.InlineRecentTurns, 5},
 		{"compile_timeout", time.Duration(h.CompileTimeout), 2 * time.Second},
+		{"max_concurrent_compiles", *h.MaxConcurrentCompiles, runtime.GOMAXPROCS(0)},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
@@ -227,6 +231,8 @@ func TestValidateJSON(t *testing.T) {
 		{`{"inline_leases":-1}`, "inline_leases"},
 		{`{"max_body_size":0}`, "max_body_size"},
 		{`{"max_buffered_bytes":0}`, "max_buffered_bytes"},
+		{`{"max_concurrent_compiles":0}`, "max_concurrent_compiles must be at least 1, got 0"},
+		{`{"max_concurrent_compiles":-3}`, "max_concurrent_compiles must be at least 1, got -3"},
 		{`{"max_body_size":9223372036854775807}`, "max_body_size"},
 		{`{"mode":"loud"}`, "mode"},
 		{`{"tokenizer":"gpt2"}`, "tokenizer"},

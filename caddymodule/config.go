@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"strings"
 	"time"
 
@@ -130,6 +131,13 @@ type Handler struct {
 	// (passthrough=busy). Default: 256MiB.
 	MaxBufferedBytes *int64 `json:"max_buffered_bytes,omitempty"`
 
+	// Most compiles this handler runs at once; a candidate that finds every
+	// slot taken waits for one within compile_timeout, then goes upstream
+	// uncompiled (passthrough=busy). Compiles are CPU work, so more of them
+	// than cores only hold more memory for longer. Default: the number of
+	// CPUs the process may use (GOMAXPROCS).
+	MaxConcurrentCompiles *int `json:"max_concurrent_compiles,omitempty"`
+
 	// Longest the handler waits for a candidate's body; past it, what has
 	// arrived and the rest stream through untouched (passthrough=slow_body),
 	// so a slow client holds no buffer budget. Default: 0, no limit.
@@ -249,6 +257,9 @@ func (h *Handler) applyDefaults() {
 	if h.MaxBufferedBytes == nil {
 		h.MaxBufferedBytes = int64p(DefaultMaxBufferedBytes)
 	}
+	if h.MaxConcurrentCompiles == nil {
+		h.MaxConcurrentCompiles = intp(runtime.GOMAXPROCS(0))
+	}
 	if h.BypassHeader == "" {
 		h.BypassHeader = DefaultBypassHeader
 	}
@@ -331,6 +342,9 @@ func (h *Handler) check() error {
 	}
 	if *h.MaxBufferedBytes < 1 {
 		return errf("max_buffered_bytes must be positive, got %d", *h.MaxBufferedBytes)
+	}
+	if *h.MaxConcurrentCompiles < 1 {
+		return errf("max_concurrent_compiles must be at least 1, got %d", *h.MaxConcurrentCompiles)
 	}
 	if err := compiler.CheckWorkingStateChars(h.WorkingStateChars); err != nil {
 		return err

@@ -44,6 +44,7 @@ type handlerState struct {
 	tenants   tenantFunc
 	formatFor func(method, path string) (string, bool)
 	buffered  *atomic.Int64 // bytes of bodies held now
+	slots     compileSlots  // max_concurrent_compiles (admission.go)
 	stats     *Stats        // the App's counters
 	metrics   *metrics      // the App's Prometheus series (metrics.go)
 	ledger    *ledgerWriter // the vault's request ledger, nil without one (ledger.go)
@@ -97,6 +98,7 @@ func (h *Handler) provision(ctx caddy.Context, app *App) error {
 	}
 	h.formatFor = compiler.FormatFor
 	h.buffered = new(atomic.Int64)
+	h.slots = newCompileSlots(*h.MaxConcurrentCompiles)
 	h.stats = app.Stats()
 	h.metrics = app.shared.metrics
 	if h.Mode == string(compiler.ModeOff) {
@@ -273,21 +275,42 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 		Mode:        mode,
 		DeferCommit: true,
 	}
-	work, ok := h.admitCompile(len(buf))
+	// compile_timeout bounds the wait for a slot and the compile together.
+	// The slot comes first: a waiting request holds only its body, not the
+	// compile's working memory.
+	ctx, cancel := context.WithTimeout(r.Context(), time.Duration(h.CompileTimeout))
+	defer cancel()
+	queued := time.Now()
+	slot, ok := h.slots.acquire(ctx)
+	rep.queue = time.Since(queued)
 	if !ok {
-		rep.passthrough(compiler.ReasonBusy) // no room for the compile's working memory
+		rep.passthrough(compiler.ReasonBusy)
+		rep.detail = "no compile slot within compile_timeout"
+		if r.Context().Err() != nil {
+			rep.passthrough(compiler.ReasonClientAbort)
+			rep.detail = ""
+		}
 		rep.rawBytes, rep.sentBytes = int64(len(buf)), int64(len(buf))
 		setBody(r, ex.body, buf)
 		return release
 	}
-	// The reservation and the compile's hold on the body are returned when
-	// the compile stops, not when it returns: one abandoned at
-	// compile_timeout keeps working (reading the body, holding its memory)
-	// in the background until it finishes.
+	work, ok := h.admitCompile(len(buf))
+	if !ok {
+		slot()
+		rep.passthrough(compiler.ReasonBusy)
+		rep.detail = "no room for the compile's working memory within max_buffered_bytes"
+		rep.rawBytes, rep.sentBytes = int64(len(buf)), int64(len(buf))
+		setBody(r, ex.body, buf)
+		return release
+	}
+	// The slot, the reservation and the compile's hold on the body are
+	// returned when the compile stops, not when it returns: one abandoned
+	// at compile_timeout keeps working (reading the body, holding its
+	// memory) in the background until it finishes.
 	compiling, _ := ex.body.tryHold() // the handler holds it: always ok
-	stopped := sync.OnceFunc(func() { work(); compiling() })
+	stopped := sync.OnceFunc(func() { work(); compiling(); slot() })
 	req.Done = stopped
-	res := h.compile(r.Context(), req)
+	res := h.compile(ctx, req)
 	if res.Reason != compiler.ReasonTimeout {
 		stopped() // stopped (a compile that panicked may not have said so)
 	}

@@ -85,6 +85,7 @@ func testHandler(t *testing.T, fc *fakeCompiler, mutate func(*Handler)) (*Handle
 		t.Fatal(err)
 	}
 	h.buffered = new(atomic.Int64)
+	h.slots = newCompileSlots(*h.MaxConcurrentCompiles)
 	h.stats = new(Stats)
 	h.logger = zap.New(core)
 	h.comp = fc.compile

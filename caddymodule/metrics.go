@@ -53,6 +53,7 @@ const (
 // sees which one a slow compile spent its time in.
 const (
 	stageRead    = "read"    // reading the body
+	stageQueue   = "queue"   // waiting for a compile slot (max_concurrent_compiles)
 	stageParse   = "parse"   // parsing it
 	stageVault   = "vault"   // vault lookups and writes during the compile
 	stageGate    = "gate"    // the final gate (bytes, tokens, cost), when a rewrite reached it
@@ -79,7 +80,7 @@ func newMetrics(sh *shared) *metrics {
 		upgrades:       counter("websocket_upgrades_total", "WebSocket upgrades of provider paths passed through uncompiled.", "format"),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: metricsNamespace, Name: "duration_seconds",
-			Help:    "Time spent per candidate, by stage: read, parse, vault, gate (the final gate, when a rewrite reached it), compile (parse, vault and gate included), commit.",
+			Help:    "Time spent per candidate, by stage: read, queue (waiting for a compile slot), parse, vault, gate (the final gate, when a rewrite reached it), compile (parse, vault and gate included), commit.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"stage", "format"}),
 		ledgerDropped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metricsNamespace, Name: "ledger_dropped_total",
@@ -171,6 +172,9 @@ func (m *metrics) observe(rep *report, ob *observation) {
 		m.vaultFailures.WithLabelValues(string(rep.reason)).Inc()
 	}
 	m.latency.WithLabelValues(stageRead, format).Observe(rep.read.Seconds())
+	if rep.queue > 0 {
+		m.latency.WithLabelValues(stageQueue, format).Observe(rep.queue.Seconds())
+	}
 	if rep.compiled {
 		m.latency.WithLabelValues(stageParse, format).Observe(rep.parse.Seconds())
 		m.latency.WithLabelValues(stageVault, format).Observe(rep.vault.Seconds())

@@ -211,8 +211,9 @@ func TestMetricsAfterSequence(t *testing.T) {
 		{"not_smaller is no failure", testutil.ToFloat64(m.failOpen.WithLabelValues("not_smaller")), 0},
 		{"vault write failures", testutil.ToFloat64(m.vaultFailures.WithLabelValues("vault_full")), 1},
 		{"websocket", testutil.ToFloat64(m.upgrades.WithLabelValues("openai_responses")), 1},
-		{"latency series", float64(testutil.CollectAndCount(m.latency)), 5}, // read, parse, vault, gate, compile
+		{"latency series", float64(testutil.CollectAndCount(m.latency)), 6}, // read, queue, parse, vault, gate, compile
 		{"compile observations", histCount(t, m, stageCompile), 3},
+		{"queue observations", histCount(t, m, stageQueue), 3}, // every compiled request asked for a slot
 		// The vault_full compile never reached the gate.
 		{"gate observations", histCount(t, m, stageGate), 2},
 		{"gate seconds", histSum(t, m, stageGate), 0.022},

@@ -37,6 +37,7 @@ type report struct {
 	costHorizonRaw, costHorizonSent, costHorizon float64
 
 	read, parse, vault, gate, compile, total time.Duration
+	queue                                    time.Duration // waiting for a compile slot
 
 	// The provider's answer, known once next has returned.
 	status        int   // final status; 0 when none was written
@@ -203,6 +204,9 @@ func (rep *report) fields() []zap.Field {
 		}
 	}
 	f = append(f, zap.Float64("read_ms", ms(rep.read)))
+	if rep.queue >= time.Millisecond/10 {
+		f = append(f, zap.Float64("queue_ms", ms(rep.queue)))
+	}
 	if rep.compiled {
 		f = append(f,
 			zap.Float64("parse_ms", ms(rep.parse)),

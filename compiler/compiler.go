@@ -327,6 +327,12 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Resu
 		res.Reason = reason
 		return nil
 	}
+	if ctx.Err() != nil {
+		// Abandoned at the timeout: stop here rather than plan a result
+		// nobody reads (it holds its caller's compile slot until it stops).
+		res.Reason = ReasonTimeout
+		return nil
+	}
 	res.Model = d.model
 	p := &plan{d: d.doc, recovery: c.opts.Recovery.forDoc(d.doc)}
 	minChars := c.opts.MinArtifactChars
@@ -364,6 +370,10 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Resu
 	// compaction; a request that needs neither is not described.
 	if res.Slots > 0 || c.opts.Compaction.Enabled {
 		p.hist = describeHistory(p.d)
+	}
+	if ctx.Err() != nil {
+		res.Reason = ReasonTimeout
+		return nil
 	}
 	p, ch := c.choose(p, f.name(), req)
 

@@ -24,7 +24,6 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,6 +33,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/caddymodule"
 	"github.com/tokenterminator/caddy-token-terminator/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
 // ---------------------------------------------------------------------------
@@ -177,17 +177,7 @@ func waitTokenizer(b *testing.B, post func() string) {
 }
 
 // quantile returns the q-quantile of durs (sorted in place).
-func quantile(durs []time.Duration, q float64) time.Duration {
-	if len(durs) == 0 {
-		return 0
-	}
-	slices.Sort(durs)
-	i := int(q * float64(len(durs)))
-	if i >= len(durs) {
-		i = len(durs) - 1
-	}
-	return durs[i]
-}
+func quantile(durs []time.Duration, q float64) time.Duration { return fixtures.Quantile(durs, q) }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 

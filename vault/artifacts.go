@@ -132,18 +132,57 @@ func Unique(arts []compiler.Artifact, maxArt int64) ([]*compiler.Artifact, error
 // (see integrity.go); a record that fails is dropped in the same
 // transaction and counts as missing.
 func (s *Store) verify(ctx context.Context, tenant string, arts []*compiler.Artifact, now int64) ([]*compiler.Artifact, error) {
-	var missing []*compiler.Artifact
-	var fresh []compiler.Digest
-	type drop struct {
+	for attempt := 0; ; attempt++ {
+		// The generation is read before the transaction (a deletion
+		// committing after this bumps it), and no deletion runs while the
+		// set vouches.
+		s.deletes.RLock()
+		gen := s.deleteGen
+		rest := s.checked.unvouched(tenant, arts, now, int64(s.touchAfter), gen)
+		s.deletes.RUnlock()
+		if len(rest) == 0 {
+			return nil, nil
+		}
+		missing, _, err := s.verifyRead(ctx, tenant, rest, now, gen, false)
+		if errors.Is(err, errNeedsDrop) {
+			// A record failed its read: drop it alone among deletions, so
+			// no concurrent request is vouched for it (integrity.go).
+			err = s.deleting(func() (bool, error) {
+				var dropped bool
+				missing, dropped, err = s.verifyRead(ctx, tenant, rest, now, gen, true)
+				return dropped, err
+			})
+		}
+		if errors.Is(err, errMoved) && attempt < maxRetries {
+			continue // what it found may be gone: look again
+		}
+		return missing, err
+	}
+}
+
+// errMoved: verifyRead waited for another write's sync and a deletion
+// committed meanwhile (that write's failure drops its records), so what it
+// found present may be gone.
+var errMoved = errors.New("vault: a deletion committed while a sync was awaited")
+
+// errNeedsDrop stops a verify transaction that found a record to drop
+// outside deleting.
+var errNeedsDrop = errors.New("vault: a record needs dropping")
+
+// verifyRead is verify's transaction over the artifacts not vouched for.
+// With drop false it stops at the first unreadable record (errNeedsDrop).
+func (s *Store) verifyRead(ctx context.Context, tenant string, arts []*compiler.Artifact, now int64, gen uint64, drop bool) (missing []*compiler.Artifact, dropped bool, err error) {
+	var fresh, known []seenDigest
+	type dropRec struct {
 		d    compiler.Digest
 		size int64
 		why  error
 	}
-	var drops []drop
-	err := s.update(ctx, func(txn *badger.Txn) error {
-		missing, fresh, drops = missing[:0], fresh[:0], drops[:0]
+	var drops []dropRec
+	err = s.update(ctx, func(txn *badger.Txn) error {
+		missing, fresh, known, drops = missing[:0], fresh[:0], known[:0], drops[:0]
 		for _, a := range arts {
-			ok, err := s.touch(txn, tenant, a.Digest, now)
+			seen, ok, err := s.touch(txn, tenant, a.Digest, now)
 			if err != nil {
 				return err
 			}
@@ -157,60 +196,85 @@ func (s *Store) verify(ctx context.Context, tenant string, arts []*compiler.Arti
 				if _, err := txn.Get(artKey(tenant, a.Digest)); err != nil {
 					return fmt.Errorf("vault: artifact %x content: %w", a.Digest[:8], err)
 				}
+				known = append(known, seenDigest{a.Digest, seen})
 				continue
 			}
 			why := readable(txn, tenant, a.Digest)
 			if why == nil {
-				fresh = append(fresh, a.Digest)
+				fresh = append(fresh, seenDigest{a.Digest, seen})
 				continue
+			}
+			if !drop {
+				return errNeedsDrop
 			}
 			size, err := dropRecord(txn, tenant, a.Digest)
 			if err != nil {
 				return err
 			}
-			drops = append(drops, drop{a.Digest, size, why})
+			drops = append(drops, dropRec{a.Digest, size, why})
 			missing = append(missing, a)
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("vault: verify: %w", err)
+	if errors.Is(err, errNeedsDrop) {
+		return nil, false, err
 	}
-	s.checked.add(tenant, fresh...)
+	if err != nil {
+		return nil, false, fmt.Errorf("vault: verify: %w", err)
+	}
 	for _, d := range drops {
 		s.dropped(tenant, d.d, d.size, d.why)
 	}
-	return missing, nil
+	// A record another Persist committed but has not yet synced is not
+	// durable: share a sync before confirming it.
+	if s.unsynced.any(tenant, fresh) || s.unsynced.any(tenant, known) {
+		if err := s.syncs.sync(s.syncDB); err != nil {
+			return nil, len(drops) > 0, fmt.Errorf("vault: sync: %w", noSpaceIsFull(err))
+		}
+		var cur uint64
+		if drop {
+			cur = s.deleteGen // this runs inside deleting, which holds deletes
+		} else {
+			cur = s.deletionGen()
+		}
+		if cur != gen {
+			return nil, len(drops) > 0, errMoved
+		}
+	}
+	s.checked.add(tenant, gen, fresh...)
+	s.checked.seen(tenant, gen, known)
+	return missing, len(drops) > 0, nil
 }
 
 // touch reports whether tenant has artifact d and bumps its last-seen time
-// when stale.
-func (s *Store) touch(txn *badger.Txn, tenant string, d compiler.Digest, now int64) (bool, error) {
+// when stale; seen is the last-seen time stored once it returns.
+func (s *Store) touch(txn *badger.Txn, tenant string, d compiler.Digest, now int64) (seen int64, ok bool, err error) {
 	mk := metaKey(tenant, d)
 	item, err := txn.Get(mk)
 	if errors.Is(err, badger.ErrKeyNotFound) {
-		return false, nil
+		return 0, false, nil
 	}
 	if err != nil {
-		return false, err
+		return 0, false, err
 	}
 	var m meta
 	if err := item.Value(m.decode); err != nil {
-		return false, err
+		return 0, false, err
 	}
 	if m.Digest != d {
-		return false, fmt.Errorf("%w: record filed under %x", ErrDigest, d[:8])
+		return 0, false, fmt.Errorf("%w: record filed under %x", ErrDigest, d[:8])
 	}
 	if now-m.LastSeen < int64(s.touchAfter) {
-		return true, nil
+		return m.LastSeen, true, nil
 	}
 	m.LastSeen = now
-	return true, txn.Set(mk, m.encode())
+	return now, true, txn.Set(mk, m.encode())
 }
 
 // write stores arts (not present at verify time) within the byte cap, syncs
 // once and reads everything back.
 func (s *Store) write(ctx context.Context, tenant string, arts []*compiler.Artifact, now int64) error {
+	gen := s.deletionGen() // before the records exist (see verifiedSet)
 	var need int64
 	for _, a := range arts {
 		need += ArtifactSize(a)
@@ -240,6 +304,10 @@ func (s *Store) write(ctx context.Context, tenant string, arts []*compiler.Artif
 	// checked (the other writer compares their content).
 	var ours, others []*compiler.Artifact
 	var oursEnc [][]byte // the stored bytes of ours
+	// Pending from before the records can be found until they are synced
+	// and read back (or dropped again): verify does not confirm them sooner.
+	s.unsynced.add(tenant, arts)
+	defer s.unsynced.done(tenant, arts)
 	for off := 0; off < len(arts); off += writeChunk {
 		chunk := arts[off:min(off+writeChunk, len(arts))]
 		var wrote, skipped []*compiler.Artifact
@@ -282,15 +350,54 @@ func (s *Store) write(ctx context.Context, tenant string, arts []*compiler.Artif
 	// sync may not have happened yet, and our receipts depend on it.
 	// Concurrent writers share one sync (group commit, groupsync.go).
 	if err := s.syncs.sync(s.syncDB); err != nil {
+		s.dropUnsynced(tenant, arts, ours)
 		return fmt.Errorf("vault: sync: %w", noSpaceIsFull(err))
 	}
 	if err := s.readBack(tenant, ours, oursEnc, others); err != nil {
+		s.dropUnsynced(tenant, arts, ours)
 		return err
 	}
-	for _, a := range ours {
-		s.checked.add(tenant, a.Digest)
+	written := make([]seenDigest, len(ours))
+	for i, a := range ours {
+		written[i] = seenDigest{a.Digest, now}
 	}
+	s.checked.add(tenant, gen, written...)
 	return nil
+}
+
+// dropUnsynced deletes the records this write committed (ours) after its
+// sync or read-back failed, so no later request confirms content that may
+// not be durable. When the drop fails too, arts stay pending for good:
+// verify then syncs before it confirms any of them.
+func (s *Store) dropUnsynced(tenant string, arts, ours []*compiler.Artifact) {
+	var sizes []int64
+	err := s.deleting(func() (bool, error) {
+		err := s.update(context.Background(), func(txn *badger.Txn) error {
+			sizes = sizes[:0]
+			for _, a := range ours {
+				size, err := dropRecord(txn, tenant, a.Digest)
+				if err != nil {
+					return err
+				}
+				sizes = append(sizes, size)
+			}
+			return nil
+		})
+		return err == nil && len(ours) > 0, err
+	})
+	if err != nil {
+		s.log.Error("vault could not drop records whose write did not complete; verify syncs before confirming them", zap.Int("artifacts", len(ours)), zap.Error(err))
+		s.unsynced.add(tenant, arts)
+		return
+	}
+	for i, a := range ours {
+		s.checked.remove(tenant, a.Digest)
+		if sizes[i] >= 0 {
+			s.bytes.Add(-sizes[i])
+			s.tenants.add(tenant, -sizes[i])
+			s.count.Add(-1)
+		}
+	}
 }
 
 // readBack is the "verified readable" half of invariant 4 for what this
@@ -527,40 +634,51 @@ func (s *Store) evictOldest(sc evictScope) {
 	for chunk := range slices.Chunk(cands[:take], evictChunk) {
 		var n, b int64
 		per := map[string]int64{}
-		err := s.update(context.Background(), func(txn *badger.Txn) error {
-			n, b = 0, 0
-			clear(per)
-			for _, c := range chunk {
-				item, err := txn.Get(c.key)
-				if errors.Is(err, badger.ErrKeyNotFound) {
-					continue
+		var gone []verifiedKey
+		err := s.deleting(func() (bool, error) {
+			err := s.update(context.Background(), func(txn *badger.Txn) error {
+				n, b = 0, 0
+				clear(per)
+				gone = gone[:0]
+				for _, c := range chunk {
+					item, err := txn.Get(c.key)
+					if errors.Is(err, badger.ErrKeyNotFound) {
+						continue
+					}
+					if err != nil {
+						return err
+					}
+					var m meta
+					if err := item.Value(m.decode); err != nil {
+						return err
+					}
+					if m.LastSeen >= cutoff {
+						continue // seen again since the scan
+					}
+					ak := append([]byte("a"), c.key[1:]...)
+					if err := txn.Delete(c.key); err != nil {
+						return err
+					}
+					if err := txn.Delete(ak); err != nil {
+						return err
+					}
+					n++
+					b += m.size()
+					per[tenantOfKey(c.key)] += m.size()
+					if t, d, ok := keyDigest(c.key); ok {
+						gone = append(gone, verifiedKey{t, d})
+					}
 				}
-				if err != nil {
-					return err
-				}
-				var m meta
-				if err := item.Value(m.decode); err != nil {
-					return err
-				}
-				if m.LastSeen >= cutoff {
-					continue // seen again since the scan
-				}
-				ak := append([]byte("a"), c.key[1:]...)
-				if err := txn.Delete(c.key); err != nil {
-					return err
-				}
-				if err := txn.Delete(ak); err != nil {
-					return err
-				}
-				n++
-				b += m.size()
-				per[tenantOfKey(c.key)] += m.size()
-			}
-			return nil
+				return nil
+			})
+			return err == nil && n > 0, err
 		})
 		if err != nil {
 			s.log.Warn("vault eviction failed", zap.Error(err))
 			break
+		}
+		for _, k := range gone {
+			s.checked.remove(k.tenant, k.d)
 		}
 		for t, size := range per {
 			s.tenants.add(t, -size)

@@ -3,12 +3,15 @@ package vault
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
 )
@@ -118,6 +121,76 @@ func TestSyncDBValueLogEarly(t *testing.T) {
 		}
 		if fail != errors.Is(err, errSync) {
 			t.Fatalf("fail=%v: Persist = %v", fail, err)
+		}
+	}
+}
+
+// A record a Persist has committed but not yet synced is found by a
+// concurrent request's verify; that request must not confirm it before a
+// sync covers it. And a write whose sync fails drops what it wrote, so no
+// later request confirms content that may not be durable.
+func TestVerifyWaitsForTheWritersSync(t *testing.T) {
+	errSync := errors.New("injected fsync failure")
+	var block atomic.Bool
+	var fail atomic.Bool
+	entered := make(chan struct{}, 8)
+	release := make(chan struct{})
+	s := openTest(t, Config{syncFile: func(p string) error {
+		if filepath.Ext(p) == valueLogExt && block.Load() {
+			entered <- struct{}{}
+			<-release
+			if fail.Load() {
+				return errSync
+			}
+		}
+		return syncFile(p)
+	}})
+	ctx := context.Background()
+	sc := compiler.Scope{Tenant: "t"}
+
+	for _, failing := range []bool{false, true} {
+		a := mkArt(fmt.Sprintf("written while another request asks for it, fail=%v", failing))
+		written := s.Stats().Written
+		block.Store(true)
+		fail.Store(failing)
+		first := make(chan error, 1)
+		go func() { first <- s.Persist(ctx, sc, []compiler.Artifact{a}) }()
+		<-entered // committed, its sync under way
+
+		second := make(chan error, 1)
+		go func() { second <- s.Persist(ctx, sc, []compiler.Artifact{a}) }()
+		select {
+		case err := <-second:
+			block.Store(false)
+			close(release) // let the first one finish before the store closes
+			<-first
+			t.Fatalf("fail=%v: a concurrent Persist confirmed an unsynced record (err %v)", failing, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+		block.Store(false) // the second request's own sync goes through
+		close(release)
+		errFirst, errSecond := <-first, <-second
+		release = make(chan struct{})
+		if failing != errors.Is(errFirst, errSync) {
+			t.Fatalf("fail=%v: first Persist = %v", failing, errFirst)
+		}
+		if !failing {
+			if errSecond != nil {
+				t.Fatalf("second Persist = %v", errSecond)
+			}
+			continue
+		}
+		// The failed write dropped its record; the waiting request saw the
+		// drop, stored the artifact again itself and synced it.
+		if errSecond != nil {
+			t.Fatalf("second Persist after the first one's failed sync = %v", errSecond)
+		}
+		m, err := s.Missing(ctx, sc, []compiler.Digest{a.Digest})
+		if err != nil || len(m) != 0 {
+			t.Fatalf("the second Persist returned nil, yet Missing = %d, %v", len(m), err)
+		}
+		if st := s.Stats(); st.Written != written+2 {
+			t.Fatalf("written %d -> %d, want both Persists to have written it", written, st.Written)
 		}
 	}
 }

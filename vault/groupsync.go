@@ -3,6 +3,8 @@ package vault
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
 )
 
 // syncGroup is group commit for db.Sync: every Persist that wrote must have
@@ -60,4 +62,50 @@ func (g *syncGroup) run(r *syncRound, do func() error) {
 	next := g.next
 	g.next = nil
 	go g.run(next, do)
+}
+
+// pendingSet counts, per artifact, the writes that committed its record
+// but have not yet seen it synced and read back. A concurrent verify can
+// find such a record in Badger before it is durable; it must not confirm
+// it until a sync has covered it. The zero value is ready to use.
+type pendingSet struct {
+	mu sync.Mutex
+	m  map[verifiedKey]int
+}
+
+func (p *pendingSet) add(tenant string, arts []*compiler.Artifact) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil {
+		p.m = map[verifiedKey]int{}
+	}
+	for _, a := range arts {
+		p.m[verifiedKey{tenant, a.Digest}]++
+	}
+}
+
+func (p *pendingSet) done(tenant string, arts []*compiler.Artifact) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, a := range arts {
+		k := verifiedKey{tenant, a.Digest}
+		if p.m[k]--; p.m[k] <= 0 {
+			delete(p.m, k)
+		}
+	}
+}
+
+// any reports whether one of ds is pending.
+func (p *pendingSet) any(tenant string, ds []seenDigest) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.m) == 0 {
+		return false
+	}
+	for _, d := range ds {
+		if p.m[verifiedKey{tenant, d.d}] > 0 {
+			return true
+		}
+	}
+	return false
 }

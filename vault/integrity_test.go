@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dgraph-io/badger/v4"
+
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
 )
 
@@ -133,12 +135,103 @@ func TestScrubKeepsIntact(t *testing.T) {
 func TestVerifiedSetBounded(t *testing.T) {
 	v := verifiedSet{max: 4}
 	for i := range 10 {
-		v.add("t", dg(string(rune('a'+i))))
+		v.add("t", 0, seenDigest{d: dg(string(rune('a' + i)))})
 		if len(v.m) > v.max {
 			t.Fatalf("set grew to %d, max %d", len(v.m), v.max)
 		}
 	}
 	if !v.has("t", dg("j")) || v.has("u", dg("j")) {
 		t.Error("latest digest not kept, or kept for another tenant")
+	}
+}
+
+// An artifact found stored is vouched for without a read only while its
+// stored last-seen time is within touchAfter and no artifact deletion has
+// committed since it was found (verifiedSet): a record deleted by any
+// transaction run through deleting is reported missing on the next call,
+// and a stale one is touched again.
+func TestVouchedUntilDeletedOrStale(t *testing.T) {
+	clk := newClock()
+	s := openTest(t, Config{now: clk.Now})
+	ctx := context.Background()
+	sc := compiler.Scope{Tenant: "t"}
+	a, b := mkArt(text("a", 9000)), mkArt(text("b", 9000))
+	must(t, s.Persist(ctx, sc, []compiler.Artifact{a, b}))
+	missing := func() []compiler.Digest {
+		t.Helper()
+		m, err := s.Missing(ctx, sc, []compiler.Digest{a.Digest, b.Digest})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	if m := missing(); len(m) != 0 {
+		t.Fatalf("Missing after Persist = %d", len(m))
+	}
+
+	// Deleted behind the set's back, through the deletion discipline: the
+	// generation moves, so the next call reads the store and finds it gone.
+	must(t, s.deleting(func() (bool, error) {
+		return true, s.db.Update(func(txn *badger.Txn) error {
+			_, err := dropRecord(txn, "t", a.Digest)
+			return err
+		})
+	}))
+	if m := missing(); len(m) != 1 || m[0] != a.Digest {
+		t.Fatalf("Missing after a deletion = %x, want only a", m)
+	}
+
+	// Stale: past touchAfter the stored last-seen time is bumped again.
+	m0, _ := readMeta(t, s, "t", b.Digest)
+	clk.Add(s.touchAfter)
+	missing()
+	if m1, _ := readMeta(t, s, "t", b.Digest); m1.LastSeen == m0.LastSeen || m1.LastSeen != clk.Now().UnixNano() {
+		t.Fatalf("last-seen %d -> %d past touchAfter, want %d", m0.LastSeen, m1.LastSeen, clk.Now().UnixNano())
+	}
+	// Record does not touch what was just touched, and touches the rest.
+	clk.Add(s.touchAfter / 2)
+	must(t, s.Record(ctx, sc, compiler.Record{ChainEnd: dg("c"), Length: 1, Referenced: []compiler.Digest{b.Digest}}))
+	if m2, _ := readMeta(t, s, "t", b.Digest); m2.LastSeen != clk.Now().Add(-s.touchAfter/2).UnixNano() {
+		t.Fatalf("Record touched a recently seen artifact: %d", m2.LastSeen)
+	}
+	clk.Add(s.touchAfter)
+	must(t, s.Record(ctx, sc, compiler.Record{ChainEnd: dg("d"), Length: 1, Referenced: []compiler.Digest{b.Digest}}))
+	if m3, _ := readMeta(t, s, "t", b.Digest); m3.LastSeen != clk.Now().UnixNano() {
+		t.Fatalf("Record did not touch a stale artifact: %d, want %d", m3.LastSeen, clk.Now().UnixNano())
+	}
+}
+
+// No request is vouched for while a deletion runs: a deletion that has
+// committed but not yet moved the generation cannot leave a vouch behind.
+func TestNoVouchDuringDeletion(t *testing.T) {
+	s := openTest(t, Config{})
+	ctx := context.Background()
+	sc := compiler.Scope{Tenant: "t"}
+	a := mkArt(text("deleted while vouching", 9000))
+	must(t, s.Persist(ctx, sc, []compiler.Artifact{a}))
+
+	s.deletes.Lock() // a deletion in progress, as deleting runs it
+	must(t, s.db.Update(func(txn *badger.Txn) error {
+		_, err := dropRecord(txn, "t", a.Digest)
+		return err
+	}))
+	got := make(chan []compiler.Digest, 1)
+	go func() {
+		m, err := s.Missing(ctx, sc, []compiler.Digest{a.Digest})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- m
+	}()
+	select {
+	case m := <-got:
+		s.deletes.Unlock()
+		t.Fatalf("Missing answered during a deletion: %x", m)
+	case <-time.After(50 * time.Millisecond):
+	}
+	s.deleteGen++
+	s.deletes.Unlock()
+	if m := <-got; len(m) != 1 || m[0] != a.Digest {
+		t.Fatalf("Missing after the deletion = %x, want the deleted artifact", m)
 	}
 }

@@ -77,9 +77,12 @@ func (s *Store) Record(ctx context.Context, scope compiler.Scope, rec compiler.R
 			}
 		}
 		for _, d := range rec.Referenced {
+			if s.checked.recent(scope.Tenant, d, now, int64(s.touchAfter)) {
+				continue // touching it would write nothing
+			}
 			// An artifact that is gone cannot be kept alive; the compiler's
 			// Persist of the next request will store it again.
-			if _, err := s.touch(txn, scope.Tenant, d, now); err != nil {
+			if _, _, err := s.touch(txn, scope.Tenant, d, now); err != nil {
 				return err
 			}
 		}

@@ -137,10 +137,20 @@ type Store struct {
 	evicted  atomic.Uint64
 	corrupt  atomic.Uint64
 	// checked holds the artifacts whose content this process has read and
-	// found intact, so Missing reads each record once, not on every request.
+	// found intact, so Missing reads each record once, not on every request,
+	// and vouches for recent ones without a read (integrity.go).
 	checked verifiedSet
+	// deletes is held for writing by every transaction that deletes an
+	// artifact, which bumps deleteGen before releasing it; for reading
+	// while deleteGen is read. An entry of checked recorded at the current
+	// generation therefore names a record that is still stored.
+	deletes   sync.RWMutex
+	deleteGen uint64
 	// syncs lets concurrent Persists share one db.Sync (group commit).
 	syncs syncGroup
+	// unsynced holds the artifacts a write has committed but not yet seen
+	// synced and read back: verify waits for a sync before it confirms one.
+	unsynced pendingSet
 	// nextEvict is the earliest unix-nano time at which any stored artifact
 	// can leave its retention window; until then a full vault fails fast
 	// instead of rescanning metadata on every request.
@@ -377,6 +387,28 @@ func (s *Store) Stats() Stats {
 
 // maxRetries bounds optimistic-transaction retries on ErrConflict.
 const maxRetries = 8
+
+// deleting runs fn, a transaction that may delete artifacts, alone among
+// deletions and vouchers (verify holds deletes for reading while it
+// vouches), and bumps the deletion generation after it when fn reports
+// that it deleted something, so no entry of checked recorded before the
+// deletion committed vouches for what it deleted.
+func (s *Store) deleting(fn func() (deleted bool, err error)) error {
+	s.deletes.Lock()
+	defer s.deletes.Unlock()
+	deleted, err := fn()
+	if deleted {
+		s.deleteGen++
+	}
+	return err
+}
+
+// deletionGen is the current deletion generation.
+func (s *Store) deletionGen() uint64 {
+	s.deletes.RLock()
+	defer s.deletes.RUnlock()
+	return s.deleteGen
+}
 
 // update runs fn in a read-write transaction, retrying on conflicts. fn must
 // be safe to run again from scratch. It refuses with ErrFull when the disk
