@@ -101,7 +101,9 @@ func TestBudget(t *testing.T) {
 	}
 	t0 := time.Now()
 	got := c.Count(context.Background(), "gpt-4o", body)
-	if d := time.Since(t0); got.Status != StatusBudget || got.Encoding != "o200k_base" || got.N != 0 || got.Exact || d > 50*time.Millisecond {
+	// As in TestContextDone, the status is the assertion; the bound only
+	// catches a wait for the whole count, loosely, for -race under load.
+	if d := time.Since(t0); got.Status != StatusBudget || got.Encoding != "o200k_base" || got.N != 0 || got.Exact || d > time.Second {
 		t.Fatalf("%+v after %v", got, d)
 	}
 	want := direct(t, "o200k_base", string(body))
@@ -131,7 +133,10 @@ func TestContextDone(t *testing.T) {
 	ctx, cancel = context.WithTimeout(context.Background(), 2*time.Millisecond)
 	defer cancel()
 	t0 := time.Now()
-	if got := c.Count(ctx, "gpt-4o", append(body, ' ')); got.Status != StatusBudget || time.Since(t0) > 50*time.Millisecond {
+	// The status shows it did not wait for the count. The bound only
+	// catches a wait far past the deadline: CI runs this under -race next
+	// to other packages, where 50 ms was once 103.
+	if got := c.Count(ctx, "gpt-4o", append(body, ' ')); got.Status != StatusBudget || time.Since(t0) > time.Second {
 		t.Fatalf("deadline: %+v after %v", got, time.Since(t0))
 	}
 }
