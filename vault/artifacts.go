@@ -391,12 +391,7 @@ func (s *Store) dropUnsynced(tenant string, arts, ours []*compiler.Artifact) {
 		return
 	}
 	for i, a := range ours {
-		s.checked.remove(tenant, a.Digest)
-		if sizes[i] >= 0 {
-			s.bytes.Add(-sizes[i])
-			s.tenants.add(tenant, -sizes[i])
-			s.count.Add(-1)
-		}
+		s.forget(tenant, a.Digest, sizes[i])
 	}
 }
 

@@ -185,18 +185,24 @@ func dropRecord(txn *badger.Txn, tenant string, d compiler.Digest) (int64, error
 	return size, txn.Delete(artKey(tenant, d))
 }
 
-// dropped settles the accounting for records dropRecord deleted, once their
-// transaction committed.
+// dropped is forget for a record dropped because it did not read intact:
+// it is counted as corrupt and logged.
 func (s *Store) dropped(tenant string, d compiler.Digest, size int64, why error) {
+	s.forget(tenant, d, size)
+	s.corrupt.Add(1)
+	s.log.Warn("vault dropped an unreadable artifact; it is stored again when next seen",
+		zap.String("artifact", hex.EncodeToString(d[:8])), zap.Int64("bytes", size), zap.NamedError("cause", why))
+}
+
+// forget settles the accounting for a record dropRecord deleted (size is
+// what it returned), once its transaction committed.
+func (s *Store) forget(tenant string, d compiler.Digest, size int64) {
 	s.checked.remove(tenant, d)
 	if size >= 0 {
 		s.bytes.Add(-size)
 		s.tenants.add(tenant, -size)
 		s.count.Add(-1)
 	}
-	s.corrupt.Add(1)
-	s.log.Warn("vault dropped an unreadable artifact; it is stored again when next seen",
-		zap.String("artifact", hex.EncodeToString(d[:8])), zap.Int64("bytes", size), zap.NamedError("cause", why))
 }
 
 // keyDigest splits a content or metadata key into its tenant and digest.

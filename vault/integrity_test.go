@@ -199,6 +199,11 @@ func TestVouchedUntilDeletedOrStale(t *testing.T) {
 	if m3, _ := readMeta(t, s, "t", b.Digest); m3.LastSeen != clk.Now().UnixNano() {
 		t.Fatalf("Record did not touch a stale artifact: %d, want %d", m3.LastSeen, clk.Now().UnixNano())
 	}
+	// What Record touched is vouched for again, without a read.
+	bp := &b
+	if rest := s.checked.unvouched("t", []*compiler.Artifact{bp}, clk.Now().UnixNano(), int64(s.touchAfter), s.deletionGen()); len(rest) != 0 {
+		t.Fatal("an artifact Record just touched is not vouched for")
+	}
 }
 
 // No request is vouched for while a deletion runs: a deletion that has

@@ -70,7 +70,10 @@ func (s *Store) Record(ctx context.Context, scope compiler.Scope, rec compiler.R
 	size := int64(len(key) + len(val))
 	full := s.reserveCap(size)
 	store := full == nil
+	gen := s.deletionGen() // before the transaction (see verifiedSet)
+	var touched []seenDigest
 	err = s.update(ctx, func(txn *badger.Txn) error {
+		touched = touched[:0]
 		if store {
 			if err := txn.SetEntry(badger.NewEntry(key, val).WithTTL(s.retention)); err != nil {
 				return err
@@ -82,12 +85,19 @@ func (s *Store) Record(ctx context.Context, scope compiler.Scope, rec compiler.R
 			}
 			// An artifact that is gone cannot be kept alive; the compiler's
 			// Persist of the next request will store it again.
-			if _, _, err := s.touch(txn, scope.Tenant, d, now); err != nil {
+			seen, ok, err := s.touch(txn, scope.Tenant, d, now)
+			if err != nil {
 				return err
+			}
+			if ok {
+				touched = append(touched, seenDigest{d, seen})
 			}
 		}
 		return nil
 	})
+	if err == nil {
+		s.checked.seen(scope.Tenant, gen, touched) // what verify may vouch for again
+	}
 	if store {
 		if err != nil {
 			s.bytes.Add(-size)
