@@ -246,25 +246,24 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 		rep.passthrough(reason)
 		return release
 	}
-	if h.vaultErr != "" {
-		rep.passthrough(compiler.ReasonVaultError)
-		rep.detail = h.vaultErr
+	// passOn forwards the body as read, uncompiled, for reason.
+	passOn := func(reason compiler.Reason, detail string) func() {
+		rep.passthrough(reason)
+		rep.detail = detail
 		rep.rawBytes, rep.sentBytes = int64(len(buf)), int64(len(buf))
 		setBody(r, ex.body, buf)
 		return release
+	}
+	if h.vaultErr != "" {
+		return passOn(compiler.ReasonVaultError, h.vaultErr)
 	}
 	tenant := h.tenant(r, rep.format)
 	if tenant == "" {
 		// No credential and no configured identity: no cross-request state.
 		if h.tenantKeyPending != nil && h.tenantKeyPending() {
-			rep.passthrough(compiler.ReasonVaultError)
-			rep.detail = "the vault's tenant key is not readable yet"
-		} else {
-			rep.passthrough(compiler.ReasonNoTenant)
+			return passOn(compiler.ReasonVaultError, "the vault's tenant key is not readable yet")
 		}
-		rep.rawBytes, rep.sentBytes = int64(len(buf)), int64(len(buf))
-		setBody(r, ex.body, buf)
-		return release
+		return passOn(compiler.ReasonNoTenant, "")
 	}
 
 	mode := compiler.Mode(h.Mode)
@@ -284,24 +283,15 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 	slot, ok := h.slots.acquire(ctx)
 	rep.queue = time.Since(queued)
 	if !ok {
-		rep.passthrough(compiler.ReasonBusy)
-		rep.detail = "no compile slot within compile_timeout"
 		if r.Context().Err() != nil {
-			rep.passthrough(compiler.ReasonClientAbort)
-			rep.detail = ""
+			return passOn(compiler.ReasonClientAbort, "")
 		}
-		rep.rawBytes, rep.sentBytes = int64(len(buf)), int64(len(buf))
-		setBody(r, ex.body, buf)
-		return release
+		return passOn(compiler.ReasonBusy, "no compile slot within compile_timeout")
 	}
 	work, ok := h.admitCompile(len(buf))
 	if !ok {
 		slot()
-		rep.passthrough(compiler.ReasonBusy)
-		rep.detail = "no room for the compile's working memory within max_buffered_bytes"
-		rep.rawBytes, rep.sentBytes = int64(len(buf)), int64(len(buf))
-		setBody(r, ex.body, buf)
-		return release
+		return passOn(compiler.ReasonBusy, "no room for the compile's working memory within max_buffered_bytes")
 	}
 	// The slot, the reservation and the compile's hold on the body are
 	// returned when the compile stops, not when it returns: one abandoned

@@ -176,9 +176,6 @@ func waitTokenizer(b *testing.B, post func() string) {
 	}
 }
 
-// quantile returns the q-quantile of durs (sorted in place).
-func quantile(durs []time.Duration, q float64) time.Duration { return fixtures.Quantile(durs, q) }
-
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // procStatusKB returns a field of /proc/self/status in KiB (VmRSS, VmHWM).
@@ -319,7 +316,7 @@ func BenchmarkGatewayNonCandidate(b *testing.B) {
 				diff += a - o
 			}
 			b.StopTimer()
-			pw, po := quantile(dw, 0.5), quantile(do, 0.5)
+			pw, po := fixtures.Quantile(dw, 0.5), fixtures.Quantile(do, 0.5)
 			b.ReportMetric(float64(pw.Nanoseconds())/1000, "with-p50-µs")
 			b.ReportMetric(float64(po.Nanoseconds())/1000, "without-p50-µs")
 			b.ReportMetric(float64((pw-po).Nanoseconds())/1000, "added-p50-µs")
@@ -498,8 +495,8 @@ func benchGatewayConcurrent(b *testing.B, clients int, cold bool) {
 	b.ReportMetric(float64(peaks.anonKB)/1024, "peak-RssAnon-MB")
 	b.ReportMetric(float64(peaks.fileKB)/1024, "peak-RssFile-MB")
 	b.ReportMetric(float64(peaks.heap)/(1<<20), "peak-heap-MB")
-	b.ReportMetric(ms(quantile(got, 0.5)), "p50-ms")
-	b.ReportMetric(ms(quantile(got, 0.99)), "p99-ms")
+	b.ReportMetric(ms(fixtures.Quantile(got, 0.5)), "p50-ms")
+	b.ReportMetric(ms(fixtures.Quantile(got, 0.99)), "p99-ms")
 	b.ReportMetric(100*float64(accepted.Load())/float64(total), "accepted-%")
 	b.ReportMetric(float64(receipts.Load())/float64(total), "receipts/req")
 	if upBytes.Load() == 0 {
@@ -611,11 +608,11 @@ func benchGateway1MBSite(b *testing.B, snippet string, cold bool) {
 		}
 	}
 	b.StopTimer()
-	b.ReportMetric(ms(quantile(durs, 0.5)), "p50-ms")
-	b.ReportMetric(ms(quantile(durs, 0.99)), "p99-ms")
-	b.ReportMetric(ms(quantile(directs, 0.5)), "direct-p50-ms")
-	b.ReportMetric(ms(quantile(added, 0.5)), "added-p50-ms")
-	b.ReportMetric(ms(quantile(added, 0.99)), "added-p99-ms")
+	b.ReportMetric(ms(fixtures.Quantile(durs, 0.5)), "p50-ms")
+	b.ReportMetric(ms(fixtures.Quantile(durs, 0.99)), "p99-ms")
+	b.ReportMetric(ms(fixtures.Quantile(directs, 0.5)), "direct-p50-ms")
+	b.ReportMetric(ms(fixtures.Quantile(added, 0.5)), "added-p50-ms")
+	b.ReportMetric(ms(fixtures.Quantile(added, 0.99)), "added-p99-ms")
 }
 
 // ---------------------------------------------------------------------------
@@ -728,7 +725,7 @@ func benchFormat(b *testing.B, c *http.Client, url string, render func([]compile
 		}
 	}
 	b.StopTimer()
-	b.ReportMetric(ms(quantile(durs, 0.5)), "p50-ms")
-	b.ReportMetric(ms(quantile(durs, 0.99)), "p99-ms")
+	b.ReportMetric(ms(fixtures.Quantile(durs, 0.5)), "p50-ms")
+	b.ReportMetric(ms(fixtures.Quantile(durs, 0.99)), "p99-ms")
 	b.ReportMetric(100*float64(budget)/float64(len(durs)), "budget-%")
 }

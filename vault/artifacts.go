@@ -227,7 +227,7 @@ func (s *Store) verifyRead(ctx context.Context, tenant string, arts []*compiler.
 	}
 	// A record another Persist committed but has not yet synced is not
 	// durable: share a sync before confirming it.
-	if s.unsynced.any(tenant, fresh) || s.unsynced.any(tenant, known) {
+	if s.unsynced.any(tenant, fresh, known) {
 		if err := s.syncs.sync(s.syncDB); err != nil {
 			return nil, len(drops) > 0, fmt.Errorf("vault: sync: %w", noSpaceIsFull(err))
 		}

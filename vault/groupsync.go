@@ -95,16 +95,18 @@ func (p *pendingSet) done(tenant string, arts []*compiler.Artifact) {
 	}
 }
 
-// any reports whether one of ds is pending.
-func (p *pendingSet) any(tenant string, ds []seenDigest) bool {
+// any reports whether one of the artifacts listed is pending.
+func (p *pendingSet) any(tenant string, lists ...[]seenDigest) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.m) == 0 {
 		return false
 	}
-	for _, d := range ds {
-		if p.m[verifiedKey{tenant, d.d}] > 0 {
-			return true
+	for _, ds := range lists {
+		for _, d := range ds {
+			if p.m[verifiedKey{tenant, d.d}] > 0 {
+				return true
+			}
 		}
 	}
 	return false

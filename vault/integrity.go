@@ -66,6 +66,12 @@ type verifiedEntry struct {
 	gen  uint64 // Store.deleteGen when it was found present
 }
 
+// recent reports whether touching the record at now would write nothing
+// (a clock gone backwards is not recent).
+func (e verifiedEntry) recent(now, touchAfter int64) bool {
+	return now >= e.seen && now-e.seen < touchAfter
+}
+
 // seenDigest is one artifact found present, with its stored last-seen time.
 type seenDigest struct {
 	d    compiler.Digest
@@ -114,7 +120,7 @@ func (v *verifiedSet) unvouched(tenant string, arts []*compiler.Artifact, now, t
 	var rest []*compiler.Artifact
 	for i, a := range arts {
 		e, ok := v.m[verifiedKey{tenant, a.Digest}]
-		if ok && e.gen == gen && now-e.seen < touchAfter && now >= e.seen {
+		if ok && e.gen == gen && e.recent(now, touchAfter) {
 			continue
 		}
 		if rest == nil {
@@ -131,7 +137,7 @@ func (v *verifiedSet) recent(tenant string, d compiler.Digest, now, touchAfter i
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	e, ok := v.m[verifiedKey{tenant, d}]
-	return ok && now-e.seen < touchAfter && now >= e.seen
+	return ok && e.recent(now, touchAfter)
 }
 
 func (v *verifiedSet) remove(tenant string, d compiler.Digest) {
