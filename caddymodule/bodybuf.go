@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
 )
 
 // bodyBuffer is the one owner of a candidate's body bytes, from the read to
@@ -30,17 +32,23 @@ import (
 // back, Result.Commit and Result.Recovered view the body (through the plan's
 // texts): the handler runs them before it drops its own reference. What the
 // compiler keeps beyond Compile (its caches, the lineage record, the usage
-// notes) holds digests, counts and copied strings.
+// notes) holds digests, counts and copied strings. The compile's parse
+// trees (compiler.Scratch) live in the pooled memory beside the bytes they
+// describe, and are reset with them.
 type bodyBuffer struct {
 	b    []byte // the body
 	mem  *pooled
 	refs atomic.Int64
 }
 
-// pooled is a size class's buffer, in use or on the free list.
+// pooled is a size class's buffer, in use or on the free list, with the
+// compile scratch (parse trees) that goes with it: the trees describe the
+// body and are read as long as it is (Result.Commit and Recovered), so
+// they share its lifetime and are reset when it goes back to the list.
 type pooled struct {
-	b     []byte // full capacity of its class
-	class int
+	b       []byte // full capacity of its class
+	class   int
+	scratch compiler.Scratch
 }
 
 // Size classes: eight per doubling, from 64 KiB to 2 MiB (maxFreeBytes), so
@@ -145,6 +153,15 @@ func newBodyBuffer(size int64) *bodyBuffer {
 	return o
 }
 
+// scratch returns the compile scratch of the buffer's memory, nil when
+// the buffer is not pooled.
+func (o *bodyBuffer) scratch() *compiler.Scratch {
+	if o == nil || o.mem == nil {
+		return nil
+	}
+	return &o.mem.scratch
+}
+
 // keep takes buf (what was read into the buffer) as the body. A buffer
 // that had to grow past its class (a body longer than its declared
 // length) is a new array: the pooled one is let go.
@@ -200,6 +217,9 @@ func (o *bodyBuffer) release() {
 	}
 	if poisoning() {
 		fillPoison(mem.b)
+		mem.scratch.ResetPoisoned()
+	} else {
+		mem.scratch.Reset()
 	}
 	putFree(mem)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/compiler/compilertest"
 )
 
 func TestBodyClass(t *testing.T) {
@@ -345,5 +346,52 @@ func TestPooledBodyThroughTransport(t *testing.T) {
 	}
 	if compiles.Load() != requests {
 		t.Fatalf("%d compiles for %d requests", compiles.Load(), requests)
+	}
+}
+
+// The compile's scratch lives in the pooled memory: a pooled body has one,
+// and after the memory went round the free list (reset, poisoned in tests)
+// it serves the next compile as new; a body that is not pooled, grew past
+// its class or was abandoned has none.
+func TestBodyBufferScratch(t *testing.T) {
+	c, err := compiler.New(compiler.Options{InlineLeases: 1}, compilertest.NewMemStore(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	turns := compilertest.Turns(7, 12, 9000)
+	prev, body := compilertest.ChatBody("gpt-4o", turns[:11], ""), compilertest.ChatBody("gpt-4o", turns, "")
+	compileIn := func(b []byte, s *compiler.Scratch) compiler.Result {
+		return c.Compile(context.Background(), compiler.Request{Path: "/v1/chat/completions", Body: b,
+			Scope: compiler.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce, Scratch: s})
+	}
+	compileIn(prev, nil)
+	want := compileIn(body, nil)
+	if want.Receipts == 0 {
+		t.Fatalf("%s/%s: no receipts to compare", want.Decision, want.Reason)
+	}
+	for round := range 3 { // the memory (other tests' too) goes round the free list
+		o, b := filledBuffer(t, len(body), 0)
+		copy(b, body)
+		s := o.scratch()
+		if s == nil {
+			t.Fatal("a pooled body has no scratch")
+		}
+		if got := compileIn(b, s); !bytes.Equal(got.Body, want.Body) || got.Receipts != want.Receipts {
+			t.Fatalf("round %d: a compile in a used scratch differs (%s/%s, %d receipts)", round, got.Decision, got.Reason, got.Receipts)
+		}
+		o.release()
+	}
+	if newBodyBuffer(0).scratch() != nil {
+		t.Fatal("a body read without a declared length (not pooled) has a scratch")
+	}
+	o, b := filledBuffer(t, 100<<10, 'a')
+	o.keep(append(b, make([]byte, cap(b))...))
+	if o.scratch() != nil {
+		t.Fatal("a body that grew past its class has a scratch")
+	}
+	o, _ = filledBuffer(t, 100<<10, 'a')
+	o.abandon()
+	if o.scratch() != nil {
+		t.Fatal("an abandoned body has a scratch")
 	}
 }

@@ -273,6 +273,7 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 		Scope:       compiler.Scope{Tenant: tenant, Session: h.session(r)},
 		Mode:        mode,
 		DeferCommit: true,
+		Scratch:     ex.body.scratch(),
 	}
 	// compile_timeout bounds the wait for a slot and the compile together.
 	// The slot comes first: a waiting request holds only its body, not the

@@ -71,6 +71,8 @@ type hasher struct {
 	// nest) and decoded short strings.
 	idx []int
 	dec []byte
+	// remembered counts the messages whose hash messageOf found.
+	remembered int
 }
 
 var decodeBuf = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
@@ -197,6 +199,30 @@ func (c *hasher) bodyOf(n *jsonv.Node) (t *text, start, end int) {
 	return t, n.Start + rlo, n.Start + rhi
 }
 
+// messageOf is message, remembered by the message's bytes: a resent
+// history's messages are the bytes of the last request's, and walking them
+// again (their keys sorted, their short strings decoded and hashed) was a
+// tenth of a warm compile. The key is the parse's keyed hash of those
+// bytes (knownStrings.rangeKey), for the tenant, so no tenant's compile is
+// sped up by another's messages. A canonical hash is a function of the
+// bytes alone, so a remembered one is the one message would compute.
+func (c *hasher) messageOf(n *jsonv.Node) Digest {
+	if c.cache == nil || c.known == nil {
+		return c.message(n)
+	}
+	k, ok := c.known.rangeKey(c.src, n.Start, n.End, c.known.tenant)
+	if !ok {
+		return c.message(n)
+	}
+	if d, ok := c.cache.messages.get(k); ok {
+		c.remembered++
+		return d
+	}
+	d := c.message(n)
+	c.cache.messages.put(k, d)
+	return d
+}
+
 // message returns the canonical hash of one message.
 func (c *hasher) message(n *jsonv.Node) Digest {
 	c.h.Reset()
@@ -285,7 +311,7 @@ func (c *hasher) chain(format string, units []*jsonv.Node) []Digest {
 	prev := sha256.Sum256([]byte("token-terminator/chain/v1/" + format))
 	var buf [64]byte
 	for i, u := range units {
-		m := c.message(u)
+		m := c.messageOf(u)
 		copy(buf[:32], prev[:])
 		copy(buf[32:], m[:])
 		prev = sha256.Sum256(buf[:])

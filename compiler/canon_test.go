@@ -2,10 +2,12 @@ package compiler
 
 import (
 	"encoding/hex"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler/jsonv"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
 // TestChainGolden pins the canonical conversation chain: its hashes are
@@ -59,5 +61,58 @@ func TestChainGolden(t *testing.T) {
 	}
 	if c := newHasher(src, nil).chain("anthropic_messages", units); c[0] == a[0] {
 		t.Fatal("the format does not seed the chain")
+	}
+}
+
+// A message's hash is remembered by its bytes for its tenant: the chain
+// of a resent body comes from memory and equals the walked one, a changed
+// message (between or inside its long strings) is walked again, and no
+// tenant is answered from another's messages.
+func TestMessageOfRemembers(t *testing.T) {
+	base := fixtures.ChatBody("gpt-4o", fixtures.Turns(7, 6, 3000), "")
+	cache := newTextCache()
+	chain := func(body []byte, tenant string) (got, want []Digest, remembered int) {
+		t.Helper()
+		known := newKnownStrings(cache, tenant)
+		pd, reason := parseDocKnown(chatFormat{}, body, cache, known)
+		if reason != "" {
+			t.Fatal(reason)
+		}
+		got = pd.hasher.chain("openai_chat", pd.units)
+		want = newHasher(body, nil).chain("openai_chat", pd.units)
+		return got, want, pd.hasher.remembered
+	}
+	edit := func(old, new string) []byte {
+		if !strings.Contains(string(base), old) {
+			t.Fatalf("no %q in the body", old)
+		}
+		return []byte(strings.Replace(string(base), old, new, 1))
+	}
+	units := 0
+	for _, tc := range []struct {
+		name       string
+		body       []byte
+		tenant     string
+		remembered func(units int) int
+	}{
+		{"first", base, "A", func(int) int { return 0 }},
+		{"resent", base, "A", func(u int) int { return u }},
+		{"another tenant", base, "B", func(int) int { return 0 }},
+		{"a byte between the long strings", edit(`"role":"system"`, `"role":"systen"`), "A", func(u int) int { return u - 1 }},
+		{"a byte before a long string", edit(`{"content":"     1`, `{"contenu":"     1`), "A", func(u int) int { return u - 1 }},
+		{"a byte inside a long string", edit("return", "retuRn"), "A", func(u int) int { return u - 1 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, want, remembered := chain(tc.body, tc.tenant)
+			if units == 0 {
+				units = len(got)
+			}
+			if !slices.Equal(got, want) {
+				t.Fatal("the chain differs from the one walked without the cache")
+			}
+			if w := tc.remembered(units); remembered != w {
+				t.Fatalf("%d of %d messages remembered, want %d", remembered, units, w)
+			}
+		})
 	}
 }

@@ -2,7 +2,9 @@ package compiler
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler/jsonv"
@@ -23,12 +25,65 @@ func verify(f format, p *plan, out []byte, cache *textCache) error {
 // recovery tool's insertion is placed by (addTool), so the rewrite is
 // parsed once.
 func verified(f format, p *plan, out []byte, cache *textCache) (*jsonv.Node, error) {
-	root, err := jsonv.Parse(out, maxDepthForRequests)
+	var known jsonv.Known
+	if p.d.known != nil {
+		known = &unchangedStrings{orig: p.d.src, strs: p.d.known.keys, edits: p.edits}
+	}
+	root, err := jsonv.ParseIn(p.d.arena, out, maxDepthForRequests, known)
 	if err != nil {
 		return nil, fmt.Errorf("rewrite does not parse: %w", err)
 	}
 	return root, verifyTree(f, p, out, root, cache)
 }
+
+// unchangedStrings is the Known of a rewrite's parse. A long string of the
+// rewrite outside every edit is, when the splice is right, the original's
+// string at the same place moved by the edits before it, and it is taken as
+// validated only when its bytes equal that string's, which the original's
+// parse validated. So the check skips the scan of what the rewrite carries
+// over unchanged (the newest tool result, the system prompt) and still
+// scans every byte a wrong splice could have changed: an answer rests on
+// the byte comparison, never on the offsets being right.
+type unchangedStrings struct {
+	orig  []byte
+	strs  []spanKey // the original's long strings, ascending by start
+	edits []edit    // sorted and disjoint, as spliceReserve leaves them
+	next  int       // the first edit that does not end before the cursor
+	delta int       // what edits[:next] add to the rewrite's length
+}
+
+// String is asked in ascending order of start (the parse reads its source
+// once, front to back), so the edits are walked once.
+func (u *unchangedStrings) String(src []byte, start int) (end int, escaped, ascii, ok bool) {
+	for ; u.next < len(u.edits); u.next++ {
+		e := u.edits[u.next]
+		if e.start+u.delta+len(e.repl) > start {
+			break
+		}
+		u.delta += len(e.repl) - (e.end - e.start)
+	}
+	at := start - u.delta // where the string starts in the original
+	limit := len(u.orig)  // where the next edit starts in the original
+	if u.next < len(u.edits) {
+		e := u.edits[u.next]
+		if start >= e.start+u.delta {
+			return 0, false, false, false // inside the edit's replacement
+		}
+		limit = e.start
+	}
+	i, found := slices.BinarySearchFunc(u.strs, at, func(k spanKey, at int) int { return cmp.Compare(k.start, at) })
+	if !found {
+		return 0, false, false, false
+	}
+	k := u.strs[i]
+	n := k.key.n
+	if at+n > limit || start+n > len(src) || !bytes.Equal(src[start:start+n], u.orig[at:at+n]) {
+		return 0, false, false, false
+	}
+	return start + n, k.escaped, k.ascii, true
+}
+
+func (u *unchangedStrings) Scanned([]byte, int, int, bool, bool) {}
 
 func verifyTree(f format, p *plan, out []byte, root *jsonv.Node, cache *textCache) error {
 	orig := p.d
@@ -72,7 +127,7 @@ func verifyTree(f format, p *plan, out []byte, root *jsonv.Node, cache *textCach
 	}
 	// The format's check reads structure only, so the projection is parsed
 	// bare: its results are not hashed again.
-	proot, err := jsonv.Parse(projected, maxDepthForRequests)
+	proot, err := jsonv.ParseIn(orig.arena, projected, maxDepthForRequests, nil)
 	if err != nil {
 		return fmt.Errorf("folded original does not parse: %w", err)
 	}

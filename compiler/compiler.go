@@ -212,6 +212,7 @@ type plan struct {
 	head         uint64        // fingerprint of what renders before the units
 	headSize     int           // its bytes
 	foldMemo     map[int]fold  // folded turns by first element, shared by the variants
+	receiptTexts []string      // per slot: its receipt once made (receiptOf), shared by the variants
 	sameAs       []int         // per slot: the earlier copy a receipt names, -1 for none
 	receiptDelta []int         // per slot: bytes its receipt adds to the body (negative: saves), without a receipt breakpoint
 	blocks       receiptBlocks // receipts as block lists, and where one may carry a breakpoint
@@ -244,7 +245,11 @@ func (p *plan) build() {
 	p.receipt = make([]bool, len(slots))
 	p.gone = make([]bool, len(slots))
 	p.receiptDelta = make([]int, len(slots))
-	named := map[Digest]bool{}
+	// Most slots of a long history get a receipt.
+	p.edits = make([]edit, 0, len(slots))
+	p.arts = make([]Artifact, 0, len(slots))
+	p.texts = make([]*text, 0, len(slots))
+	named := make(map[Digest]bool, len(slots))
 	add := func(a Artifact, t *text) {
 		if !named[a.Digest] {
 			named[a.Digest] = true
@@ -252,7 +257,7 @@ func (p *plan) build() {
 			p.texts = append(p.texts, t)
 		}
 	}
-	copies := map[Digest]int{} // per digest: its eligible copies in this request
+	copies := make(map[Digest]int, len(slots)) // per digest: its eligible copies in this request
 	for i, s := range slots {
 		if p.eligible[i] {
 			copies[s.text.digest]++
@@ -279,12 +284,13 @@ func (p *plan) build() {
 		default:
 			p.kinds.Lease++
 		}
-		r := Receipt(s.text.digest, s.tool, s.text.chars)
+		var r string
 		if k := p.sameAs[i]; k >= 0 {
-			r = receiptSameAs(r, p.d.callID(slots[k]))
+			r = p.recovery.receiptHint(receiptSameAs(Receipt(s.text.digest, s.tool, s.text.chars), p.d.callID(slots[k])))
+		} else {
+			r = p.receiptOf(i)
 		}
-		r = p.recovery.receiptHint(r)
-		repl := jsonv.AppendString(nil, r)
+		repl := jsonv.AppendString(make([]byte, 0, len(r)+16), r)
 		start, end := s.start, s.end
 		switch {
 		case p.blocks.on:
@@ -317,11 +323,26 @@ func (p *plan) build() {
 	}
 }
 
+// receiptOf returns slot i's receipt, with the recovery hint, as the
+// plan's variants share it (receiptTexts): every variant receipts mostly
+// the same slots.
+func (p *plan) receiptOf(i int) string {
+	if p.receiptTexts != nil && p.receiptTexts[i] != "" {
+		return p.receiptTexts[i]
+	}
+	s := p.d.slots[i]
+	r := p.recovery.receiptHint(Receipt(s.text.digest, s.tool, s.text.chars))
+	if p.receiptTexts != nil {
+		p.receiptTexts[i] = r
+	}
+	return r
+}
+
 // compile fills res and returns the lineage record to commit if res is
 // used (nil when there is nothing to record).
 func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Result) (commit func() time.Duration) {
 	t0 := time.Now()
-	d, reason := parseDocKnown(f, req.Body, c.texts, newKnownStrings(c.texts, req.Scope.Tenant))
+	d, reason := parseDocIn(req.Scratch.arena(), f, req.Body, c.texts, newKnownStrings(c.texts, req.Scope.Tenant))
 	res.Parse = time.Since(t0)
 	if reason != "" {
 		res.Reason = reason
@@ -434,6 +455,12 @@ func parseDoc(f format, src []byte, cache *textCache) (parsed, Reason) {
 // parseDocKnown is parseDoc that skips the scan of the long strings known
 // has seen validated before (known may be nil; see knownStrings).
 func parseDocKnown(f format, src []byte, cache *textCache, known *knownStrings) (parsed, Reason) {
+	return parseDocIn(nil, f, src, cache, known)
+}
+
+// parseDocIn is parseDocKnown with the tree in arena (nil: the heap); the
+// check's parse of the rewrite goes there too (doc.arena).
+func parseDocIn(arena *jsonv.Arena, f format, src []byte, cache *textCache, known *knownStrings) (parsed, Reason) {
 	if len(src) == 0 {
 		return parsed{}, ReasonInvalidJSON
 	}
@@ -441,7 +468,7 @@ func parseDocKnown(f format, src []byte, cache *textCache, known *knownStrings) 
 	if known != nil {
 		jk = known
 	}
-	root, err := jsonv.ParseKnown(src, maxDepthForRequests, jk)
+	root, err := jsonv.ParseIn(arena, src, maxDepthForRequests, jk)
 	if err != nil {
 		if errors.Is(err, jsonv.ErrDepth) {
 			return parsed{}, ReasonTooDeep
@@ -451,7 +478,7 @@ func parseDocKnown(f format, src []byte, cache *textCache, known *knownStrings) 
 		}
 		return parsed{}, ReasonInvalidJSON
 	}
-	d := &doc{src: src, root: root, known: known}
+	d := &doc{src: src, root: root, known: known, arena: arena}
 	h := newHasher(src, cache)
 	h.known = known
 	if reason := f.parse(d, h); reason != "" {

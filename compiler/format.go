@@ -13,6 +13,7 @@ type doc struct {
 	src   []byte
 	root  *jsonv.Node
 	known *knownStrings // the parse's keys of src's long strings; may be nil
+	arena *jsonv.Arena  // where the compile's trees are parsed; nil: the heap
 	model string
 	units []*jsonv.Node
 	slots []slot

@@ -263,10 +263,11 @@ func (ch *choice) olderEntries(segs []seg, bps []bool) []entryRef {
 func (c *Compiler) planned(base *plan, v variant, prev *cacheState) *plan {
 	if base.foldMemo == nil {
 		base.foldMemo = map[int]fold{}
+		base.receiptTexts = make([]string, len(base.d.slots))
 	}
 	p := &plan{d: base.d, chain: base.chain, lineage: base.lineage, eligible: base.eligible, hist: base.hist,
-		head: base.head, headSize: base.headSize, foldMemo: base.foldMemo, variant: v, prev: prev, recovery: base.recovery,
-		blocks: base.blocks}
+		head: base.head, headSize: base.headSize, foldMemo: base.foldMemo, receiptTexts: base.receiptTexts,
+		variant: v, prev: prev, recovery: base.recovery, blocks: base.blocks}
 	c.decide(p)
 	if p.hist != nil && c.opts.Compaction.Enabled {
 		p.compaction = c.compact(p, p.hist, v.aligned)

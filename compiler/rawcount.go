@@ -1,8 +1,10 @@
 package compiler
 
 import (
+	"cmp"
 	"encoding/binary"
 	"hash/maphash"
+	"slices"
 )
 
 // rawCounts remembers the token counts of original bodies, so a request
@@ -27,7 +29,14 @@ func newRawCounts() *rawCounts { return newGenerations[textKey, TokenCount](rawC
 // bytes do) and every length, so two bodies share a key only if they are
 // the same bytes. ok is false without the parse's keys.
 func (k *knownStrings) bodyKey(src []byte, salt string) (key textKey, ok bool) {
-	if k == nil {
+	return k.rangeKey(src, 0, len(src), salt)
+}
+
+// rangeKey is bodyKey for src[lo:hi] (a message: see hasher.messageOf).
+// The long strings inside the range stand for their bytes; one that
+// crosses its end gives no key.
+func (k *knownStrings) rangeKey(src []byte, lo, hi int, salt string) (key textKey, ok bool) {
+	if k == nil || lo < 0 || hi > len(src) || lo > hi {
 		return textKey{}, false
 	}
 	var ha, hb maphash.Hash
@@ -39,10 +48,14 @@ func (k *knownStrings) bodyKey(src []byte, salt string) (key textKey, ok bool) {
 	write(buf[:8])
 	ha.WriteString(salt)
 	hb.WriteString(salt)
-	pos := 0
-	for _, sk := range k.keys {
+	pos := lo
+	first, _ := slices.BinarySearchFunc(k.keys, lo, func(e spanKey, lo int) int { return cmp.Compare(e.start, lo) })
+	for _, sk := range k.keys[first:] {
 		s, e := sk.start, sk.key
-		if s < pos || s+e.n > len(src) {
+		if s >= hi {
+			break
+		}
+		if s < pos || s+e.n > hi {
 			return textKey{}, false // not the spans of src's strings
 		}
 		write(src[pos:s])
@@ -53,6 +66,6 @@ func (k *knownStrings) bodyKey(src []byte, salt string) (key textKey, ok bool) {
 		write(buf[:])
 		pos = s + e.n
 	}
-	write(src[pos:])
-	return textKey{a: ha.Sum64(), b: hb.Sum64(), n: len(src)}, true
+	write(src[pos:hi])
+	return textKey{a: ha.Sum64(), b: hb.Sum64(), n: hi - lo}, true
 }

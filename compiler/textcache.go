@@ -27,9 +27,17 @@ type textCache struct {
 	texts        *generations[textKey, textVal]
 	// spans: the parse's memory of long strings (knownStrings).
 	spans *generations[uint64, spanVal]
+	// messages: canonical message hashes by the message's bytes and
+	// tenant (hasher.messageOf).
+	messages *generations[textKey, Digest]
 }
 
 const textCacheEntries = 1 << 16
+
+// messageEntries bounds each generation of messages: an entry is ~100
+// bytes with the map's overhead, so both stay under ~4 MB, a few hundred
+// conversations' histories.
+const messageEntries = 1 << 14
 
 type textKey struct {
 	a, b uint64
@@ -47,7 +55,8 @@ type textVal struct {
 
 func newTextCache() *textCache {
 	return &textCache{seedA: maphash.MakeSeed(), seedB: maphash.MakeSeed(),
-		texts: newGenerations[textKey, textVal](textCacheEntries), spans: newGenerations[uint64, spanVal](spanEntries)}
+		texts: newGenerations[textKey, textVal](textCacheEntries), spans: newGenerations[uint64, spanVal](spanEntries),
+		messages: newGenerations[textKey, Digest](messageEntries)}
 }
 
 func (c *textCache) key(raw []byte) textKey {
@@ -145,10 +154,12 @@ type knownStrings struct {
 	skipped int       // strings whose scan the cache saved
 }
 
-// spanKey is the cache key of the long string starting at start.
+// spanKey is the cache key of the long string starting at start, with
+// its parse flags (for unchangedStrings).
 type spanKey struct {
-	start int
-	key   textKey
+	start          int
+	key            textKey
+	escaped, ascii bool
 }
 
 // keyAt returns the key kept for the string starting at start.
@@ -175,7 +186,7 @@ func (k *knownStrings) String(src []byte, start int) (end int, escaped, ascii, o
 			continue
 		}
 		if key := k.cache.key(rest[:e.key.n]); key == e.key {
-			k.keys = append(k.keys, spanKey{start, key})
+			k.keys = append(k.keys, spanKey{start, key, e.escaped, e.ascii})
 			k.skipped++
 			return start + e.key.n, e.escaped, e.ascii, true
 		}
@@ -185,6 +196,6 @@ func (k *knownStrings) String(src []byte, start int) (end int, escaped, ascii, o
 
 func (k *knownStrings) Scanned(src []byte, start, end int, escaped, ascii bool) {
 	key := k.cache.key(src[start:end])
-	k.keys = append(k.keys, spanKey{start, key})
+	k.keys = append(k.keys, spanKey{start, key, escaped, ascii})
 	k.cache.spanPut(k.cache.spanHash(k.tenant, src[start:]), spanEntry{key: key, escaped: escaped, ascii: ascii})
 }

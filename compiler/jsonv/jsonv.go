@@ -85,7 +85,8 @@ type parser struct {
 	elems   []*Node
 	mslab   []Member
 	eslab   []*Node
-	known   Known // may be nil
+	known   Known  // may be nil
+	arena   *Arena // where the slabs come from; nil: the heap
 }
 
 // containerChunk is how many members (or elements) one slab allocation
@@ -99,7 +100,11 @@ func (p *parser) takeMembers(mark int) []Member {
 	src := p.members[mark:]
 	k := len(src)
 	if len(p.mslab) < k {
-		p.mslab = make([]Member, max(containerChunk, k))
+		if p.arena != nil {
+			p.mslab = p.arena.members.take(max(containerChunk, k))
+		} else {
+			p.mslab = make([]Member, max(containerChunk, k))
+		}
 	}
 	out := p.mslab[:k:k]
 	p.mslab = p.mslab[k:]
@@ -114,7 +119,11 @@ func (p *parser) takeElems(mark int) []*Node {
 	src := p.elems[mark:]
 	k := len(src)
 	if len(p.eslab) < k {
-		p.eslab = make([]*Node, max(containerChunk, k))
+		if p.arena != nil {
+			p.eslab = p.arena.elems.take(max(containerChunk, k))
+		} else {
+			p.eslab = make([]*Node, max(containerChunk, k))
+		}
 	}
 	out := p.eslab[:k:k]
 	p.eslab = p.eslab[k:]
@@ -132,7 +141,11 @@ const nodeChunk = 128
 // node returns a new node from the slab.
 func (p *parser) node(n Node) *Node {
 	if len(p.slab) == 0 {
-		p.slab = make([]Node, min(nodeChunk, max(p.nodes, 8)))
+		if p.arena != nil {
+			p.slab = p.arena.nodes.take(nodeChunk)
+		} else {
+			p.slab = make([]Node, min(nodeChunk, max(p.nodes, 8)))
+		}
 	}
 	nd := &p.slab[0]
 	p.slab = p.slab[1:]
@@ -196,10 +209,20 @@ const KnownMin = 1024
 // ParseKnown is Parse that skips the scan of the long strings known holds
 // (known may be nil). The tree is the one Parse would build.
 func ParseKnown(src []byte, maxDepth int, known Known) (*Node, error) {
+	return ParseIn(nil, src, maxDepth, known)
+}
+
+// ParseIn is ParseKnown with the tree's nodes in a (nil: the heap). The
+// tree is the one Parse would build, and it stays valid until a.Reset.
+func ParseIn(a *Arena, src []byte, maxDepth int, known Known) (*Node, error) {
 	if maxDepth <= 0 {
 		maxDepth = MaxDepth
 	}
 	p := &parser{src: src, maxDepth: maxDepth, known: known}
+	if a != nil {
+		a.begin(p)
+		defer a.end(p)
+	}
 	p.skipSpace()
 	n, err := p.value()
 	if err != nil {
@@ -319,21 +342,54 @@ func (p *parser) str() (escaped, ascii bool, err error) {
 	if p.known == nil || len(p.src)-start <= KnownMin {
 		return p.scan(p.src)
 	}
-	// Scan the first KnownMin bytes: a string that ends there is short.
-	// A scan cut off there fails (also when the cut splits an escape or a
-	// character), and only a string that truly ends inside it succeeds.
-	if escaped, ascii, err = p.scan(p.src[:start+KnownMin]); err == nil {
+	// Most strings are short, and a scan of their first bytes finds their
+	// end (a scan cut off there fails, also when the cut splits an escape
+	// or a character). Past those, a string whose first KnownMin bytes
+	// hold its closing quote is scanned whole; the look for that quote is
+	// a byte search, since scanning a long string's start would be done
+	// again when Known misses, and for nothing when it answers.
+	if escaped, ascii, err = p.scan(p.src[:start+shortLook]); err == nil {
 		return escaped, ascii, nil
+	}
+	p.pos = start
+	if closes(p.src[start+1 : start+KnownMin]) {
+		return p.scan(p.src)
 	}
 	if end, esc, asc, ok := p.known.String(p.src, start); ok {
 		p.pos = end
 		return esc, asc, nil
 	}
-	p.pos = start
-	if escaped, ascii, err = p.scan(p.src); err == nil {
+	if escaped, ascii, err = p.scan(p.src); err == nil && p.pos-start > KnownMin {
 		p.known.Scanned(p.src, start, p.pos, escaped, ascii)
 	}
 	return escaped, ascii, err
+}
+
+// shortLook is how far str scans a string before it looks for its end.
+const shortLook = 128
+
+// closes reports whether w, the bytes after a string's opening quote, holds
+// a quote no backslash escapes, which ends the string if it is valid: a
+// quote is escaped when an odd run of backslashes precedes it (an escape is
+// a backslash and one character, or \u and four hex digits). It only
+// chooses the way a string is parsed: Known answers for bytes equal to a
+// valid string, and the scan judges everything else.
+func closes(w []byte) bool {
+	for i := 0; ; {
+		q := bytes.IndexByte(w[i:], '"')
+		if q < 0 {
+			return false
+		}
+		q += i
+		run := 0
+		for k := q - 1; k >= 0 && w[k] == '\\'; k-- {
+			run++
+		}
+		if run%2 == 0 {
+			return true
+		}
+		i = q + 1
+	}
 }
 
 // scan is str over s, a prefix of the source (all of it but for str's

@@ -82,6 +82,9 @@ func TestParseKnown(t *testing.T) {
 		{"bad escape after the first look", `["` + long + `\q"]`, `["` + long + `\q"]`, 0},
 		{"unterminated", `["` + long, `["` + long, 0},
 		{"ends inside the first look", `["` + long[:KnownMin-3] + `"]`, `["` + long[:KnownMin-3] + `"]`, 0},
+		{"escaped quotes inside the first look", `["\"` + long + `\""]`, `["\"` + long + `\""]`, 1},
+		{"escaped backslash, then the end inside the first look", `["` + long[:10] + `\\","` + long + `"]`, `["` + long[:10] + `\\","` + long + `"]`, 1},
+		{"escaped backslash and quote inside the first look", `["` + long[:10] + `\\\"` + long + `"]`, `["` + long[:10] + `\\\"` + long + `"]`, 1},
 		{"long key", `{"` + long + `":1}`, `{"` + long + `":2}`, 1},
 		{"duplicate long key still refused", `{"` + long + `":1}`, `{"` + long + `":1,"` + long + `":2}`, 2},
 	}
@@ -106,6 +109,7 @@ func FuzzParseKnown(f *testing.F) {
 	f.Add([]byte(`["~~x",1]`), []byte(`["~~x",1,"~~y"]`))
 	f.Add([]byte(`{"a":"~~\u00e9"}`), []byte(`{"a":"~~\u00e9","b":"~~"}`))
 	f.Add([]byte(`["~~\n"]`), []byte(`["~~\n\x01"]`))
+	f.Add([]byte(`["\"~\\\"~\\","~"]`), []byte(`["\"~\\\"~\\","~","\\"]`))
 	expand := func(b []byte) []byte { return bytes.ReplaceAll(b, []byte("~"), bytes.Repeat([]byte("é\\n"), 150)) }
 	f.Fuzz(func(t *testing.T, first, next []byte) {
 		k := &exactKnown{}
