@@ -29,16 +29,21 @@ import (
 //
 // The token counter needs no reference: it tokenizes a copy of what it
 // counts past its budget (tokens.Counter.start). Of what the compiler hands
-// back, Result.Commit and Result.Recovered view the body (through the plan's
-// texts): the handler runs them before it drops its own reference. What the
+// back, Result.Commit and Result.Recovered hold the plan, whose texts view
+// the body: the handler runs them before it drops its own reference. What the
 // compiler keeps beyond Compile (its caches, the lineage record, the usage
 // notes) holds digests, counts and copied strings. The compile's parse
 // trees (compiler.Scratch) live in the pooled memory beside the bytes they
-// describe, and are reset with them.
+// describe, from which the texts can decode, and are reset with them; they
+// count in max_buffered_bytes until then.
 type bodyBuffer struct {
 	b    []byte // the body
 	mem  *pooled
 	refs atomic.Int64
+	// The compile's trees, counted in max_buffered_bytes until the last
+	// release (holdScratch).
+	trees   int64
+	counted *atomic.Int64
 }
 
 // pooled is a size class's buffer, in use or on the free list, with the
@@ -162,6 +167,19 @@ func (o *bodyBuffer) scratch() *compiler.Scratch {
 	return &o.mem.scratch
 }
 
+// holdScratch counts the memory of the compile's trees in counted until
+// the buffer's last release, when they are reset: the compile's own
+// reservation ends when it stops, and the trees outlive it with the body.
+// It is called once, by a holder, when the compile has stopped.
+func (o *bodyBuffer) holdScratch(counted *atomic.Int64) {
+	n := int64(o.scratch().Bytes())
+	if n == 0 {
+		return
+	}
+	counted.Add(n)
+	o.trees, o.counted = n, counted
+}
+
 // keep takes buf (what was read into the buffer) as the body. A buffer
 // that had to grow past its class (a body longer than its declared
 // length) is a new array: the pooled one is let go.
@@ -210,16 +228,22 @@ func (o *bodyBuffer) release() {
 	if n < 0 {
 		panic("caddymodule: body buffer released more often than held")
 	}
+	if o.counted != nil {
+		o.counted.Add(-o.trees)
+	}
 	mem := o.mem
 	o.mem = nil
 	if mem == nil {
 		return
 	}
+	// A free buffer keeps trees' memory for at most half its size: an odd
+	// body of many tiny values should not stay in memory after it.
+	keep := cap(mem.b) / 2
 	if poisoning() {
 		fillPoison(mem.b)
-		mem.scratch.ResetPoisoned()
+		mem.scratch.ResetPoisoned(keep)
 	} else {
-		mem.scratch.Reset()
+		mem.scratch.Reset(keep)
 	}
 	putFree(mem)
 }

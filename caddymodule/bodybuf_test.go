@@ -379,7 +379,18 @@ func TestBodyBufferScratch(t *testing.T) {
 		if got := compileIn(b, s); !bytes.Equal(got.Body, want.Body) || got.Receipts != want.Receipts {
 			t.Fatalf("round %d: a compile in a used scratch differs (%s/%s, %d receipts)", round, got.Decision, got.Reason, got.Receipts)
 		}
+		var counted atomic.Int64
+		o.holdScratch(&counted)
+		if n := counted.Load(); n == 0 || n != int64(s.Bytes()) {
+			t.Fatalf("the trees count %d bytes, their scratch holds %d", n, s.Bytes())
+		}
 		o.release()
+		if n := counted.Load(); n != 0 {
+			t.Fatalf("%d bytes of trees still counted after the body's release", n)
+		}
+		if s.Bytes() > cap(b)/2 {
+			t.Fatalf("the free buffer keeps %d bytes of trees, more than half its %d", s.Bytes(), cap(b))
+		}
 	}
 	if newBodyBuffer(0).scratch() != nil {
 		t.Fatal("a body read without a declared length (not pooled) has a scratch")

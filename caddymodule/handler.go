@@ -299,7 +299,7 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 	// at compile_timeout keeps working (reading the body, holding its
 	// memory) in the background until it finishes.
 	compiling, _ := ex.body.tryHold() // the handler holds it: always ok
-	stopped := sync.OnceFunc(func() { work(); compiling(); slot() })
+	stopped := sync.OnceFunc(func() { ex.body.holdScratch(h.buffered); work(); compiling(); slot() })
 	req.Done = stopped
 	res := h.compile(ctx, req)
 	if res.Reason != compiler.ReasonTimeout {

@@ -14,6 +14,7 @@ package compiler
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler/jsonv"
@@ -208,30 +209,61 @@ type Request struct {
 	// gateway returns the compile's memory reservation there.
 	Done func()
 	// Scratch, when set, is memory the compile may reuse from an earlier
-	// one (its parse trees). Its owner resets it only after Done and after
-	// it is done with the Result: Commit and Recovered read those trees,
-	// as they read Body.
+	// one (its parse trees). Its owner resets it once it is done with the
+	// request, as it keeps Body until then: the Result's Commit and
+	// Recovered hold the plan, whose texts can decode from those trees.
 	Scratch *Scratch
 }
 
 // Scratch is memory that serves one compile after another: the parse
 // trees of a request, a third of what a warm compile allocates. The zero
 // value is ready; it serves one compile at a time.
-type Scratch struct{ trees jsonv.Arena }
+type Scratch struct {
+	trees *jsonv.Arena
+	// busy is set while a compile uses the trees: one abandoned at its
+	// timeout goes on parsing after Compile returned, and a Reset then
+	// lets its memory go instead of overwriting it.
+	busy atomic.Bool
+}
 
 // Reset makes the memory available to the next compile: the trees of the
-// last one are overwritten.
-func (s *Scratch) Reset() { s.trees.Reset() }
+// last one are overwritten. It keeps at most about keep bytes.
+func (s *Scratch) Reset(keep int) { s.reset(keep, false) }
 
 // ResetPoisoned is Reset for tests: a tree read after it fails loudly
 // instead of reading the next compile's values.
-func (s *Scratch) ResetPoisoned() { s.trees.ResetPoisoned() }
+func (s *Scratch) ResetPoisoned(keep int) { s.reset(keep, true) }
 
-func (s *Scratch) arena() *jsonv.Arena {
-	if s == nil {
-		return nil
+func (s *Scratch) reset(keep int, poison bool) {
+	switch {
+	case s.busy.Load():
+		s.trees = nil // the compile keeps its own; the next one gets new memory
+	case s.trees == nil:
+	case poison:
+		s.trees.ResetPoisoned(keep)
+	default:
+		s.trees.Reset(keep)
 	}
-	return &s.trees
+}
+
+// Bytes is the memory the scratch holds.
+func (s *Scratch) Bytes() int {
+	if s == nil || s.trees == nil {
+		return 0
+	}
+	return s.trees.Bytes()
+}
+
+// take lends the trees to a compile until its release.
+func (s *Scratch) take() (trees *jsonv.Arena, release func()) {
+	if s == nil {
+		return nil, func() {}
+	}
+	if s.trees == nil {
+		s.trees = new(jsonv.Arena)
+	}
+	s.busy.Store(true)
+	return s.trees, func() { s.busy.Store(false) }
 }
 
 // Result is the outcome of a compile. Body is what must be forwarded: the

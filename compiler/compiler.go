@@ -159,6 +159,7 @@ func (c *Compiler) Compile(ctx context.Context, req Request) Result {
 			commit func() time.Duration
 		}
 		done := make(chan outcome, 1)
+		trees, lent := req.Scratch.take()
 		go func(base Result) {
 			o := outcome{res: base}
 			defer func() {
@@ -168,12 +169,13 @@ func (c *Compiler) Compile(ctx context.Context, req Request) Result {
 					o = outcome{res: base}
 					o.res.Reason = ReasonPanic
 				}
+				lent()
 				if req.Done != nil {
 					req.Done() // before the outcome: a compile that finishes in time has stopped when Compile returns
 				}
 				done <- o
 			}()
-			o.commit = c.compile(ctx, f, req, &o.res)
+			o.commit = c.compile(ctx, f, req, trees, &o.res)
 		}(res)
 		select {
 		case o := <-done:
@@ -340,9 +342,9 @@ func (p *plan) receiptOf(i int) string {
 
 // compile fills res and returns the lineage record to commit if res is
 // used (nil when there is nothing to record).
-func (c *Compiler) compile(ctx context.Context, f format, req Request, res *Result) (commit func() time.Duration) {
+func (c *Compiler) compile(ctx context.Context, f format, req Request, trees *jsonv.Arena, res *Result) (commit func() time.Duration) {
 	t0 := time.Now()
-	d, reason := parseDocIn(req.Scratch.arena(), f, req.Body, c.texts, newKnownStrings(c.texts, req.Scope.Tenant))
+	d, reason := parseDocIn(trees, f, req.Body, c.texts, newKnownStrings(c.texts, req.Scope.Tenant))
 	res.Parse = time.Since(t0)
 	if reason != "" {
 		res.Reason = reason

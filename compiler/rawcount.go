@@ -42,8 +42,16 @@ func (k *knownStrings) rangeKey(src []byte, lo, hi int, salt string) (key textKe
 	var ha, hb maphash.Hash
 	ha.SetSeed(k.cache.seedA)
 	hb.SetSeed(k.cache.seedB)
-	var buf [8 * 4]byte
+	var buf [8 * 3]byte
 	write := func(b []byte) { ha.Write(b); hb.Write(b) }
+	// Each run of bytes between the long strings goes in after its length,
+	// so no two sequences of runs and keys make the same input.
+	gap := func(b []byte) {
+		var n [8]byte
+		binary.LittleEndian.PutUint64(n[:], uint64(len(b)))
+		write(n[:])
+		write(b)
+	}
 	binary.LittleEndian.PutUint64(buf[:8], uint64(len(salt)))
 	write(buf[:8])
 	ha.WriteString(salt)
@@ -58,14 +66,13 @@ func (k *knownStrings) rangeKey(src []byte, lo, hi int, salt string) (key textKe
 		if s < pos || s+e.n > hi {
 			return textKey{}, false // not the spans of src's strings
 		}
-		write(src[pos:s])
-		binary.LittleEndian.PutUint64(buf[0:], uint64(s-pos))
-		binary.LittleEndian.PutUint64(buf[8:], e.a)
-		binary.LittleEndian.PutUint64(buf[16:], e.b)
-		binary.LittleEndian.PutUint64(buf[24:], uint64(e.n))
-		write(buf[:])
+		gap(src[pos:s])
+		binary.LittleEndian.PutUint64(buf[0:], e.a)
+		binary.LittleEndian.PutUint64(buf[8:], e.b)
+		binary.LittleEndian.PutUint64(buf[16:], uint64(e.n))
+		write(buf[:24])
 		pos = s + e.n
 	}
-	write(src[pos:hi])
+	gap(src[pos:hi])
 	return textKey{a: ha.Sum64(), b: hb.Sum64(), n: hi - lo}, true
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/compiler/compilertest"
@@ -45,7 +46,7 @@ func TestScratchServesCompileAfterCompile(t *testing.T) {
 						r.Commit()
 					}
 				}
-				scratch.ResetPoisoned()
+				scratch.ResetPoisoned(1 << 20)
 				if !bytes.Equal(got.Body, want.Body) || fmt.Sprint(got.Decision, got.Reason, got.Receipts, got.Folded) != fmt.Sprint(want.Decision, want.Reason, want.Receipts, want.Folded) {
 					t.Fatalf("step %d: with a scratch %s/%s receipts=%d folded=%d, without %s/%s receipts=%d folded=%d",
 						step, got.Decision, got.Reason, got.Receipts, got.Folded, want.Decision, want.Reason, want.Receipts, want.Folded)
@@ -56,5 +57,60 @@ func TestScratchServesCompileAfterCompile(t *testing.T) {
 				t.Fatalf("the session made %d receipts and folded %d turns: it should test both", receipts, folded)
 			}
 		})
+	}
+}
+
+// blockingStore holds every Ancestor call until released: a compile
+// waiting there has parsed its trees and still uses them.
+type blockingStore struct {
+	compiler.Store
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *blockingStore) Ancestor(ctx context.Context, scope compiler.Scope, chain []compiler.Digest) (compiler.Lineage, error) {
+	s.entered <- struct{}{}
+	<-s.release
+	return s.Store.Ancestor(ctx, scope, chain)
+}
+
+// TestScratchLetsAnAbandonedCompileKeepItsTrees: a compile abandoned at
+// its timeout goes on using its trees, so a Reset of its Scratch before
+// the compile stops lets that memory go instead of overwriting it, and the
+// Scratch serves the next compile as new.
+func TestScratchLetsAnAbandonedCompileKeepItsTrees(t *testing.T) {
+	turns := compilertest.Turns(9, 8, 9000)
+	prev, body := compilertest.ChatBody("gpt-4o", turns[:7], ""), compilertest.ChatBody("gpt-4o", turns, "")
+	store := &blockingStore{Store: compilertest.NewMemStore(), entered: make(chan struct{}, 1), release: make(chan struct{})}
+	slow := newCompiler(t, compiler.Options{InlineLeases: 1, Timeout: 50 * time.Millisecond}, store, nil)
+	var scratch compiler.Scratch
+	stopped := make(chan struct{})
+	req := compiler.Request{Path: chatPath, Body: body, Scope: compiler.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce,
+		Scratch: &scratch, Done: func() { close(stopped) }}
+	res := slow.Compile(context.Background(), req)
+	<-store.entered
+	if res.Reason != compiler.ReasonTimeout {
+		t.Fatalf("%s/%s, want a timeout", res.Decision, res.Reason)
+	}
+	scratch.ResetPoisoned(1 << 20) // while the compile still reads its trees
+	if n := scratch.Bytes(); n != 0 {
+		t.Fatalf("the Reset of a busy scratch kept %d bytes for the next compile", n)
+	}
+	close(store.release)
+	<-stopped
+
+	fast := func(s *compiler.Scratch) compiler.Result {
+		c := newCompiler(t, compiler.Options{InlineLeases: 1}, compilertest.NewMemStore(), nil)
+		compile(c, "t", prev)
+		return c.Compile(context.Background(), compiler.Request{Path: chatPath, Body: body, Scope: compiler.Scope{Tenant: "t"},
+			Mode: compiler.ModeEnforce, Scratch: s})
+	}
+	want, got := fast(nil), fast(&scratch)
+	if want.Receipts == 0 || !bytes.Equal(got.Body, want.Body) {
+		t.Fatalf("after the abandoned compile: %d receipts with the scratch, %d without, bodies equal %v",
+			got.Receipts, want.Receipts, bytes.Equal(got.Body, want.Body))
+	}
+	if scratch.Bytes() == 0 {
+		t.Fatal("the next compile did not use the scratch")
 	}
 }

@@ -37,7 +37,7 @@ func BenchCompile(b *testing.B, store compiler.Store, path string, render func([
 	var scratch compiler.Scratch // reused as the gateway reuses a pooled body's
 	req := func(tenant string, body []byte) compiler.Result {
 		res := c.Compile(ctx, compiler.Request{Path: path, Body: body, Scope: compiler.Scope{Tenant: tenant}, Mode: compiler.ModeEnforce, Scratch: &scratch})
-		scratch.Reset()
+		scratch.Reset(1 << 20)
 		return res
 	}
 	req("warm", prev)

@@ -26,13 +26,8 @@ type Arena struct {
 	keys        map[string]string
 }
 
-// maxArenaBytes bounds what Reset keeps: a request's trees take ~200 KB
-// per megabyte of typical body, and an odd request of many tiny values
-// (up to MaxNodes) should not stay in memory after it.
-const maxArenaBytes = 1 << 20
-
 // chunks is an arena's memory of one type: the chunks handed out since
-// the last Reset (used[:next]) and those free after them.
+// the last Reset (all[:next]) and those free after them.
 type chunks[T any] struct {
 	all  [][]T
 	next int
@@ -56,44 +51,70 @@ func (c *chunks[T]) take(n int) []T {
 	return s
 }
 
-// reset overwrites every chunk handed out with fill and keeps the chunks
-// within limit bytes (size bytes per element) for the next parses.
-func (c *chunks[T]) reset(fill T, size, limit int) {
-	kept := 0
+// reset keeps the chunks that fit within limit bytes (size bytes per
+// element) and lets the collector take the others. Every chunk handed out
+// and kept is overwritten with fill, so it holds nothing of the trees it
+// served; with poison, those let go are overwritten too, so that a tree
+// read after the reset fails wherever its nodes were.
+func (c *chunks[T]) reset(fill T, size, limit int, poison bool) {
+	kept := c.all[:0]
+	bytes := 0
 	for i, s := range c.all {
-		if i < c.next {
+		fits := bytes+len(s)*size <= limit
+		if i < c.next && (fits || poison) {
 			for j := range s {
 				s[j] = fill
 			}
 		}
-		if kept+len(s)*size > limit {
-			clear(c.all[i:]) // the collector takes the rest
-			c.all = c.all[:i]
-			break
+		if fits {
+			kept = append(kept, s)
+			bytes += len(s) * size
 		}
-		kept += len(s) * size
 	}
+	clear(c.all[len(kept):])
+	c.all = kept
 	c.next = 0
 }
 
-// Reset makes the arena's memory available to the next parse: every tree
-// parsed into it must be unreachable by then.
-func (a *Arena) Reset() { a.reset(Node{}) }
+func (c *chunks[T]) bytes(size int) int {
+	n := 0
+	for _, s := range c.all {
+		n += len(s) * size
+	}
+	return n
+}
 
-// ResetPoisoned is Reset for tests: the nodes it frees hold a kind and
-// offsets no parse makes, so a tree used after its arena was reset fails
-// loudly instead of reading the next request's values.
-func (a *Arena) ResetPoisoned() { a.reset(Node{Kind: poisonKind, Start: -1, End: -1}) }
+var (
+	nodeSize   = int(unsafe.Sizeof(Node{}))
+	memberSize = int(unsafe.Sizeof(Member{}))
+	elemSize   = int(unsafe.Sizeof((*Node)(nil)))
+)
+
+// Reset makes the arena's memory available to the next parse: every tree
+// parsed into it must be unreachable by then. It keeps at most about keep
+// bytes (a pooled body's share: an odd request of many tiny values, up to
+// MaxNodes, should not stay in memory after it).
+func (a *Arena) Reset(keep int) { a.reset(keep, Node{}, Member{}, nil, false) }
+
+// ResetPoisoned is Reset for tests: the nodes, members and elements it
+// frees hold a kind and offsets no parse makes, so a tree used after its
+// arena was reset fails loudly instead of reading the next request's
+// values.
+func (a *Arena) ResetPoisoned(keep int) {
+	a.reset(keep, poisonNode, Member{Key: "\xff", Value: &poisonNode}, &poisonNode, true)
+}
 
 // poisonKind is no Kind a parse makes (Kind.String panics on it).
 const poisonKind Kind = 0xFF
 
-func (a *Arena) reset(fill Node) {
-	a.nodes.reset(fill, int(unsafe.Sizeof(Node{})), maxArenaBytes/2)
-	a.members.reset(Member{}, int(unsafe.Sizeof(Member{})), maxArenaBytes/4)
-	a.elems.reset(nil, int(unsafe.Sizeof((*Node)(nil))), maxArenaBytes/4)
+var poisonNode = Node{Kind: poisonKind, Start: -1, End: -1}
+
+func (a *Arena) reset(keep int, node Node, member Member, elem *Node, poison bool) {
+	a.nodes.reset(node, nodeSize, keep/2, poison)
+	a.members.reset(member, memberSize, keep/4, poison)
+	a.elems.reset(elem, elemSize, keep/4, poison)
 	a.slab, a.mslab, a.eslab = nil, nil, nil
-	if cap(a.memberStack) > maxArenaStack || cap(a.elemStack) > maxArenaStack {
+	if cap(a.memberStack)*memberSize+cap(a.elemStack)*elemSize > keep/4 {
 		a.memberStack, a.elemStack = nil, nil
 	}
 	if len(a.keys) > maxArenaKeys {
@@ -103,9 +124,12 @@ func (a *Arena) reset(fill Node) {
 	}
 }
 
-// maxArenaStack bounds the work stacks Reset keeps: the members (or
-// elements) of the containers open at once, such as a history's messages.
-const maxArenaStack = 4096
+// Bytes is the memory the arena holds: its chunks, free or handed out, and
+// its work stacks.
+func (a *Arena) Bytes() int {
+	return a.nodes.bytes(nodeSize) + a.members.bytes(memberSize) + a.elems.bytes(elemSize) +
+		cap(a.memberStack)*memberSize + cap(a.elemStack)*elemSize
+}
 
 // maxArenaKeys bounds the key spellings an arena keeps room for.
 const maxArenaKeys = 256

@@ -7,6 +7,9 @@ import (
 	"testing"
 )
 
+// testKeep is what the tests' resets keep: a 1 MB body's share.
+const testKeep = 1 << 20
+
 // sameIn checks that a parse into a is the parse without it: the same
 // tree, or the same error.
 func sameIn(t *testing.T, a *Arena, src []byte) *Node {
@@ -72,7 +75,7 @@ func TestArena(t *testing.T) {
 				t.Fatalf("round %d: tree %d changed by a later parse into the arena", round, i)
 			}
 		}
-		a.Reset()
+		a.Reset(testKeep)
 	}
 }
 
@@ -85,7 +88,7 @@ func TestArenaReuses(t *testing.T) {
 	if _, err := ParseIn(&a, src, 64, nil); err != nil {
 		t.Fatal(err)
 	}
-	a.Reset()
+	a.Reset(testKeep)
 	heap := testing.AllocsPerRun(20, func() {
 		if _, err := Parse(src, 64); err != nil {
 			t.Fatal(err)
@@ -95,7 +98,7 @@ func TestArenaReuses(t *testing.T) {
 		if _, err := ParseIn(&a, src, 64, nil); err != nil {
 			t.Fatal(err)
 		}
-		a.Reset()
+		a.Reset(testKeep)
 	})
 	if reused > 6 || heap < 50 {
 		t.Fatalf("%.0f allocations a parse into a used arena, %.0f into the heap", reused, heap)
@@ -112,41 +115,44 @@ func TestArenaPoisoned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.ResetPoisoned()
-	func() {
-		defer func() {
-			if recover() == nil {
-				t.Fatal("a reset tree was read without a panic")
-			}
+	member := root.Members
+	a.ResetPoisoned(testKeep)
+	for name, read := range map[string]func(){
+		"a node":           func() { _ = root.Raw(src) },
+		"a member's value": func() { _ = member[0].Value.Raw(src) },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Fatalf("%s of a reset tree was read without a panic", name)
+				}
+			}()
+			read()
 		}()
-		_ = root.Raw(src)
-	}()
+	}
 
+	// A body of tiny values takes many times its size in nodes: Reset
+	// keeps what its owner allows, and a tree in a chunk it let go is
+	// poisoned all the same.
 	tiny := []byte(`[` + strings.Repeat(`0,`, 200000) + `0]`)
-	if _, err := ParseIn(&a, tiny, 64, nil); err != nil {
+	big, err := ParseIn(&a, tiny, 64, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if n := a.bytes(); n < 4<<20 {
+	if n := a.Bytes(); n < 4<<20 {
 		t.Fatalf("the tiny values took %d bytes; the test wants more than the arena keeps", n)
 	}
-	a.Reset()
-	if n := a.bytes(); n > maxArenaBytes {
-		t.Fatalf("Reset kept %d bytes, more than %d", n, maxArenaBytes)
+	a.ResetPoisoned(64 << 10)
+	if n := a.Bytes(); n > 64<<10 {
+		t.Fatalf("Reset kept %d bytes, more than the %d allowed", n, 64<<10)
+	}
+	for _, e := range big.Elems {
+		if e.Kind != poisonKind {
+			t.Fatal("a node in a chunk Reset let go was not poisoned")
+		}
 	}
 	sameIn(t, &a, bytes.Repeat([]byte(" "), 3)) // still serves (an error here)
-}
-
-// bytes is the memory the arena's chunks hold.
-func (a *Arena) bytes() int {
-	return chunkBytes(&a.nodes, 80) + chunkBytes(&a.members, 24) + chunkBytes(&a.elems, 8)
-}
-
-func chunkBytes[T any](c *chunks[T], size int) int {
-	n := 0
-	for _, s := range c.all {
-		n += len(s) * size
-	}
-	return n
+	sameIn(t, &a, []byte(`[{"a":[1,2]},"x"]`))
 }
 
 // FuzzParseIn: whatever a client sends, one request after another, the
@@ -162,8 +168,8 @@ func FuzzParseIn(f *testing.F) {
 		if want, _ := Parse(first, 64); !reflect.DeepEqual(t1, want) {
 			t.Fatal("the first tree changed by the next parse into the arena")
 		}
-		a.Reset()
+		a.Reset(testKeep)
 		sameIn(t, &a, next)
-		a.Reset()
+		a.Reset(testKeep)
 	})
 }
