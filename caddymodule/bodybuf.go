@@ -48,8 +48,9 @@ type bodyBuffer struct {
 
 // pooled is a size class's buffer, in use or on the free list, with the
 // compile scratch (parse trees) that goes with it: the trees describe the
-// body and are read as long as it is (Result.Commit and Recovered), so
-// they share its lifetime and are reset when it goes back to the list.
+// body, and the plan that Result.Commit and Recovered hold can decode from
+// them as from the body, so they share its lifetime and are reset when it
+// goes back to the list.
 type pooled struct {
 	b       []byte // full capacity of its class
 	class   int

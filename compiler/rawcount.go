@@ -47,9 +47,8 @@ func (k *knownStrings) rangeKey(src []byte, lo, hi int, salt string) (key textKe
 	// Each run of bytes between the long strings goes in after its length,
 	// so no two sequences of runs and keys make the same input.
 	gap := func(b []byte) {
-		var n [8]byte
-		binary.LittleEndian.PutUint64(n[:], uint64(len(b)))
-		write(n[:])
+		binary.LittleEndian.PutUint64(buf[:8], uint64(len(b)))
+		write(buf[:8])
 		write(b)
 	}
 	binary.LittleEndian.PutUint64(buf[:8], uint64(len(salt)))
