@@ -26,6 +26,7 @@ type ranks struct {
 	slots  []uint32 // open addressing: id+1 in the low idBits, a hash tag above; 0 is empty
 	mask   uint64
 	seed   maphash.Seed
+	hot    hotPool // the workers' tables of recent answers (hot.go)
 }
 
 // idBits holds a token id + 1 in a slot; the remaining bits are a tag of

@@ -353,17 +353,22 @@ func (c *Counter) start(j *job) bool {
 // count counts piece i. A worker is a goroutine of its own, out of reach
 // of the compiler's recover: a panic inside the tokenizer fails this piece
 // (no token veto for the request) instead of the whole process.
-func (j *job) count(r *ranks, i int) (n int, ok bool) {
+func (j *job) count(r *ranks, hot *hotRanks, i int) (n int, ok bool) {
 	defer func() {
 		if recover() != nil {
 			n, ok = 0, false
 		}
 	}()
-	return j.c.memos[j.enc.id].count(j.enc, r, j.pieces[i])
+	return j.c.memos[j.enc.id].count(j.enc, r, hot, j.pieces[i])
 }
 
 func (j *job) work() {
 	r, err := j.enc.load()
+	var hot *hotRanks
+	if err == nil {
+		hot = r.hot.get()
+		defer r.hot.put(hot)
+	}
 	for {
 		i := int(j.next.Add(1) - 1)
 		if i >= len(j.pieces) {
@@ -371,7 +376,7 @@ func (j *job) work() {
 		}
 		n, ok := 0, false
 		if err == nil {
-			n, ok = j.count(r, i)
+			n, ok = j.count(r, hot, i)
 		}
 		j.c.land(j.flights[i], n, ok)
 		j.c.backlog.Add(-int64(len(j.pieces[i])))

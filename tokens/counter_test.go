@@ -130,13 +130,17 @@ func TestContextDone(t *testing.T) {
 	if got := c.Count(ctx, "gpt-4o", body); got.Status != StatusBudget {
 		t.Fatalf("canceled: %+v", got)
 	}
+	// A body no count of which has started, and too long to count within
+	// the deadline (~20 ms on two cores): the first call's workers go on
+	// filling the cache with body's pieces after it returned.
+	fresh := chatBody("gpt-4o", history(rand.New(rand.NewPCG(17, 18)), 2_000_000))
 	ctx, cancel = context.WithTimeout(context.Background(), 2*time.Millisecond)
 	defer cancel()
 	t0 := time.Now()
 	// The status shows it did not wait for the count. The bound only
 	// catches a wait far past the deadline: CI runs this under -race next
 	// to other packages, where 50 ms was once 103.
-	if got := c.Count(ctx, "gpt-4o", append(body, ' ')); got.Status != StatusBudget || time.Since(t0) > time.Second {
+	if got := newCounter(t, "auto").Count(ctx, "gpt-4o", fresh); got.Status != StatusBudget || time.Since(t0) > time.Second {
 		t.Fatalf("deadline: %+v after %v", got, time.Since(t0))
 	}
 }

@@ -52,8 +52,9 @@ func (m *memo) put(s string, n int32) {
 }
 
 // count returns the token count of piece; false if it holds a pre-token too
-// long to merge in reasonable time (see maxPreToken).
-func (m *memo) count(enc *encoding, r *ranks, piece []byte) (n int, ok bool) {
+// long to merge in reasonable time (see maxPreToken). hot, which may be
+// nil, is the calling worker's table of recent answers.
+func (m *memo) count(enc *encoding, r *ranks, hot *hotRanks, piece []byte) (n int, ok bool) {
 	var buf [64]part
 	text := validUTF8(piece)
 	sc := scanner{s: text}
@@ -64,7 +65,7 @@ func (m *memo) count(enc *encoding, r *ranks, piece []byte) (n int, ok bool) {
 		if len(p) > maxPreToken {
 			return 0, false
 		}
-		if r.isToken(p) {
+		if hot.isToken(r, p) {
 			n++
 			continue
 		}

@@ -1,0 +1,60 @@
+package tokens
+
+import "sync"
+
+// hotRanks answers whether a short pre-token is one token from the
+// answers of its worker's recent lookups. Most pre-tokens are up to eight
+// bytes and are tokens, and tool output repeats them ("\n", " =", "self"),
+// but every lookup in the rank table is a few cache misses in megabytes of
+// slots, ids and bytes. A small direct-mapped table of the last answers
+// stays in the core's cache. It is a cache of a pure function of the
+// bytes, so an answer from it is the table's.
+type hotRanks struct {
+	e [hotEntries]hotEntry
+}
+
+// hotEntries is a power of two; 16-byte entries make 64 KB.
+const (
+	hotBits    = 12
+	hotEntries = 1 << hotBits
+)
+
+type hotEntry struct {
+	v     uint64 // the bytes, packed
+	n     uint8  // their length; 0: empty (bytes that pack alike, "ab" and "ab\x00", never share an entry: entry mixes the length in)
+	token bool
+}
+
+// isToken is r.isToken, remembered for pieces of two to eight bytes.
+func (h *hotRanks) isToken(r *ranks, b []byte) bool {
+	if h == nil || len(b) > 8 || len(b) < 2 {
+		return r.isToken(b)
+	}
+	e, v := h.entry(b)
+	if e.n == uint8(len(b)) && e.v == v {
+		return e.token
+	}
+	_, ok := r.rank(b)
+	*e = hotEntry{v: v, n: uint8(len(b)), token: ok}
+	return ok
+}
+
+// entry returns b's place in the table and b packed (2 to 8 bytes).
+func (h *hotRanks) entry(b []byte) (*hotEntry, uint64) {
+	v := pack(b)
+	return &h.e[(v^uint64(len(b))<<59)*0x9e3779b97f4a7c15>>(64-hotBits)], v
+}
+
+// hotPool lends the workers their tables; the answers stay good for any
+// later body of the same encoding (ranks are fixed), so a table is kept
+// with its encoding's ranks.
+type hotPool struct{ p sync.Pool }
+
+func (p *hotPool) get() *hotRanks {
+	if h, ok := p.p.Get().(*hotRanks); ok {
+		return h
+	}
+	return new(hotRanks)
+}
+
+func (p *hotPool) put(h *hotRanks) { p.p.Put(h) }

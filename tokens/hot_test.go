@@ -1,0 +1,49 @@
+package tokens
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// TestHotRanksAnswersAsTheTable: for every token of both encodings up to
+// eight bytes and for byte-changed neighbours of each (most not tokens),
+// looked up in an order that evicts and hits, the hot table answers what
+// the rank table answers.
+func TestHotRanksAnswersAsTheTable(t *testing.T) {
+	for _, name := range []string{"o200k_base", "cl100k_base"} {
+		r, err := encodingNamed(name).load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pieces [][]byte
+		rng := rand.New(rand.NewPCG(1, 2))
+		for id := range len(r.off) - 1 {
+			b := r.token(id)
+			if len(b) < 2 || len(b) > 8 {
+				continue
+			}
+			changed := append([]byte(nil), b...)
+			changed[rng.IntN(len(b))] ^= byte(1 + rng.IntN(255))
+			pieces = append(pieces, b, changed, append(append([]byte(nil), b...), 0), b[:len(b)-1])
+		}
+		h := new(hotRanks)
+		hits := 0
+		for round := range 2 {
+			rng.Shuffle(len(pieces), func(i, j int) { pieces[i], pieces[j] = pieces[j], pieces[i] })
+			for i, p := range pieces {
+				q := pieces[max(0, i-rng.IntN(8))] // often one just asked
+				if e, v := h.entry(q); len(q) >= 2 && e.n == uint8(len(q)) && e.v == v {
+					hits++ // q's answer is in the table
+				}
+				for _, b := range [][]byte{p, q} {
+					if h.isToken(r, b) != r.isToken(b) {
+						t.Fatalf("%s, round %d: hot table says %v for %q", name, round, !r.isToken(b), b)
+					}
+				}
+			}
+		}
+		if hits == 0 {
+			t.Fatalf("%s: the hot table never answered", name)
+		}
+	}
+}
