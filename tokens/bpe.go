@@ -98,6 +98,7 @@ func loadRanks(name string) (*ranks, error) {
 		}
 		r.slots[i] = tag | uint32(id+1)
 	}
+	r.seedHot()
 	return r, nil
 }
 

@@ -45,16 +45,56 @@ func (h *hotRanks) entry(b []byte) (*hotEntry, uint64) {
 	return &h.e[(v^uint64(len(b))<<59)*0x9e3779b97f4a7c15>>(64-hotBits)], v
 }
 
-// hotPool lends the workers their tables; the answers stay good for any
-// later body of the same encoding (ranks are fixed), so a table is kept
-// with its encoding's ranks.
-type hotPool struct{ p sync.Pool }
-
-func (p *hotPool) get() *hotRanks {
-	if h, ok := p.p.Get().(*hotRanks); ok {
-		return h
-	}
-	return new(hotRanks)
+// hotPool lends the workers their tables and keeps them: the answers stay
+// good for any later body of the same encoding (ranks are fixed). A new
+// table starts as a copy of seed, which holds the encoding's first tokens
+// of two to eight bytes (the lowest ranks, the merges its training text
+// made first, are its commonest), so the first count after start is not
+// slower than the next cold one.
+type hotPool struct {
+	mu   sync.Mutex
+	free []*hotRanks
+	seed *hotRanks
 }
 
-func (p *hotPool) put(h *hotRanks) { p.p.Put(h) }
+// maxFreeHot bounds the tables kept: one per worker of a few counts at
+// once.
+const maxFreeHot = 16
+
+func (p *hotPool) get() *hotRanks {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n := len(p.free); n > 0 {
+		h := p.free[n-1]
+		p.free = p.free[:n-1]
+		return h
+	}
+	h := new(hotRanks)
+	if p.seed != nil {
+		*h = *p.seed
+	}
+	return h
+}
+
+func (p *hotPool) put(h *hotRanks) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.free) < maxFreeHot {
+		p.free = append(p.free, h)
+	}
+}
+
+// seedHot fills the pool's seed with r's tokens, lowest ids first.
+func (r *ranks) seedHot() {
+	seed := new(hotRanks)
+	for id := range len(r.off) - 1 {
+		b := r.token(id)
+		if len(b) < 2 || len(b) > 8 {
+			continue
+		}
+		if e, v := seed.entry(b); e.n == 0 {
+			*e = hotEntry{v: v, n: uint8(len(b)), token: true}
+		}
+	}
+	r.hot.seed = seed
+}

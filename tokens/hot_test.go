@@ -8,7 +8,7 @@ import (
 // TestHotRanksAnswersAsTheTable: for every token of both encodings up to
 // eight bytes and for byte-changed neighbours of each (most not tokens),
 // looked up in an order that evicts and hits, the hot table answers what
-// the rank table answers.
+// the rank table answers, empty or seeded.
 func TestHotRanksAnswersAsTheTable(t *testing.T) {
 	for _, name := range []string{"o200k_base", "cl100k_base"} {
 		r, err := encodingNamed(name).load()
@@ -26,24 +26,35 @@ func TestHotRanksAnswersAsTheTable(t *testing.T) {
 			changed[rng.IntN(len(b))] ^= byte(1 + rng.IntN(255))
 			pieces = append(pieces, b, changed, append(append([]byte(nil), b...), 0), b[:len(b)-1])
 		}
-		h := new(hotRanks)
-		hits := 0
-		for round := range 2 {
-			rng.Shuffle(len(pieces), func(i, j int) { pieces[i], pieces[j] = pieces[j], pieces[i] })
-			for i, p := range pieces {
-				q := pieces[max(0, i-rng.IntN(8))] // often one just asked
-				if e, v := h.entry(q); len(q) >= 2 && e.n == uint8(len(q)) && e.v == v {
-					hits++ // q's answer is in the table
-				}
-				for _, b := range [][]byte{p, q} {
-					if h.isToken(r, b) != r.isToken(b) {
-						t.Fatalf("%s, round %d: hot table says %v for %q", name, round, !r.isToken(b), b)
+		seeded := r.hot.get() // a new table starts as the encoding's seed
+		filled := 0
+		for _, e := range seeded.e {
+			if e.n != 0 {
+				filled++
+			}
+		}
+		if filled < hotEntries/2 {
+			t.Fatalf("%s: the seed fills %d of %d entries", name, filled, hotEntries)
+		}
+		for _, h := range []*hotRanks{new(hotRanks), seeded} {
+			hits := 0
+			for round := range 2 {
+				rng.Shuffle(len(pieces), func(i, j int) { pieces[i], pieces[j] = pieces[j], pieces[i] })
+				for i, p := range pieces {
+					q := pieces[max(0, i-rng.IntN(8))] // often one just asked
+					if e, v := h.entry(q); len(q) >= 2 && e.n == uint8(len(q)) && e.v == v {
+						hits++ // q's answer is in the table
+					}
+					for _, b := range [][]byte{p, q} {
+						if h.isToken(r, b) != r.isToken(b) {
+							t.Fatalf("%s, round %d: hot table says %v for %q", name, round, !r.isToken(b), b)
+						}
 					}
 				}
 			}
-		}
-		if hits == 0 {
-			t.Fatalf("%s: the hot table never answered", name)
+			if hits == 0 {
+				t.Fatalf("%s: the hot table never answered", name)
+			}
 		}
 	}
 }
