@@ -2,9 +2,7 @@ package compiler
 
 import (
 	"bytes"
-	"cmp"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler/jsonv"
@@ -71,7 +69,7 @@ func (u *unchangedStrings) String(src []byte, start int) (end int, escaped, asci
 		}
 		limit = e.start
 	}
-	i, found := slices.BinarySearchFunc(u.strs, at, func(k spanKey, at int) int { return cmp.Compare(k.start, at) })
+	i, found := spanIndex(u.strs, at)
 	if !found {
 		return 0, false, false, false
 	}

@@ -329,14 +329,12 @@ func (p *plan) build() {
 // plan's variants share it (receiptTexts): every variant receipts mostly
 // the same slots.
 func (p *plan) receiptOf(i int) string {
-	if p.receiptTexts != nil && p.receiptTexts[i] != "" {
-		return p.receiptTexts[i]
+	if r := p.receiptTexts[i]; r != "" {
+		return r
 	}
 	s := p.d.slots[i]
 	r := p.recovery.receiptHint(Receipt(s.text.digest, s.tool, s.text.chars))
-	if p.receiptTexts != nil {
-		p.receiptTexts[i] = r
-	}
+	p.receiptTexts[i] = r
 	return r
 }
 

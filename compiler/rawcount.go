@@ -1,10 +1,8 @@
 package compiler
 
 import (
-	"cmp"
 	"encoding/binary"
 	"hash/maphash"
-	"slices"
 )
 
 // rawCounts remembers the token counts of original bodies, so a request
@@ -56,7 +54,7 @@ func (k *knownStrings) rangeKey(src []byte, lo, hi int, salt string) (key textKe
 	ha.WriteString(salt)
 	hb.WriteString(salt)
 	pos := lo
-	first, _ := slices.BinarySearchFunc(k.keys, lo, func(e spanKey, lo int) int { return cmp.Compare(e.start, lo) })
+	first, _ := spanIndex(k.keys, lo)
 	for _, sk := range k.keys[first:] {
 		s, e := sk.start, sk.key
 		if s >= hi {

@@ -162,9 +162,15 @@ type spanKey struct {
 	escaped, ascii bool
 }
 
+// spanIndex returns where the span starting at start is in spans (sorted
+// by start), or would be, and whether it is there.
+func spanIndex(spans []spanKey, start int) (int, bool) {
+	return slices.BinarySearchFunc(spans, start, func(e spanKey, s int) int { return cmp.Compare(e.start, s) })
+}
+
 // keyAt returns the key kept for the string starting at start.
 func (k *knownStrings) keyAt(start int) (textKey, bool) {
-	i, ok := slices.BinarySearchFunc(k.keys, start, func(e spanKey, s int) int { return cmp.Compare(e.start, s) })
+	i, ok := spanIndex(k.keys, start)
 	if !ok {
 		return textKey{}, false
 	}

@@ -122,6 +122,10 @@ func pack(b []byte) uint64 {
 	return 0
 }
 
+// mixShort mixes a pre-token of n <= 8 bytes, packed as v, and its length
+// (bytes that pack alike, "ab" and "ab\x00", differ in the top bits).
+func mixShort(v uint64, n int) uint64 { return (v ^ uint64(n)<<59) * 0x9e3779b97f4a7c15 }
+
 // hash returns the table hash of b and, for at most 8 bytes, b packed.
 // Most pre-tokens are that short: a multiply mixes them without a call.
 func (r *ranks) hash(b []byte) (h, v uint64) {
@@ -129,7 +133,7 @@ func (r *ranks) hash(b []byte) (h, v uint64) {
 		return maphash.Bytes(r.seed, b), 0
 	}
 	v = pack(b)
-	h = (v ^ uint64(len(b))<<59) * 0x9e3779b97f4a7c15
+	h = mixShort(v, len(b))
 	return h ^ h>>32, v
 }
 

@@ -21,7 +21,7 @@ const (
 
 type hotEntry struct {
 	v     uint64 // the bytes, packed
-	n     uint8  // their length; 0: empty (bytes that pack alike, "ab" and "ab\x00", never share an entry: entry mixes the length in)
+	n     uint8  // their length; 0: empty (never two lengths of one v in an entry: see mixShort)
 	token bool
 }
 
@@ -42,7 +42,7 @@ func (h *hotRanks) isToken(r *ranks, b []byte) bool {
 // entry returns b's place in the table and b packed (2 to 8 bytes).
 func (h *hotRanks) entry(b []byte) (*hotEntry, uint64) {
 	v := pack(b)
-	return &h.e[(v^uint64(len(b))<<59)*0x9e3779b97f4a7c15>>(64-hotBits)], v
+	return &h.e[mixShort(v, len(b))>>(64-hotBits)], v
 }
 
 // hotPool lends the workers their tables and keeps them: the answers stay

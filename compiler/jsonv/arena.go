@@ -91,9 +91,9 @@ var (
 )
 
 // Reset makes the arena's memory available to the next parse: every tree
-// parsed into it must be unreachable by then. It keeps at most about keep
-// bytes (a pooled body's share: an odd request of many tiny values, up to
-// MaxNodes, should not stay in memory after it).
+// parsed into it must be unreachable by then. It keeps at most keep bytes
+// in all, chunks and work stacks (a pooled body's share: an odd request of
+// many tiny values, up to MaxNodes, should not stay in memory after it).
 func (a *Arena) Reset(keep int) { a.reset(keep, Node{}, Member{}, nil, false) }
 
 // ResetPoisoned is Reset for tests: the nodes, members and elements it
@@ -111,8 +111,8 @@ var poisonNode = Node{Kind: poisonKind, Start: -1, End: -1}
 
 func (a *Arena) reset(keep int, node Node, member Member, elem *Node, poison bool) {
 	a.nodes.reset(node, nodeSize, keep/2, poison)
-	a.members.reset(member, memberSize, keep/4, poison)
-	a.elems.reset(elem, elemSize, keep/4, poison)
+	a.members.reset(member, memberSize, keep/8, poison)
+	a.elems.reset(elem, elemSize, keep/8, poison)
 	a.slab, a.mslab, a.eslab = nil, nil, nil
 	if cap(a.memberStack)*memberSize+cap(a.elemStack)*elemSize > keep/4 {
 		a.memberStack, a.elemStack = nil, nil
