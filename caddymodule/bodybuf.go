@@ -27,8 +27,9 @@ import (
 // buffer from the list, and the garbage collector takes it: a missed reuse
 // costs an allocation, an early one would corrupt a request.
 //
-// The token counter needs no reference: it tokenizes a copy of what it
-// counts past its budget (tokens.Counter.start). Of what the compiler hands
+// The token counter's workers, which finish past its budget what a count
+// left, hold one too (compiler.Request.Hold), until the last of them is
+// done; its backlog bounds what they read (16 MB). Of what the compiler hands
 // back, Result.Commit and Result.Recovered hold the plan, whose texts view
 // the body: the handler runs them before it drops its own reference. What the
 // compiler keeps beyond Compile (its caches, the lineage record, the usage

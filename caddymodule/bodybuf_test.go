@@ -21,6 +21,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/tokens"
 )
 
 func TestBodyClass(t *testing.T) {
@@ -404,5 +405,56 @@ func TestBodyBufferScratch(t *testing.T) {
 	o.abandon()
 	if o.scratch() != nil {
 		t.Fatal("an abandoned body has a scratch")
+	}
+}
+
+// The token counter's work past its budget reads the pooled body under a
+// reference of its own: the handler's release does not return the bytes
+// while the workers read them, the last worker does, and no count the
+// workers cached came from reused bytes.
+func TestBodyHeldByTokenCounter(t *testing.T) {
+	forcePoison(t)
+	body := compilertest.ChatBody("gpt-4o", compilertest.Turns(77, 60, 20000), "")
+	o := newBodyBuffer(int64(len(body) + 1))
+	o.keep(append(o.b, body...))
+	if o.mem == nil {
+		t.Fatal("the body was not pooled")
+	}
+	c, err := tokens.New(tokens.Config{Budget: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	given := make(chan struct{}) // the counter's reference was dropped
+	hold := func() (func(), bool) {
+		release, ok := o.tryHold()
+		return func() { release(); close(given) }, ok
+	}
+	if got := c.CountHeld(context.Background(), "gpt-4o", o.b, nil, hold); got.Status != tokens.StatusBudget {
+		t.Fatalf("a cold %d-byte body counted within 1ms: %+v", len(body), got)
+	}
+	b := o.b
+	o.release() // the handler's own reference
+	if o.refs.Load() == 0 {
+		t.Fatal("the counter's workers held no reference past the count")
+	}
+	select {
+	case <-given:
+	case <-time.After(time.Minute):
+		t.Fatal("the counter never gave the body back")
+	}
+	if !poisoned(b) {
+		t.Fatal("the last reference dropped, and the body was not released")
+	}
+	warm, err := c.WithBudget(time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := tokens.New(tokens.Config{Budget: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, want := warm.Count(context.Background(), "gpt-4o", body), fresh.Count(context.Background(), "gpt-4o", body)
+	if got.Status != tokens.StatusExact || got.N != want.N {
+		t.Fatalf("after the workers: %+v, a fresh count %+v", got, want)
 	}
 }

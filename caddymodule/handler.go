@@ -301,6 +301,7 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 	compiling, _ := ex.body.tryHold() // the handler holds it: always ok
 	stopped := sync.OnceFunc(func() { ex.body.holdScratch(h.buffered); work(); compiling(); slot() })
 	req.Done = stopped
+	req.Hold = ex.body.tryHold // the token counter's work past its budget reads the body under it
 	res := h.compile(ctx, req)
 	if res.Reason != compiler.ReasonTimeout {
 		stopped() // stopped (a compile that panicked may not have said so)

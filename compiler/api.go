@@ -144,6 +144,25 @@ type HintedCounter interface {
 	CountHinted(ctx context.Context, model string, body []byte, hints []int) TokenCount
 }
 
+// Hold keeps a body's bytes from reuse for a reader that outlives the call
+// it was given them in: it takes a reference, which release gives back; ok
+// is false once the bytes may be reused, and then they must not be read
+// after the call. Request.Hold is the gateway's; immutableHold is for
+// bytes no one ever reuses.
+type Hold func() (release func(), ok bool)
+
+// HeldCounter is a HintedCounter that can read body after CountHeld
+// returned (the work it left past its budget goes on and fills its caches)
+// under hold instead of from a copy; a nil hold means a copy.
+type HeldCounter interface {
+	HintedCounter
+	CountHeld(ctx context.Context, model string, body []byte, hints []int, hold Hold) TokenCount
+}
+
+// immutableHold holds bytes that are never reused (the garbage collector
+// keeps them for any reader): the compile's own rewrites.
+func immutableHold() (func(), bool) { return func() {}, true }
+
 // Mode says what the gateway does with a compiled request.
 type Mode string
 
@@ -213,6 +232,10 @@ type Request struct {
 	// request, as it keeps Body until then: the Result's Commit and
 	// Recovered hold the plan, whose texts can decode from those trees.
 	Scratch *Scratch
+	// Hold, when set, keeps Body from reuse for readers that outlive
+	// Compile: the token counter's workers, which finish counting past the
+	// budget (nil: they copy what they read).
+	Hold Hold
 }
 
 // Scratch is memory that serves one compile after another: the parse
@@ -368,9 +391,12 @@ type Compaction struct {
 	InlineRecentTurns  int // the last this many turns are never changed
 }
 
-// countHinted counts body with hints when tc can use them.
-func countHinted(ctx context.Context, tc TokenCounter, model string, body []byte, hints []int) TokenCount {
-	if hc, ok := tc.(HintedCounter); ok {
+// countHinted counts body with hints and hold when tc can use them.
+func countHinted(ctx context.Context, tc TokenCounter, model string, body []byte, hints []int, hold Hold) TokenCount {
+	switch hc := tc.(type) {
+	case HeldCounter:
+		return hc.CountHeld(ctx, model, body, hints, hold)
+	case HintedCounter:
 		return hc.CountHinted(ctx, model, body, hints)
 	}
 	return tc.Count(ctx, model, body)

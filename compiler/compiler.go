@@ -355,6 +355,7 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, trees *js
 		return nil
 	}
 	res.Model = d.model
+	d.hold = req.Hold
 	p := &plan{d: d.doc, recovery: c.opts.Recovery.forDoc(d.doc)}
 	minChars := c.opts.MinArtifactChars
 	if !c.opts.Cost.Off {
@@ -687,7 +688,9 @@ func (c *Compiler) tokenGate(ctx context.Context, p *plan, raw, out []byte, res 
 		// Compile's recover does not reach this goroutine; a failed count
 		// leaves st empty, which skips the token veto.
 		defer func() { _ = recover() }()
-		st = countHinted(ctx, c.tokens, model, out, outHints)
+		// out is the compile's own: nothing changes it once it is
+		// counted (the recovery tool went in before).
+		st = countHinted(ctx, c.tokens, model, out, outHints, immutableHold)
 	}()
 	rt := c.countRaw(ctx, p.d, model, raw, rawHints)
 	<-done
@@ -712,15 +715,19 @@ func (c *Compiler) tokenGate(ctx context.Context, p *plan, raw, out []byte, res 
 func (c *Compiler) countRaw(ctx context.Context, d *doc, model string, raw []byte, hints []int) TokenCount {
 	var key textKey
 	ok := false
-	if c.counts != nil && d.known != nil && len(raw) == len(d.src) && unsafe.SliceData(raw) == unsafe.SliceData(d.src) {
-		key, ok = d.known.bodyKey(raw, d.known.tenant+"\x00"+model)
+	var hold Hold
+	if len(raw) == len(d.src) && unsafe.SliceData(raw) == unsafe.SliceData(d.src) {
+		hold = d.hold
+		if c.counts != nil && d.known != nil {
+			key, ok = d.known.bodyKey(raw, d.known.tenant+"\x00"+model)
+		}
 	}
 	if ok {
 		if v, hit := c.counts.get(key); hit {
 			return v
 		}
 	}
-	rt := countHinted(ctx, c.tokens, model, raw, hints)
+	rt := countHinted(ctx, c.tokens, model, raw, hints, hold)
 	if ok && rt.Status.Measured() {
 		c.counts.put(key, rt)
 	}

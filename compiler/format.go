@@ -14,6 +14,7 @@ type doc struct {
 	root  *jsonv.Node
 	known *knownStrings // the parse's keys of src's long strings; may be nil
 	arena *jsonv.Arena  // where the compile's trees are parsed; nil: the heap
+	hold  Hold          // keeps src from reuse for readers past Compile (Request.Hold); may be nil
 	model string
 	units []*jsonv.Node
 	slots []slot

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
 // warmBody builds the benchmark request: about 1 MB of OpenAI chat history
@@ -208,4 +209,34 @@ func TestFirstCountChild(t *testing.T) {
 	c2.Count(context.Background(), "gpt-4o", other)
 	cold := time.Since(t0)
 	fmt.Printf("first=%d cold=%d status=%s\n", first, cold, tc.Status)
+}
+
+// BenchmarkCountCold16MB: the body of the gateway's 16 MB cold benchmark
+// (integration BenchmarkGatewayFormats/chat/16MB/cold: 800 new 20 KB tool
+// results), counted with message hints by a fresh Counter whose budget is
+// long enough to finish, so the whole cold cost shows: ms per count, and
+// what fraction of the default budget's deadline it takes.
+func BenchmarkCountCold16MB(b *testing.B) {
+	body := fixtures.ChatBody("gpt-4o", fixtures.Turns(2_000_000, 801, 20000), "")
+	hints := messageStarts(body)
+	if _, err := encodingNamed("o200k_base").load(); err != nil {
+		b.Fatal(err)
+	}
+	var d []time.Duration
+	b.SetBytes(int64(len(body)))
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		c, err := New(Config{Budget: time.Minute})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		t0 := time.Now()
+		if tc := c.CountHinted(context.Background(), "gpt-4o", body, hints); tc.Status != StatusExact {
+			b.Fatalf("status %q", tc.Status)
+		}
+		d = append(d, time.Since(t0))
+	}
+	reportLatency(b, d)
 }

@@ -237,6 +237,13 @@ func (r *ranks) count(piece []byte) int {
 }
 
 // isToken reports whether b is one token. Every single byte is one.
+// mergeCount returns the number of tokens the byte-pair merge makes of
+// piece (not itself a token).
+func (r *ranks) mergeCount(piece []byte) int {
+	var buf [64]part
+	return len(r.merge(piece, buf[:0])) - 1
+}
+
 func (r *ranks) isToken(b []byte) bool {
 	if len(b) == 1 {
 		return true

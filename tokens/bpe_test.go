@@ -170,7 +170,7 @@ func BenchmarkCountFresh1MB(b *testing.B) {
 		b.StopTimer()
 		m := newMemo(DefaultCacheBytes / 16)
 		b.StartTimer()
-		if _, ok := m.count(e, r, new(hotRanks), body); !ok {
+		if _, ok := m.count(e, r, new(hotCounts), body); !ok {
 			b.Fatal("not counted")
 		}
 	}

@@ -77,9 +77,10 @@ func TestMemoMemoryBound(t *testing.T) {
 	}
 	const bound = 8 << 20
 	before := heap()
-	m := newMemo(bound)
+	m := new(memoGens) // one shard
+	m.init(bound)
 	for i := 0; m.old == nil || m.size < m.max-100; i++ { // fill both generations
-		m.put(fmt.Sprintf(" word%0*d", i%16, i), int32(i))
+		m.add(fmt.Sprintf(" word%0*d", i%16, i), int32(i))
 	}
 	used := heap() - before
 	runtime.KeepAlive(m)

@@ -3,7 +3,6 @@ package tokens
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -61,6 +60,7 @@ type state struct {
 var (
 	_ compiler.TokenCounter  = (*Counter)(nil)
 	_ compiler.HintedCounter = (*Counter)(nil)
+	_ compiler.HeldCounter   = (*Counter)(nil)
 )
 
 // New returns a Counter for cfg.
@@ -150,6 +150,13 @@ func (c *Counter) Count(ctx context.Context, model string, body []byte) compiler
 // messages start (compiler.HintedCounter). A resent message is then one
 // lookup; the count is the same whatever the hints (hints.go).
 func (c *Counter) CountHinted(ctx context.Context, model string, body []byte, hints []int) compiler.TokenCount {
+	return c.CountHeld(ctx, model, body, hints, nil)
+}
+
+// CountHeld is CountHinted that reads body after it returns, for work it
+// left past the budget, under hold instead of from a copy
+// (compiler.HeldCounter); nil hold: a copy.
+func (c *Counter) CountHeld(ctx context.Context, model string, body []byte, hints []int, hold compiler.Hold) compiler.TokenCount {
 	if c.off {
 		return compiler.TokenCount{Status: StatusNone}
 	}
@@ -167,7 +174,7 @@ func (c *Counter) CountHinted(ctx context.Context, model string, body []byte, hi
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	n, ok := c.count(ctx, enc, body, hints, deadline)
+	n, ok := c.count(ctx, enc, body, hints, hold, deadline)
 	if !ok {
 		return compiler.TokenCount{Encoding: enc.name, Status: StatusBudget}
 	}
@@ -187,14 +194,23 @@ type segMiss struct {
 }
 
 // count sums cached segment and piece counts and tokenizes the missing
-// pieces in parallel; false when the deadline or ctx came first.
-func (c *Counter) count(ctx context.Context, enc *encoding, body []byte, hints []int, deadline time.Time) (int, bool) {
+// pieces in parallel; false when the deadline or ctx came first. The
+// workers start at the first missing piece, while the rest of body is
+// still being split: on a cold body the split and its lookups are a sixth
+// of the work, and they overlap the counting instead of coming first.
+// hold, if not nil, lets the workers read body after count returns (job).
+func (c *Counter) count(ctx context.Context, enc *encoding, body []byte, hints []int, hold compiler.Hold, deadline time.Time) (int, bool) {
 	total := 0
 	var waits []*flight      // missing pieces in body order, repeats included
 	var mine map[key]*flight // pieces repeated inside this body are counted once
 	var segs []segMiss
-	j := &job{c: c, enc: enc}
+	j := newJob(c, enc, body, hold)
+	defer j.close() // also on a panic: the workers return, the hold is given back
+	full := false   // the backlog refused a piece: no count
 	piece := func(p []byte) {
+		if full {
+			return
+		}
 		k := keyOf(enc.id, p)
 		if n, ok := c.cache.get(k); ok {
 			total += n
@@ -203,10 +219,9 @@ func (c *Counter) count(ctx context.Context, enc *encoding, body []byte, hints [
 		f := mine[k]
 		if f == nil {
 			var owned bool
-			if f, owned = c.join(k); owned {
-				j.flights = append(j.flights, f)
-				j.pieces = append(j.pieces, p)
-				j.bytes += int64(len(p))
+			if f, owned = c.join(k); owned && !j.add(f, p) {
+				full = true
+				return
 			}
 			if mine == nil {
 				mine = map[key]*flight{}
@@ -219,6 +234,9 @@ func (c *Counter) count(ctx context.Context, enc *encoding, body []byte, hints [
 		split(body, minPiece, avgBits, piece)
 	} else {
 		segments(body, hints, func(s []byte) {
+			if full {
+				return
+			}
 			k := keyOf(enc.id, s)
 			if n, ok := c.cache.get(k); ok {
 				total += n
@@ -229,12 +247,13 @@ func (c *Counter) count(ctx context.Context, enc *encoding, body []byte, hints [
 			segs = append(segs, segMiss{k: k, cached: total - before, from: from, to: len(waits)})
 		})
 	}
+	j.close()
+	if full {
+		return 0, false
+	}
 	if len(waits) == 0 {
 		c.landSegments(segs, waits)
 		return total, true
-	}
-	if len(j.flights) > 0 && !c.start(j) {
-		return 0, false
 	}
 	// The budget is a ceiling, whichever of the deadline and the last
 	// count a select would see first: a split that took the whole budget,
@@ -314,75 +333,4 @@ func (c *Counter) land(f *flight, n int, ok bool) {
 	c.mu.Unlock()
 	f.n, f.ok = n, ok
 	close(f.done)
-}
-
-// job tokenizes the pieces one request found neither cached nor in flight.
-// Its workers outlive the request if it gives up and finish filling the
-// cache, so the resent body is counted next time.
-type job struct {
-	c       *Counter
-	enc     *encoding
-	flights []*flight
-	pieces  [][]byte
-	bytes   int64
-	next    atomic.Int64
-}
-
-// start runs j's workers, or fails its flights when the backlog is full.
-func (c *Counter) start(j *job) bool {
-	if pending := c.backlog.Add(j.bytes); pending > maxBacklog && pending > j.bytes {
-		c.backlog.Add(-j.bytes)
-		for _, f := range j.flights {
-			c.land(f, 0, false)
-		}
-		return false
-	}
-	// Workers may outlive this call, and the caller may reuse body then:
-	// they work on a copy, so a count is always stored under its own key.
-	buf := make([]byte, 0, j.bytes)
-	for i, p := range j.pieces {
-		buf = append(buf, p...)
-		j.pieces[i] = buf[len(buf)-len(p):]
-	}
-	for range min(len(j.pieces), runtime.GOMAXPROCS(0)) {
-		go j.work()
-	}
-	return true
-}
-
-// count counts piece i. A worker is a goroutine of its own, out of reach
-// of the compiler's recover: a panic inside the tokenizer fails this piece
-// (no token veto for the request) instead of the whole process.
-func (j *job) count(r *ranks, hot *hotRanks, i int) (n int, ok bool) {
-	defer func() {
-		if recover() != nil {
-			n, ok = 0, false
-		}
-	}()
-	return j.c.memos[j.enc.id].count(j.enc, r, hot, j.pieces[i])
-}
-
-func (j *job) work() {
-	r, err := j.enc.load()
-	var hot *hotRanks
-	if err == nil {
-		hot = r.hot.get()
-		defer r.hot.put(hot)
-	}
-	for {
-		i := int(j.next.Add(1) - 1)
-		if i >= len(j.pieces) {
-			return
-		}
-		n, ok := 0, false
-		if err == nil {
-			n, ok = j.count(r, hot, i)
-		}
-		j.c.land(j.flights[i], n, ok)
-		j.c.backlog.Add(-int64(len(j.pieces[i])))
-		// A piece takes a millisecond or less; yielding between them lets
-		// timers fire and waiting requests go on at once rather than at
-		// the next preemption (10 ms) when all Ps are tokenizing.
-		runtime.Gosched()
-	}
 }

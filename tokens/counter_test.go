@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,7 +54,7 @@ func TestNewConfig(t *testing.T) {
 	}
 	n := c.cache.shard[0].max * shards * entryBytes
 	for _, m := range c.memos {
-		n += 2 * m.max // two generations
+		n += 2 * m.genMax() // two generations
 	}
 	if n > DefaultCacheBytes || n < DefaultCacheBytes*9/10 {
 		t.Errorf("default cache and memos account %d bytes", n)
@@ -288,6 +289,62 @@ func TestNewBuildsTables(t *testing.T) {
 		}
 		if got := strings.TrimSuffix(string(out), "PASS\n"); got != want {
 			t.Errorf("tokenizer %s: tables built\n%swant\n%s", mode, got, want)
+		}
+	}
+}
+
+// TestBodyHold: with a hold, the work left past the budget reads the body
+// itself under one reference, given back once when the last worker is
+// done, and the caller overwrites the body only then; a hold that refuses
+// (the bytes may be reused) makes the workers copy, as without one.
+func TestBodyHold(t *testing.T) {
+	orig := chatBody("gpt-4o", history(rand.New(rand.NewPCG(19, 20)), 300_000))
+	want := direct(t, "o200k_base", string(orig))
+	for _, refuse := range []bool{false, true} {
+		c, err := New(Config{Budget: time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := append([]byte(nil), orig...)
+		var holds, releases atomic.Int32
+		released := make(chan struct{})
+		hold := func() (func(), bool) {
+			holds.Add(1)
+			if refuse {
+				return nil, false
+			}
+			return func() {
+				if releases.Add(1) == 1 {
+					close(released)
+				}
+			}, true
+		}
+		if got := c.CountHeld(context.Background(), "gpt-4o", body, messageStarts(body), hold); got.Status != StatusBudget {
+			t.Fatalf("refuse=%v: %+v, want budget", refuse, got)
+		}
+		if !refuse {
+			select {
+			case <-released: // the workers are done with body
+			case <-time.After(time.Minute):
+				t.Fatal("the hold was never given back")
+			}
+		}
+		for i := range body {
+			body[i] = 'x'
+		}
+		for c.backlog.Load() > 0 {
+			time.Sleep(time.Millisecond)
+		}
+		if holds.Load() != 1 || releases.Load() != map[bool]int32{false: 1, true: 0}[refuse] {
+			t.Fatalf("refuse=%v: %d holds, %d releases", refuse, holds.Load(), releases.Load())
+		}
+		c.budget = time.Minute
+		if got := c.CountHinted(context.Background(), "gpt-4o", orig, messageStarts(orig)); got.N != want {
+			t.Fatalf("refuse=%v: after reuse %d, direct %d", refuse, got.N, want)
+		}
+		// Nothing is missing now: no hold is taken.
+		if c.CountHeld(context.Background(), "gpt-4o", orig, messageStarts(orig), hold); holds.Load() != 1 {
+			t.Fatalf("refuse=%v: a warm count took a hold", refuse)
 		}
 	}
 }

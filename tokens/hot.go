@@ -2,14 +2,15 @@ package tokens
 
 import "sync"
 
-// hotRanks answers whether a short pre-token is one token from the
-// answers of its worker's recent lookups. Most pre-tokens are up to eight
-// bytes and are tokens, and tool output repeats them ("\n", " =", "self"),
-// but every lookup in the rank table is a few cache misses in megabytes of
-// slots, ids and bytes. A small direct-mapped table of the last answers
-// stays in the core's cache. It is a cache of a pure function of the
-// bytes, so an answer from it is the table's.
-type hotRanks struct {
+// hotCounts answers the count of a short pre-token from its worker's
+// recent answers. Most pre-tokens are up to eight bytes and tool output
+// repeats them ("\n", " =", "self", " getD"), but every answer from the
+// rank table is a few cache misses in megabytes of slots, ids and bytes,
+// and one that is not a token is a merge as well. A small direct-mapped
+// table of the last answers stays in the core's cache, and is the
+// worker's own: no lock. It is a cache of a pure function of the bytes, so
+// an answer from it is the merge's.
+type hotCounts struct {
 	e [hotEntries]hotEntry
 }
 
@@ -22,25 +23,25 @@ const (
 type hotEntry struct {
 	v     uint64 // the bytes, packed
 	n     uint8  // their length; 0: empty (never two lengths of one v in an entry: see mixShort)
-	token bool
+	count uint8  // their token count (1: a token)
 }
 
-// isToken is r.isToken, remembered for pieces of two to eight bytes.
-func (h *hotRanks) isToken(r *ranks, b []byte) bool {
-	if h == nil || len(b) > 8 || len(b) < 2 {
-		return r.isToken(b)
-	}
+// count returns the token count of b, two to eight bytes, remembering it.
+func (h *hotCounts) count(r *ranks, b []byte) int {
 	e, v := h.entry(b)
 	if e.n == uint8(len(b)) && e.v == v {
-		return e.token
+		return int(e.count)
 	}
-	_, ok := r.rank(b)
-	*e = hotEntry{v: v, n: uint8(len(b)), token: ok}
-	return ok
+	n := 1
+	if _, ok := r.rank(b); !ok {
+		n = r.mergeCount(b)
+	}
+	*e = hotEntry{v: v, n: uint8(len(b)), count: uint8(n)}
+	return n
 }
 
 // entry returns b's place in the table and b packed (2 to 8 bytes).
-func (h *hotRanks) entry(b []byte) (*hotEntry, uint64) {
+func (h *hotCounts) entry(b []byte) (*hotEntry, uint64) {
 	v := pack(b)
 	return &h.e[mixShort(v, len(b))>>(64-hotBits)], v
 }
@@ -53,15 +54,15 @@ func (h *hotRanks) entry(b []byte) (*hotEntry, uint64) {
 // slower than the next cold one.
 type hotPool struct {
 	mu   sync.Mutex
-	free []*hotRanks
-	seed *hotRanks
+	free []*hotCounts
+	seed *hotCounts
 }
 
 // maxFreeHot bounds the tables kept: one per worker of a few counts at
 // once.
 const maxFreeHot = 16
 
-func (p *hotPool) get() *hotRanks {
+func (p *hotPool) get() *hotCounts {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if n := len(p.free); n > 0 {
@@ -69,14 +70,14 @@ func (p *hotPool) get() *hotRanks {
 		p.free = p.free[:n-1]
 		return h
 	}
-	h := new(hotRanks)
+	h := new(hotCounts)
 	if p.seed != nil {
 		*h = *p.seed
 	}
 	return h
 }
 
-func (p *hotPool) put(h *hotRanks) {
+func (p *hotPool) put(h *hotCounts) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.free) < maxFreeHot {
@@ -86,14 +87,14 @@ func (p *hotPool) put(h *hotRanks) {
 
 // seedHot fills the pool's seed with r's tokens, lowest ids first.
 func (r *ranks) seedHot() {
-	seed := new(hotRanks)
+	seed := new(hotCounts)
 	for id := range len(r.off) - 1 {
 		b := r.token(id)
 		if len(b) < 2 || len(b) > 8 {
 			continue
 		}
 		if e, v := seed.entry(b); e.n == 0 {
-			*e = hotEntry{v: v, n: uint8(len(b)), token: true}
+			*e = hotEntry{v: v, n: uint8(len(b)), count: 1}
 		}
 	}
 	r.hot.seed = seed

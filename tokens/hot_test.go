@@ -5,11 +5,11 @@ import (
 	"testing"
 )
 
-// TestHotRanksAnswersAsTheTable: for every token of both encodings up to
+// TestHotCountsAnswersAsTheMerge: for every token of both encodings up to
 // eight bytes and for byte-changed neighbours of each (most not tokens),
 // looked up in an order that evicts and hits, the hot table answers what
-// the rank table answers, empty or seeded.
-func TestHotRanksAnswersAsTheTable(t *testing.T) {
+// the rank table and the merge answer, empty or seeded.
+func TestHotCountsAnswersAsTheMerge(t *testing.T) {
 	for _, name := range []string{"o200k_base", "cl100k_base"} {
 		r, err := encodingNamed(name).load()
 		if err != nil {
@@ -36,7 +36,7 @@ func TestHotRanksAnswersAsTheTable(t *testing.T) {
 		if filled < hotEntries/2 {
 			t.Fatalf("%s: the seed fills %d of %d entries", name, filled, hotEntries)
 		}
-		for _, h := range []*hotRanks{new(hotRanks), seeded} {
+		for _, h := range []*hotCounts{new(hotCounts), seeded} {
 			hits := 0
 			for round := range 2 {
 				rng.Shuffle(len(pieces), func(i, j int) { pieces[i], pieces[j] = pieces[j], pieces[i] })
@@ -46,8 +46,15 @@ func TestHotRanksAnswersAsTheTable(t *testing.T) {
 						hits++ // q's answer is in the table
 					}
 					for _, b := range [][]byte{p, q} {
-						if h.isToken(r, b) != r.isToken(b) {
-							t.Fatalf("%s, round %d: hot table says %v for %q", name, round, !r.isToken(b), b)
+						if len(b) < 2 {
+							continue
+						}
+						want := 1
+						if !r.isToken(b) {
+							want = r.mergeCount(b)
+						}
+						if got := h.count(r, b); got != want {
+							t.Fatalf("%s, round %d: hot table says %d for %q, merge %d", name, round, got, b, want)
 						}
 					}
 				}

@@ -4,15 +4,24 @@ import (
 	"sync"
 )
 
-// memo remembers the counts of pre-tokens that are not tokens themselves,
-// so a word seen before is not byte-pair merged again: a merge costs a rank
-// lookup per candidate pair, a memo hit one map lookup. Tool output repeats
-// its identifiers, so most merges of a cold body are hits. Pre-tokens that
-// are tokens (most of them) never reach the memo: the rank table answers.
-//
-// Two generations bound it: entries go to cur; when cur is full it becomes
-// old and a new cur starts; a hit in old is copied to cur.
+// memo remembers the counts of pre-tokens longer than eight bytes that are
+// not tokens themselves, so a word seen before is not byte-pair merged
+// again: a merge costs a rank lookup per candidate pair, a memo hit one map
+// lookup. Tool output repeats its identifiers, so most merges of a cold
+// body are hits. Pre-tokens that are tokens never reach the memo (the rank
+// table answers), and short ones are remembered by each worker's hot table
+// (hot.go). It is sharded: every counting worker of every request shares
+// it, and one lock was a tenth of a cold count on real agent text.
 type memo struct {
+	shard [memoShards]memoGens
+}
+
+const memoShards = 16
+
+// memoGens is a shard. Two generations bound it: entries go to cur; when
+// cur is full it becomes old and a new cur starts; a hit in old is copied
+// to cur.
+type memoGens struct {
 	mu       sync.Mutex
 	cur, old map[string]int32
 	size     int // accounted bytes in cur
@@ -29,58 +38,90 @@ const memoEntryBytes = 64
 const maxMemoLen = 128
 
 func newMemo(bytes int64) *memo {
-	return &memo{cur: map[string]int32{}, max: max(int(bytes/2), 1)}
+	m := &memo{}
+	for i := range m.shard {
+		m.shard[i].init(bytes / memoShards)
+	}
+	return m
 }
 
-func (m *memo) get(b []byte) (int, bool) {
-	if n, ok := m.cur[string(b)]; ok {
+func (g *memoGens) init(bytes int64) {
+	g.cur, g.max = map[string]int32{}, max(int(bytes/2), 1)
+}
+
+// genMax is the bound of one generation of the whole memo.
+func (m *memo) genMax() int { return m.shard[0].max * memoShards }
+
+func (m *memo) of(b []byte) *memoGens {
+	h := mixShort(pack(b[:8])^pack(b[len(b)-8:]), len(b)&7)
+	return &m.shard[h>>(64-4)]
+}
+
+func (g *memoGens) get(b []byte) (int, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if n, ok := g.cur[string(b)]; ok {
 		return int(n), true
 	}
-	n, ok := m.old[string(b)]
+	n, ok := g.old[string(b)]
 	if ok {
-		m.put(string(b), n)
+		g.add(string(b), n)
 	}
 	return int(n), ok
 }
 
-func (m *memo) put(s string, n int32) {
-	if m.size >= m.max {
-		m.old, m.cur, m.size = m.cur, map[string]int32{}, 0
+func (g *memoGens) put(s string, n int32) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.add(s, n)
+}
+
+func (g *memoGens) add(s string, n int32) {
+	if g.size >= g.max {
+		g.old, g.cur, g.size = g.cur, map[string]int32{}, 0
 	}
-	m.cur[s] = n
-	m.size += len(s) + memoEntryBytes
+	g.cur[s] = n
+	g.size += len(s) + memoEntryBytes
 }
 
 // count returns the token count of piece; false if it holds a pre-token too
 // long to merge in reasonable time (see maxPreToken). hot, which may be
-// nil, is the calling worker's table of recent answers.
-func (m *memo) count(enc *encoding, r *ranks, hot *hotRanks, piece []byte) (n int, ok bool) {
-	var buf [64]part
+// nil, is the calling worker's table of recent short answers.
+func (m *memo) count(enc *encoding, r *ranks, hot *hotCounts, piece []byte) (n int, ok bool) {
 	text := validUTF8(piece)
 	sc := scanner{s: text}
 	for i := 0; i < len(text); {
 		e := sc.next(i, enc.o200k)
 		p := text[i:e]
 		i = e
-		if len(p) > maxPreToken {
-			return 0, false
-		}
-		if hot.isToken(r, p) {
+		switch {
+		case len(p) == 1: // every byte is a token
 			n++
-			continue
+		case len(p) <= 8 && hot != nil:
+			n += hot.count(r, p)
+		case len(p) > maxPreToken:
+			return 0, false
+		default:
+			n += m.countLong(r, p)
 		}
-		m.mu.Lock()
-		k, hit := m.get(p)
-		m.mu.Unlock()
-		if !hit {
-			k = len(r.merge(p, buf[:0])) - 1
-			if len(p) <= maxMemoLen {
-				m.mu.Lock()
-				m.put(string(p), int32(k))
-				m.mu.Unlock()
-			}
-		}
-		n += k
 	}
 	return n, true
+}
+
+// countLong counts a pre-token of more than one byte that the hot table
+// does not answer.
+func (m *memo) countLong(r *ranks, p []byte) int {
+	if r.isToken(p) {
+		return 1
+	}
+	if len(p) <= 8 || len(p) > maxMemoLen {
+		return r.mergeCount(p)
+	}
+	g := m.of(p)
+	if k, hit := g.get(p); hit {
+		return k
+	}
+	k := r.mergeCount(p)
+	g.put(string(p), int32(k))
+	return k
 }

@@ -352,13 +352,18 @@ func isNLOrSlash(b byte) bool { return b == '\r' || b == '\n' || b == '/' }
 // next returns the end of the pre-token at i, under o200k_base's regex if
 // o200k, else cl100k_base's.
 func (sc *scanner) next(i int, o200k bool) int {
+	if o200k {
+		if sc.s[i] < utf8.RuneSelf {
+			if e := sc.asciiO200k(i); e >= 0 {
+				return e
+			}
+		}
+		return sc.o200k(i)
+	}
 	if sc.s[i] < utf8.RuneSelf {
-		if e := sc.ascii(i, o200k); e >= 0 {
+		if e := sc.asciiCl100k(i); e >= 0 {
 			return e
 		}
-	}
-	if o200k {
-		return sc.o200k(i)
 	}
 	return sc.cl100k(i)
 }

@@ -1,0 +1,173 @@
+package tokens
+
+import (
+	"runtime"
+	"sync"
+
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
+)
+
+// job tokenizes the pieces one request found neither cached nor in flight.
+// The caller queues them while it is still splitting the body (add), and
+// the workers take them in order until the queue is closed and empty. The
+// workers outlive the request if it gives up and finish filling the cache,
+// so the resent body is counted next time.
+//
+// So a worker may read a piece after the count returned, when the caller
+// may reuse the body. The job either holds the body (compiler.Hold: the
+// gateway's pooled body buffer stays out of reuse until the last worker is
+// done, and an immutable body costs nothing) or copies every piece it
+// queues. Copying a cold 16 MB body took 18 ms, most of it faulting in the
+// fresh pages, before any counting started.
+type job struct {
+	c    *Counter
+	enc  *encoding
+	body []byte
+	hold compiler.Hold
+	// bytes queued so far (the caller's only): counted in the backlog
+	// until tokenized
+	bytes int64
+	held  bool   // the body is held: pieces view it
+	copy  []byte // storage of piece copies when it is not
+
+	mu      sync.Mutex
+	more    sync.Cond // a piece was queued, or the queue closed
+	flights []*flight
+	pieces  [][]byte
+	next    int  // the first piece no worker took
+	closed  bool // no piece comes any more
+	workers int  // started
+	running int  // started and not yet returned
+	release func()
+}
+
+func newJob(c *Counter, enc *encoding, body []byte, hold compiler.Hold) *job {
+	j := &job{c: c, enc: enc, body: body, hold: hold}
+	j.more.L = &j.mu
+	return j
+}
+
+// add queues piece p of flight f, or fails f when the backlog is full:
+// a request that would queue behind more than maxBacklog bytes of other
+// work skips counting at once. A worker starts for each piece until there
+// is one per P.
+func (j *job) add(f *flight, p []byte) bool {
+	n := int64(len(p))
+	if pending := j.c.backlog.Add(n); pending > maxBacklog && pending > j.bytes+n {
+		j.c.backlog.Add(-n)
+		j.c.land(f, 0, false)
+		return false
+	}
+	var release func()
+	if j.bytes == 0 && j.hold != nil {
+		if release, j.held = j.hold(); !j.held {
+			release = nil
+		}
+	}
+	j.bytes += n
+	if !j.held {
+		p = j.copied(p)
+	}
+	j.mu.Lock()
+	if release != nil {
+		j.release = release
+	}
+	j.flights = append(j.flights, f)
+	j.pieces = append(j.pieces, p)
+	start := j.workers < runtime.GOMAXPROCS(0)
+	if start {
+		j.workers++
+		j.running++
+	}
+	j.mu.Unlock()
+	if start {
+		go j.work()
+	} else {
+		j.more.Signal()
+	}
+	return true
+}
+
+// copied returns p copied into the job's storage. It grows by chunks of
+// at most a megabyte, sized by what is left of the body after p, so a
+// small miss costs a small copy.
+func (j *job) copied(p []byte) []byte {
+	if cap(j.copy)-len(j.copy) < len(p) {
+		rest := len(j.body) - (cap(j.body) - cap(p)) // p starts at cap(body)-cap(p)
+		j.copy = make([]byte, 0, max(len(p), min(rest, 1<<20)))
+	}
+	j.copy = append(j.copy, p...)
+	return j.copy[len(j.copy)-len(p):]
+}
+
+// close ends the queue: the workers return once it is empty. A second
+// close does nothing.
+func (j *job) close() {
+	j.mu.Lock()
+	j.closed = true
+	j.mu.Unlock()
+	j.more.Broadcast()
+}
+
+// take returns the next queued piece and its flight, waiting for one;
+// false once the queue is closed and empty. The last worker to see that
+// gives back the hold on the body.
+func (j *job) take() ([]byte, *flight, bool) {
+	j.mu.Lock()
+	for j.next == len(j.pieces) && !j.closed {
+		j.more.Wait()
+	}
+	if i := j.next; i < len(j.pieces) {
+		j.next++
+		p, f := j.pieces[i], j.flights[i]
+		j.mu.Unlock()
+		return p, f, true
+	}
+	j.running--
+	var release func()
+	if j.running == 0 {
+		release, j.release = j.release, nil
+	}
+	j.mu.Unlock()
+	if release != nil {
+		release()
+	}
+	return nil, nil, false
+}
+
+// count counts piece p. A worker is a goroutine of its own, out of reach
+// of the compiler's recover: a panic inside the tokenizer fails this piece
+// (no token veto for the request) instead of the whole process.
+func (j *job) count(r *ranks, hot *hotCounts, p []byte) (n int, ok bool) {
+	defer func() {
+		if recover() != nil {
+			n, ok = 0, false
+		}
+	}()
+	return j.c.memos[j.enc.id].count(j.enc, r, hot, p)
+}
+
+func (j *job) work() {
+	r, err := j.enc.load()
+	var hot *hotCounts
+	if err == nil {
+		hot = r.hot.get()
+		defer r.hot.put(hot)
+	}
+	for {
+		p, f, more := j.take()
+		if !more {
+			return
+		}
+		n, ok := 0, false
+		if err == nil {
+			n, ok = j.count(r, hot, p)
+		}
+		j.c.land(f, n, ok)
+		j.c.backlog.Add(-int64(len(p)))
+		// A piece takes a millisecond or less; yielding between them lets
+		// timers fire and waiting requests go on at once rather than at
+		// the next preemption (10 ms) when all Ps are tokenizing.
+		runtime.Gosched()
+	}
+}
