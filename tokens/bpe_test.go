@@ -259,3 +259,37 @@ func procStatusKB(b *testing.B, field string) int {
 	b.Fatalf("no %s in /proc/self/status", field)
 	return 0
 }
+
+// TestCountInvalidUTF8: the scanner sees invalid UTF-8 as it goes (no
+// pass of its own over valid text), and such a piece is counted as
+// tiktoken-go reads it, wherever the bad bytes are: inside a word, after
+// ASCII the fast path stopped at, in a contraction, at the end, next to a
+// real U+FFFD.
+func TestCountInvalidUTF8(t *testing.T) {
+	for _, enc := range encNames {
+		e := encodingNamed(enc)
+		r, err := e.load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range []string{
+			"a\xffb", "x \xe6\x97 y", "word\xc3(", "'\xed\xa0\x80s", "12\x80", "\xef\xbf\xbd \xff",
+			"héllo\xfe wörld", "   \xc0\x80\n", "it'\xc5S", "ok\x80", "\x80ok",
+		} {
+			for _, hot := range []*hotCounts{nil, r.hot.get()} {
+				n, ok := newMemo(1<<20).count(e, r, hot, []byte(s))
+				if want := direct(t, enc, s); !ok || n != want {
+					t.Errorf("%s: %q counted %d (%v), tiktoken-go %d", enc, s, n, ok, want)
+				}
+			}
+		}
+		for _, s := range []string{"plain ascii text", "héllo wörld 日本"} {
+			sc := scanner{s: []byte(s)}
+			for i := 0; i < len(s); i = sc.next(i, e.o200k) {
+			}
+			if sc.invalid {
+				t.Errorf("%s: valid %q seen as invalid", enc, s)
+			}
+		}
+	}
+}

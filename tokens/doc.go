@@ -15,7 +15,10 @@
 // piece once, and remembers the count in a bounded cache keyed by the
 // piece's hash. The sum of the pieces' counts equals a direct count of the
 // whole body exactly. Pre-tokens that are not tokens themselves are merged
-// once and remembered (memo.go). Counting that cannot finish within the
-// budget is reported as such and completes in the background. Counters
-// made by WithBudget share the caches.
+// once and remembered (memo.go; the short ones in each worker's hot table,
+// hot.go). The pieces are counted by workers that start while the body is
+// still being split (job.go). Counting that cannot finish within the
+// budget is reported as such and completes in the background, reading the
+// body under the caller's hold or from a copy. Counters made by WithBudget
+// share the caches.
 package tokens

@@ -27,11 +27,27 @@ type hotEntry struct {
 }
 
 // count returns the token count of b, two to eight bytes, remembering it.
-func (h *hotCounts) count(r *ranks, b []byte) int {
-	e, v := h.entry(b)
-	if e.n == uint8(len(b)) && e.v == v {
+func (h *hotCounts) count(r *ranks, b []byte) int { return h.countPacked(r, b, pack(b)) }
+
+// countPacked is count of b packed as v (pack): the counting loop packs
+// with one load when it can.
+func (h *hotCounts) countPacked(r *ranks, b []byte, v uint64) int {
+	e, hit := h.lookup(v, len(b))
+	if hit {
 		return int(e.count)
 	}
+	return h.miss(r, b, e, v)
+}
+
+// lookup returns the entry of the n bytes packed as v, and whether it
+// holds their count. It is small enough to inline into the counting loop.
+func (h *hotCounts) lookup(v uint64, n int) (*hotEntry, bool) {
+	e := &h.e[mixShort(v, n)>>(64-hotBits)]
+	return e, e.n == uint8(n) && e.v == v
+}
+
+// miss counts b (packed as v) and remembers it in e.
+func (h *hotCounts) miss(r *ranks, b []byte, e *hotEntry, v uint64) int {
 	n := 1
 	if _, ok := r.rank(b); !ok {
 		n = r.mergeCount(b)

@@ -1,7 +1,9 @@
 package tokens
 
 import (
+	"encoding/binary"
 	"sync"
+	"unicode/utf8"
 )
 
 // memo remembers the counts of pre-tokens longer than eight bytes that are
@@ -88,24 +90,57 @@ func (g *memoGens) add(s string, n int32) {
 // long to merge in reasonable time (see maxPreToken). hot, which may be
 // nil, is the calling worker's table of recent short answers.
 func (m *memo) count(enc *encoding, r *ranks, hot *hotCounts, piece []byte) (n int, ok bool) {
-	text := validUTF8(piece)
+	n, ok, valid := m.countValid(enc, r, hot, piece)
+	if !valid { // counted again as tiktoken-go reads it; all it remembered holds
+		n, ok, _ = m.countValid(enc, r, hot, validUTF8(piece))
+	}
+	return n, ok
+}
+
+// countValid is count of text that is valid UTF-8, which the scanner checks
+// as it goes instead of a pass of its own; false valid: text is not, and n
+// is no count. The counts it remembered are of pre-tokens' bytes, right
+// whatever cut them.
+func (m *memo) countValid(enc *encoding, r *ranks, hot *hotCounts, text []byte) (n int, ok, valid bool) {
 	sc := scanner{s: text}
+	o200k := enc.o200k
 	for i := 0; i < len(text); {
-		e := sc.next(i, enc.o200k)
+		e := -1
+		switch { // sc.next, one call fewer
+		case text[i] >= utf8.RuneSelf:
+		case o200k:
+			e = sc.asciiO200k(i)
+		default:
+			e = sc.asciiCl100k(i)
+		}
+		if e < 0 {
+			e = sc.next(i, o200k)
+		}
 		p := text[i:e]
-		i = e
 		switch {
 		case len(p) == 1: // every byte is a token
 			n++
 		case len(p) <= 8 && hot != nil:
-			n += hot.count(r, p)
+			// pack(p) with one load where eight bytes are there to read
+			v := uint64(0)
+			if i+8 <= len(text) {
+				v = binary.LittleEndian.Uint64(text[i:]) & (^uint64(0) >> (64 - 8*len(p)))
+			} else {
+				v = pack(p)
+			}
+			if e, hit := hot.lookup(v, len(p)); hit { // hot.countPacked, inlined
+				n += int(e.count)
+			} else {
+				n += hot.miss(r, p, e, v)
+			}
 		case len(p) > maxPreToken:
-			return 0, false
+			return 0, false, !sc.invalid
 		default:
 			n += m.countLong(r, p)
 		}
+		i = e
 	}
-	return n, true
+	return n, true, !sc.invalid
 }
 
 // countLong counts a pre-token of more than one byte that the hot table

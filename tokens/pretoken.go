@@ -101,9 +101,13 @@ var asciiClass = func() (t [utf8.RuneSelf]uint8) {
 	return t
 }()
 
-// scanner reads valid UTF-8 text.
+// scanner reads UTF-8 text. It decodes every non-ASCII rune it consumes
+// (the ASCII fast path stops at them), so it sees any invalid byte, and
+// says so (invalid): its pre-tokens are then not tiktoken-go's, which reads
+// such text as validUTF8 rewrites it.
 type scanner struct {
-	s []byte
+	s       []byte
+	invalid bool
 }
 
 // at returns the classes and the size of the rune at i (i < len(s)).
@@ -116,6 +120,9 @@ func (sc *scanner) at(i int) (uint8, int) {
 
 func (sc *scanner) atMulti(i int) (uint8, int) {
 	r, size := utf8.DecodeRune(sc.s[i:])
+	if r == utf8.RuneError && size == 1 {
+		sc.invalid = true
+	}
 	if r < 0x10000 {
 		return bmpClass[r], size
 	}
@@ -150,6 +157,9 @@ func (sc *scanner) lowerAt(i int) (rune, int) {
 		return -1, 0
 	}
 	r, size := utf8.DecodeRune(sc.s[i:])
+	if r == utf8.RuneError && size == 1 {
+		sc.invalid = true
+	}
 	return unicode.ToLower(r), size
 }
 

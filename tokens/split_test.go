@@ -30,6 +30,7 @@ func FuzzComposedEqualsDirect(f *testing.F) {
 		"", "a b", "don't stop", "a 'b' c's", "x\n\ny", "foo  bar   baz", "word\\nword",
 		`{"role":"user","content":"hi there"}`, "12345 678,9", "日本 語a b", "e\u0301 a\u0301b",
 		"trailing   ", "a\t\tb\r\nc", "a\u00a0b", "it'S IT'll", "a'", "ab''cd",
+		"a\xffb", "x \xe6\x97 y", "word\xc3(", "'\xed\xa0\x80s", "12\x80", "\xef\xbf\xbd \xff",
 	} {
 		f.Add([]byte(s))
 	}
