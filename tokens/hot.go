@@ -6,10 +6,10 @@ import "sync"
 // recent answers. Most pre-tokens are up to eight bytes and tool output
 // repeats them ("\n", " =", "self", " getD"), but every answer from the
 // rank table is a few cache misses in megabytes of slots, ids and bytes,
-// and one that is not a token is a merge as well. A small direct-mapped
-// table of the last answers stays in the core's cache, and is the
-// worker's own: no lock. It is a cache of a pure function of the bytes, so
-// an answer from it is the merge's.
+// and one that is not a token is a lookup in the shared memo as well. A
+// small direct-mapped table of the last answers stays in the core's cache,
+// and is the worker's own: no lock. It is a cache of a pure function of
+// the bytes, so an answer from it is the merge's.
 type hotCounts struct {
 	e [hotEntries]hotEntry
 }
@@ -26,17 +26,17 @@ type hotEntry struct {
 	count uint8  // their token count (1: a token)
 }
 
-// count returns the token count of b, two to eight bytes, remembering it.
-func (h *hotCounts) count(r *ranks, b []byte) int { return h.countPacked(r, b, pack(b)) }
-
-// countPacked is count of b packed as v (pack): the counting loop packs
-// with one load when it can.
-func (h *hotCounts) countPacked(r *ranks, b []byte, v uint64) int {
+// count returns the token count of b, two to eight bytes, packed as v
+// (pack), from the table, or slow(b), which it then remembers. The
+// counting loop inlines it (lookup, remember).
+func (h *hotCounts) count(b []byte, v uint64, slow func([]byte) int) int {
 	e, hit := h.lookup(v, len(b))
 	if hit {
 		return int(e.count)
 	}
-	return h.miss(r, b, e, v)
+	n := slow(b)
+	e.remember(v, len(b), n)
+	return n
 }
 
 // lookup returns the entry of the n bytes packed as v, and whether it
@@ -46,14 +46,9 @@ func (h *hotCounts) lookup(v uint64, n int) (*hotEntry, bool) {
 	return e, e.n == uint8(n) && e.v == v
 }
 
-// miss counts b (packed as v) and remembers it in e.
-func (h *hotCounts) miss(r *ranks, b []byte, e *hotEntry, v uint64) int {
-	n := 1
-	if _, ok := r.rank(b); !ok {
-		n = r.mergeCount(b)
-	}
-	*e = hotEntry{v: v, n: uint8(len(b)), count: uint8(n)}
-	return n
+// remember makes e hold count for the n bytes packed as v.
+func (e *hotEntry) remember(v uint64, n, count int) {
+	*e = hotEntry{v: v, n: uint8(n), count: uint8(count)}
 }
 
 // entry returns b's place in the table and b packed (2 to 8 bytes).

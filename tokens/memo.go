@@ -6,12 +6,12 @@ import (
 	"unicode/utf8"
 )
 
-// memo remembers the counts of pre-tokens longer than eight bytes that are
-// not tokens themselves, so a word seen before is not byte-pair merged
-// again: a merge costs a rank lookup per candidate pair, a memo hit one map
-// lookup. Tool output repeats its identifiers, so most merges of a cold
-// body are hits. Pre-tokens that are tokens never reach the memo (the rank
-// table answers), and short ones are remembered by each worker's hot table
+// memo remembers the counts of pre-tokens that are not tokens themselves,
+// so a word seen before is not byte-pair merged again: a merge costs a
+// rank lookup per candidate pair, a memo hit one map lookup. Tool output
+// repeats its identifiers, so most merges of a cold body are hits.
+// Pre-tokens that are tokens never reach the memo (the rank table
+// answers), and short ones it answered are then in the worker's hot table
 // (hot.go). It is sharded: every counting worker of every request shares
 // it, and one lock was a tenth of a cold count on real agent text.
 type memo struct {
@@ -54,9 +54,13 @@ func (g *memoGens) init(bytes int64) {
 // genMax is the bound of one generation of the whole memo.
 func (m *memo) genMax() int { return m.shard[0].max * memoShards }
 
+// of returns b's shard (b: two bytes or more).
 func (m *memo) of(b []byte) *memoGens {
-	h := mixShort(pack(b[:8])^pack(b[len(b)-8:]), len(b)&7)
-	return &m.shard[h>>(64-4)]
+	v := pack(b[:min(len(b), 8)])
+	if len(b) > 8 {
+		v ^= pack(b[len(b)-8:])
+	}
+	return &m.shard[mixShort(v, len(b)&7)>>(64-4)]
 }
 
 func (g *memoGens) get(b []byte) (int, bool) {
@@ -128,28 +132,30 @@ func (m *memo) countValid(enc *encoding, r *ranks, hot *hotCounts, text []byte) 
 			} else {
 				v = pack(p)
 			}
-			if e, hit := hot.lookup(v, len(p)); hit { // hot.countPacked, inlined
+			if e, hit := hot.lookup(v, len(p)); hit { // hot.count, inlined
 				n += int(e.count)
 			} else {
-				n += hot.miss(r, p, e, v)
+				k := m.countOf(r, p)
+				e.remember(v, len(p), k)
+				n += k
 			}
 		case len(p) > maxPreToken:
 			return 0, false, !sc.invalid
 		default:
-			n += m.countLong(r, p)
+			n += m.countOf(r, p)
 		}
 		i = e
 	}
 	return n, true, !sc.invalid
 }
 
-// countLong counts a pre-token of more than one byte that the hot table
-// does not answer.
-func (m *memo) countLong(r *ranks, p []byte) int {
+// countOf counts a pre-token of more than one byte: a token, or its count
+// from the memo, or a merge the memo then remembers.
+func (m *memo) countOf(r *ranks, p []byte) int {
 	if r.isToken(p) {
 		return 1
 	}
-	if len(p) <= 8 || len(p) > maxMemoLen {
+	if len(p) > maxMemoLen {
 		return r.mergeCount(p)
 	}
 	g := m.of(p)
