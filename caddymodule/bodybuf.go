@@ -29,7 +29,10 @@ import (
 //
 // The token counter's workers, which finish past its budget what a count
 // left, hold one too (compiler.Request.Hold), until the last of them is
-// done; its backlog bounds what they read (16 MB). Of what the compiler hands
+// done. Its backlog (16 MB) bounds the bytes they have yet to read, not the
+// buffers they keep: a small miss keeps its whole body, outside
+// max_buffered_bytes once the handler returned, until the workers drain
+// it (a piece takes a millisecond or less). Of what the compiler hands
 // back, Result.Commit and Result.Recovered hold the plan, whose texts view
 // the body: the handler runs them before it drops its own reference. What the
 // compiler keeps beyond Compile (its caches, the lineage record, the usage

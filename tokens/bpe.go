@@ -232,11 +232,9 @@ func (r *ranks) count(piece []byte) int {
 	if r.isToken(piece) {
 		return 1
 	}
-	var buf [64]part
-	return len(r.merge(piece, buf[:0])) - 1
+	return r.mergeCount(piece)
 }
 
-// isToken reports whether b is one token. Every single byte is one.
 // mergeCount returns the number of tokens the byte-pair merge makes of
 // piece (not itself a token).
 func (r *ranks) mergeCount(piece []byte) int {
@@ -244,6 +242,7 @@ func (r *ranks) mergeCount(piece []byte) int {
 	return len(r.merge(piece, buf[:0])) - 1
 }
 
+// isToken reports whether b is one token. Every single byte is one.
 func (r *ranks) isToken(b []byte) bool {
 	if len(b) == 1 {
 		return true

@@ -30,6 +30,8 @@ type job struct {
 	held  bool   // the body is held: pieces view it
 	copy  []byte // storage of piece copies when it is not
 
+	procs int // workers at most: GOMAXPROCS, read once (it takes the scheduler's lock)
+
 	mu      sync.Mutex
 	more    sync.Cond // a piece was queued, or the queue closed
 	flights []*flight
@@ -42,7 +44,7 @@ type job struct {
 }
 
 func newJob(c *Counter, enc *encoding, body []byte, hold compiler.Hold) *job {
-	j := &job{c: c, enc: enc, body: body, hold: hold}
+	j := &job{c: c, enc: enc, body: body, hold: hold, procs: runtime.GOMAXPROCS(0)}
 	j.more.L = &j.mu
 	return j
 }
@@ -74,7 +76,7 @@ func (j *job) add(f *flight, p []byte) bool {
 	}
 	j.flights = append(j.flights, f)
 	j.pieces = append(j.pieces, p)
-	start := j.workers < runtime.GOMAXPROCS(0)
+	start := j.workers < j.procs
 	if start {
 		j.workers++
 		j.running++
@@ -89,8 +91,8 @@ func (j *job) add(f *flight, p []byte) bool {
 }
 
 // copied returns p copied into the job's storage. It grows by chunks of
-// at most a megabyte, sized by what is left of the body after p, so a
-// small miss costs a small copy.
+// what is left of the body after p, up to a megabyte (or p's length if
+// more), so the copies of a small body's misses take about its size.
 func (j *job) copied(p []byte) []byte {
 	if cap(j.copy)-len(j.copy) < len(p) {
 		rest := len(j.body) - (cap(j.body) - cap(p)) // p starts at cap(body)-cap(p)
@@ -101,8 +103,10 @@ func (j *job) copied(p []byte) []byte {
 }
 
 // close ends the queue: the workers return once it is empty. A second
-// close does nothing.
+// close does nothing. The job lets go of the body (copied pieces do not
+// keep the caller's array alive).
 func (j *job) close() {
+	j.body = nil
 	j.mu.Lock()
 	j.closed = true
 	j.mu.Unlock()

@@ -103,14 +103,16 @@ func (m *memo) count(enc *encoding, r *ranks, hot *hotCounts, piece []byte) (n i
 
 // countValid is count of text that is valid UTF-8, which the scanner checks
 // as it goes instead of a pass of its own; false valid: text is not, and n
-// is no count. The counts it remembered are of pre-tokens' bytes, right
-// whatever cut them.
+// is no count. It stops at the first invalid byte, before merging any
+// pre-token it misread (a run of bad bytes reads as one long punctuation
+// pre-token); the counts it remembered before are of pre-tokens' bytes,
+// right whatever cut them.
 func (m *memo) countValid(enc *encoding, r *ranks, hot *hotCounts, text []byte) (n int, ok, valid bool) {
 	sc := scanner{s: text}
 	o200k := enc.o200k
 	for i := 0; i < len(text); {
 		e := -1
-		switch { // sc.next, one call fewer
+		switch { // sc.next, inlined
 		case text[i] >= utf8.RuneSelf:
 		case o200k:
 			e = sc.asciiO200k(i)
@@ -118,7 +120,9 @@ func (m *memo) countValid(enc *encoding, r *ranks, hot *hotCounts, text []byte) 
 			e = sc.asciiCl100k(i)
 		}
 		if e < 0 {
-			e = sc.next(i, o200k)
+			if e = sc.general(i, o200k); sc.invalid {
+				return 0, false, false // before any merge of what it misreads
+			}
 		}
 		p := text[i:e]
 		switch {
@@ -140,13 +144,13 @@ func (m *memo) countValid(enc *encoding, r *ranks, hot *hotCounts, text []byte) 
 				n += k
 			}
 		case len(p) > maxPreToken:
-			return 0, false, !sc.invalid
+			return 0, false, true
 		default:
 			n += m.countOf(r, p)
 		}
 		i = e
 	}
-	return n, true, !sc.invalid
+	return n, true, true
 }
 
 // countOf counts a pre-token of more than one byte: a token, or its count

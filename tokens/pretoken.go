@@ -11,8 +11,10 @@ import (
 // (BenchmarkPreTokens1MB against BenchmarkPreTokensRegexp2_1MB). regexp2
 // reads the text as runes ([]rune of the string: an invalid byte is U+FFFD),
 // \s is unicode.IsSpace, \p{..} are the standard library's tables and (?i:)
-// lowers the text's runes with unicode.ToLower. The scanner works on valid
-// UTF-8; preTokens first rewrites invalid text the way []rune does.
+// lowers the text's runes with unicode.ToLower. The scanner's pre-tokens
+// are regexp2's on valid UTF-8; preTokens first rewrites invalid text the
+// way []rune does, and the counting loop scans first and rewrites only
+// text the scanner found invalid (scanner.invalid).
 //
 // Each alternative is tried in the regex's order, and where an alternative
 // can backtrack the first path regexp2 would accept is computed directly:
@@ -374,6 +376,14 @@ func (sc *scanner) next(i int, o200k bool) int {
 		if e := sc.asciiCl100k(i); e >= 0 {
 			return e
 		}
+	}
+	return sc.cl100k(i)
+}
+
+// general is next past the ASCII fast path: the general scanner.
+func (sc *scanner) general(i int, o200k bool) int {
+	if o200k {
+		return sc.o200k(i)
 	}
 	return sc.cl100k(i)
 }
