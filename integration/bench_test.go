@@ -393,7 +393,8 @@ func (p *chatBodyParts) body(tag string) (net.Buffers, int64) {
 // Reported: peak-RSS-MB (VmHWM of the whole test process during the
 // benchmark: client, Caddy, vault, upstream; an upper bound),
 // base-RSS-MB (RSS when the benchmark starts), p50-ms and p99-ms per
-// request, and accepted-% of requests.
+// request, accepted-% of requests and budget-% (those whose token count
+// did not finish within token_budget).
 func BenchmarkGateway16x1MB(b *testing.B) {
 	for _, mode := range []string{"warm", "cold"} {
 		b.Run(mode, func(b *testing.B) { benchGatewayConcurrent(b, 16, mode == "cold") })
@@ -415,7 +416,7 @@ func benchGatewayConcurrent(b *testing.B, clients int, cold bool) {
 		return fmt.Sprintf("warm client %d", j)
 	}
 	durs := make([]time.Duration, (b.N+1)*clients)
-	var accepted, receipts atomic.Int64
+	var accepted, receipts, budget atomic.Int64
 	var reqBytes int64
 	runOp := func(op int, record bool) {
 		var wg sync.WaitGroup
@@ -437,6 +438,9 @@ func benchGatewayConcurrent(b *testing.B, clients int, cold bool) {
 				durs[op*clients+j] = d
 				if strings.HasPrefix(tt, "accepted;") {
 					accepted.Add(1)
+				}
+				if strings.Contains(tt, "tokens=budget") {
+					budget.Add(1)
 				}
 				r, _ := strconv.Atoi(ttField(tt, "receipts"))
 				receipts.Add(int64(r))
@@ -498,6 +502,7 @@ func benchGatewayConcurrent(b *testing.B, clients int, cold bool) {
 	b.ReportMetric(ms(fixtures.Quantile(got, 0.5)), "p50-ms")
 	b.ReportMetric(ms(fixtures.Quantile(got, 0.99)), "p99-ms")
 	b.ReportMetric(100*float64(accepted.Load())/float64(total), "accepted-%")
+	b.ReportMetric(100*float64(budget.Load())/float64(total), "budget-%")
 	b.ReportMetric(float64(receipts.Load())/float64(total), "receipts/req")
 	if upBytes.Load() == 0 {
 		b.Fatal("upstream received nothing")

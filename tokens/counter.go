@@ -52,6 +52,8 @@ type state struct {
 	cache   *cache
 	memos   []*memo      // by encoding id
 	backlog atomic.Int64 // bytes queued or being tokenized
+	// maxBacklog, but for tests
+	backlogMax int64
 
 	mu       sync.Mutex
 	inflight map[key]*flight // pieces being counted
@@ -65,7 +67,7 @@ var (
 
 // New returns a Counter for cfg.
 func New(cfg Config) (*Counter, error) {
-	c := &Counter{budget: cfg.Budget, state: &state{inflight: map[key]*flight{}}}
+	c := &Counter{budget: cfg.Budget, state: &state{inflight: map[key]*flight{}, backlogMax: maxBacklog}}
 	switch t := strings.ToLower(strings.TrimSpace(cfg.Tokenizer)); t {
 	case "", "auto":
 	case "off":

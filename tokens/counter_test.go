@@ -348,3 +348,46 @@ func TestBodyHold(t *testing.T) {
 		}
 	}
 }
+
+// TestBacklogRefuses: while work past one count's budget is pending, a
+// count that would queue behind more than the backlog bound of it is
+// refused at once: none of its pieces is left in flight, the backlog
+// returns to zero, and the refused body is counted exactly later.
+func TestBacklogRefuses(t *testing.T) {
+	first := chatBody("gpt-4o", history(rand.New(rand.NewPCG(21, 22)), 2_000_000))
+	second := chatBody("gpt-4o", history(rand.New(rand.NewPCG(23, 24)), 300_000))
+	c, err := New(Config{Budget: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.backlogMax = 100 << 10
+	if got := c.Count(context.Background(), "gpt-4o", first); got.Status != StatusBudget {
+		t.Fatalf("a cold 2 MB body counted within 1ms: %+v", got)
+	}
+	if c.backlog.Load() < 1<<20 { // ten times the bound: it cannot drain below it meanwhile
+		t.Skip("the first body's work nearly drained before the second count: nothing sure to queue behind")
+	}
+	if got := c.Count(context.Background(), "gpt-4o", second); got.Status != StatusBudget {
+		t.Fatalf("second count %+v, want budget", got)
+	}
+	c.mu.Lock()
+	left := 0
+	split(second, minPiece, avgBits, func(p []byte) {
+		if c.inflight[keyOf(encodingNamed("o200k_base").id, p)] != nil {
+			left++
+		}
+	})
+	c.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d pieces of the refused count are in flight", left)
+	}
+	for deadline := time.Now().Add(time.Minute); c.backlog.Load() != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("backlog stuck at %d", c.backlog.Load())
+		}
+	}
+	c.budget = time.Minute
+	if got, want := c.Count(context.Background(), "gpt-4o", second).N, direct(t, "o200k_base", string(second)); got != want {
+		t.Fatalf("refused body counted %d later, direct %d", got, want)
+	}
+}

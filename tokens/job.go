@@ -55,7 +55,7 @@ func newJob(c *Counter, enc *encoding, body []byte, hold compiler.Hold) *job {
 // is one per P.
 func (j *job) add(f *flight, p []byte) bool {
 	n := int64(len(p))
-	if pending := j.c.backlog.Add(n); pending > maxBacklog && pending > j.bytes+n {
+	if pending := j.c.backlog.Add(n); pending > j.c.backlogMax && pending > j.bytes+n {
 		j.c.backlog.Add(-n)
 		j.c.land(f, 0, false)
 		return false
