@@ -59,19 +59,30 @@ func runOf(s []byte, e int, cls uint8) int {
 // highAt reports whether s[e] exists and is part of a multi-byte rune.
 func highAt(s []byte, e int) bool { return e < len(s) && s[e] >= 0x80 }
 
-// asciiO200k is the fast path of o200k_base's regex at s[i] (ASCII).
-func (sc *scanner) asciiO200k(i int) int {
-	s := sc.s
-	c, w := asciiByte[s[i]], i // w: where a word's letters start
-	// [^\r\n\p{L}\p{N}]? before a word: punctuation or a space other than
-	// a newline, followed by a letter.
+// wordStart reads the optional [^\r\n\p{L}\p{N}] before a word, the
+// same in both regexes: punctuation or a space other than a newline, taken
+// when a letter follows. It returns the class that decides the pre-token
+// at s[i] (the letter's when taken) and where a word's letters would
+// start; w < 0 when a non-ASCII rune follows (it may be a letter).
+func wordStart(s []byte, i int) (c uint8, w int) {
+	c, w = asciiByte[s[i]], i
 	if c&(bPunct|bSpace) != 0 && c&bNL == 0 && i+1 < len(s) {
 		switch n := asciiByte[s[i+1]]; {
 		case n&bLetter != 0:
 			c, w = n, i+1
 		case n&bHigh != 0:
-			return -1
+			w = -1
 		}
+	}
+	return c, w
+}
+
+// asciiO200k is the fast path of o200k_base's regex at s[i] (ASCII).
+func (sc *scanner) asciiO200k(i int) int {
+	s := sc.s
+	c, w := wordStart(s, i)
+	if w < 0 {
+		return -1
 	}
 	e := i + 1
 	switch {
@@ -106,20 +117,14 @@ func (sc *scanner) asciiO200k(i int) int {
 // asciiCl100k is the fast path of cl100k_base's regex at s[i] (ASCII).
 func (sc *scanner) asciiCl100k(i int) int {
 	s := sc.s
-	c := asciiByte[s[i]]
 	if s[i] == '\'' {
 		if e := sc.contraction(i); e >= 0 {
 			return e
 		}
 	}
-	w := i
-	if c&(bPunct|bSpace) != 0 && c&bNL == 0 && i+1 < len(s) {
-		switch n := asciiByte[s[i+1]]; {
-		case n&bLetter != 0:
-			c, w = n, i+1
-		case n&bHigh != 0:
-			return -1
-		}
+	c, w := wordStart(s, i)
+	if w < 0 {
+		return -1
 	}
 	e := i + 1
 	switch {
