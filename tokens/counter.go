@@ -206,9 +206,13 @@ func (c *Counter) count(ctx context.Context, enc *encoding, body []byte, hints [
 	var waits []*flight      // missing pieces in body order, repeats included
 	var mine map[key]*flight // pieces repeated inside this body are counted once
 	var segs []segMiss
-	j := newJob(c, enc, body, hold)
-	defer j.close() // also on a panic: the workers return, the hold is given back
-	full := false   // the backlog refused a piece: no count
+	var j *job // made at the first missing piece: a warm count needs none
+	defer func() {
+		if j != nil {
+			j.close() // also on a panic: the workers return, the hold is given back
+		}
+	}()
+	full := false // the backlog refused a piece: no count
 	piece := func(p []byte) {
 		if full {
 			return
@@ -221,9 +225,14 @@ func (c *Counter) count(ctx context.Context, enc *encoding, body []byte, hints [
 		f := mine[k]
 		if f == nil {
 			var owned bool
-			if f, owned = c.join(k); owned && !j.add(f, p) {
-				full = true
-				return
+			if f, owned = c.join(k); owned {
+				if j == nil {
+					j = newJob(c, enc, body, hold)
+				}
+				if !j.add(f, p) {
+					full = true
+					return
+				}
 			}
 			if mine == nil {
 				mine = map[key]*flight{}
@@ -249,7 +258,9 @@ func (c *Counter) count(ctx context.Context, enc *encoding, body []byte, hints [
 			segs = append(segs, segMiss{k: k, cached: total - before, from: from, to: len(waits)})
 		})
 	}
-	j.close()
+	if j != nil {
+		j.close()
+	}
 	if full {
 		return 0, false
 	}

@@ -26,9 +26,9 @@ type job struct {
 	hold compiler.Hold
 	// bytes queued so far (the caller's only): counted in the backlog
 	// until tokenized
-	bytes int64
-	held  bool   // the body is held: pieces view it
-	copy  []byte // storage of piece copies when it is not
+	bytes  int64
+	held   bool   // the body is held: pieces view it
+	copies []byte // storage of piece copies when it is not
 
 	procs int // workers at most: GOMAXPROCS, read once (it takes the scheduler's lock)
 
@@ -94,12 +94,12 @@ func (j *job) add(f *flight, p []byte) bool {
 // what is left of the body after p, up to a megabyte (or p's length if
 // more), so the copies of a small body's misses take about its size.
 func (j *job) copied(p []byte) []byte {
-	if cap(j.copy)-len(j.copy) < len(p) {
+	if cap(j.copies)-len(j.copies) < len(p) {
 		rest := len(j.body) - (cap(j.body) - cap(p)) // p starts at cap(body)-cap(p)
-		j.copy = make([]byte, 0, max(len(p), min(rest, 1<<20)))
+		j.copies = make([]byte, 0, max(len(p), min(rest, 1<<20)))
 	}
-	j.copy = append(j.copy, p...)
-	return j.copy[len(j.copy)-len(p):]
+	j.copies = append(j.copies, p...)
+	return j.copies[len(j.copies)-len(p):]
 }
 
 // close ends the queue: the workers return once it is empty. A second
