@@ -7,7 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -475,6 +478,78 @@ func TestFormatFor(t *testing.T) {
 	for _, tt := range tests {
 		if _, ok := compiler.FormatFor(tt.method, tt.path); ok != tt.ok {
 			t.Errorf("FormatFor(%s %s) = %v", tt.method, tt.path, ok)
+		}
+	}
+}
+
+// heldTokens counts bytes as tokens and records, per count, whether the
+// body was the request's own and what its hold did.
+type heldTokens struct {
+	mu    sync.Mutex
+	orig  []byte
+	calls []heldCall
+}
+
+type heldCall struct {
+	original, hasHold, held bool
+}
+
+func rank(c heldCall) int {
+	if c.original {
+		return 0
+	}
+	return 1
+}
+
+func (h *heldTokens) Count(ctx context.Context, model string, body []byte) compiler.TokenCount {
+	return h.CountHeld(ctx, model, body, nil, nil)
+}
+
+func (h *heldTokens) CountHinted(ctx context.Context, model string, body []byte, hints []int) compiler.TokenCount {
+	return h.CountHeld(ctx, model, body, hints, nil)
+}
+
+func (h *heldTokens) CountHeld(_ context.Context, _ string, body []byte, _ []int, hold compiler.Hold) compiler.TokenCount {
+	call := heldCall{original: bytes.Equal(body, h.orig), hasHold: hold != nil}
+	if hold != nil {
+		release, ok := hold()
+		call.held = ok
+		if ok {
+			release()
+		}
+	}
+	h.mu.Lock()
+	h.calls = append(h.calls, call)
+	h.mu.Unlock()
+	return compiler.TokenCount{N: len(body), Encoding: "fake", Exact: true, Status: compiler.TokensExact}
+}
+
+// TestGateHandsTheCounterHolds: the gate counts the original under the
+// request's own hold (the gateway's body buffer) and the rewrite under a
+// hold that always holds (the compile's own bytes); a request without a
+// hold gives the original none, so the counter copies what it keeps.
+func TestGateHandsTheCounterHolds(t *testing.T) {
+	o := compilertest.ToolOutput(60, 9000)
+	body := compilertest.ChatBody("gpt-4o", []compilertest.ChatTurn{{Tool: "bash", Output: o}, {Tool: "bash", Output: o}}, "")
+	for _, withHold := range []bool{true, false} {
+		tc := &heldTokens{orig: body}
+		c := newCompiler(t, compiler.Options{}, compilertest.NewMemStore(), tc)
+		var holds atomic.Int32
+		req := compiler.Request{Path: chatPath, Body: body, Scope: compiler.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce}
+		if withHold {
+			req.Hold = func() (func(), bool) { holds.Add(1); return func() {}, true }
+		}
+		if res := c.Compile(context.Background(), req); res.Decision != compiler.Accepted {
+			t.Fatalf("hold=%v: %s/%s", withHold, res.Decision, res.Reason)
+		}
+		want := []heldCall{{original: true, hasHold: withHold, held: withHold}, {original: false, hasHold: true, held: true}}
+		// The two counts run at once: the original's first.
+		slices.SortFunc(tc.calls, func(a, b heldCall) int { return rank(a) - rank(b) })
+		if !slices.Equal(tc.calls, want) {
+			t.Fatalf("hold=%v: counts %+v, want %+v", withHold, tc.calls, want)
+		}
+		if w := map[bool]int32{true: 1, false: 0}[withHold]; holds.Load() != w {
+			t.Fatalf("hold=%v: the request's hold was taken %d times, want %d", withHold, holds.Load(), w)
 		}
 	}
 }
