@@ -26,21 +26,10 @@ type hotEntry struct {
 	count uint8  // their token count (1: a token)
 }
 
-// count returns the token count of b, two to eight bytes, packed as v
-// (pack), from the table, or slow(b), which it then remembers. The
-// counting loop inlines it (lookup, remember).
-func (h *hotCounts) count(b []byte, v uint64, slow func([]byte) int) int {
-	e, hit := h.lookup(v, len(b))
-	if hit {
-		return int(e.count)
-	}
-	n := slow(b)
-	e.remember(v, len(b), n)
-	return n
-}
-
-// lookup returns the entry of the n bytes packed as v, and whether it
-// holds their count. It is small enough to inline into the counting loop.
+// lookup returns the entry of the n bytes (two to eight) packed as v
+// (pack), and whether it holds their count. It and remember are small
+// enough to inline into the counting loop (memo.countValid), which is the
+// table's one reader.
 func (h *hotCounts) lookup(v uint64, n int) (*hotEntry, bool) {
 	e := &h.e[mixShort(v, n)>>(64-hotBits)]
 	return e, e.n == uint8(n) && e.v == v
@@ -49,12 +38,6 @@ func (h *hotCounts) lookup(v uint64, n int) (*hotEntry, bool) {
 // remember makes e hold count for the n bytes packed as v.
 func (e *hotEntry) remember(v uint64, n, count int) {
 	*e = hotEntry{v: v, n: uint8(n), count: uint8(count)}
-}
-
-// entry returns b's place in the table and b packed (2 to 8 bytes).
-func (h *hotCounts) entry(b []byte) (*hotEntry, uint64) {
-	v := pack(b)
-	return &h.e[mixShort(v, len(b))>>(64-hotBits)], v
 }
 
 // hotPool lends the workers their tables and keeps them: the answers stay
@@ -104,8 +87,8 @@ func (r *ranks) seedHot() {
 		if len(b) < 2 || len(b) > 8 {
 			continue
 		}
-		if e, v := seed.entry(b); e.n == 0 {
-			*e = hotEntry{v: v, n: uint8(len(b)), count: 1}
+		if e, _ := seed.lookup(pack(b), len(b)); e.n == 0 {
+			e.remember(pack(b), len(b), 1)
 		}
 	}
 	r.hot.seed = seed

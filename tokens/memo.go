@@ -136,7 +136,7 @@ func (m *memo) countValid(enc *encoding, r *ranks, hot *hotCounts, text []byte) 
 			} else {
 				v = pack(p)
 			}
-			if e, hit := hot.lookup(v, len(p)); hit { // hot.count, inlined
+			if e, hit := hot.lookup(v, len(p)); hit {
 				n += int(e.count)
 			} else {
 				k := m.countOf(r, p)

@@ -364,20 +364,18 @@ func isNLOrSlash(b byte) bool { return b == '\r' || b == '\n' || b == '/' }
 // next returns the end of the pre-token at i, under o200k_base's regex if
 // o200k, else cl100k_base's.
 func (sc *scanner) next(i int, o200k bool) int {
-	if o200k {
-		if sc.s[i] < utf8.RuneSelf {
-			if e := sc.asciiO200k(i); e >= 0 {
-				return e
-			}
-		}
-		return sc.o200k(i)
-	}
 	if sc.s[i] < utf8.RuneSelf {
-		if e := sc.asciiCl100k(i); e >= 0 {
+		e := -1
+		if o200k {
+			e = sc.asciiO200k(i)
+		} else {
+			e = sc.asciiCl100k(i)
+		}
+		if e >= 0 {
 			return e
 		}
 	}
-	return sc.cl100k(i)
+	return sc.general(i, o200k)
 }
 
 // general is next past the ASCII fast path: the general scanner.
