@@ -336,6 +336,7 @@ func (s *Store) write(ctx context.Context, tenant string, arts []*compiler.Artif
 			return nil
 		})
 		if err != nil {
+			s.settleCommitted(tenant, ours)
 			return fmt.Errorf("vault: write: %w", err)
 		}
 		for _, a := range wrote {
@@ -363,6 +364,22 @@ func (s *Store) write(ctx context.Context, tenant string, arts []*compiler.Artif
 	}
 	s.checked.add(tenant, gen, written...)
 	return nil
+}
+
+// settleCommitted is for a write whose later chunk failed after earlier
+// ones committed (ours): their records stand, correct but not yet synced,
+// and a concurrent request may confirm them once their pending mark goes.
+// So they are synced before it goes; if that fails too they stay pending
+// for good, and verify syncs before it confirms any of them. (Dropping
+// them instead could delete records such a request has just confirmed.)
+func (s *Store) settleCommitted(tenant string, ours []*compiler.Artifact) {
+	if len(ours) == 0 {
+		return
+	}
+	if err := s.syncs.sync(s.syncDB); err != nil {
+		s.log.Error("vault could not sync the committed part of a failed write; verify syncs before confirming it", zap.Int("artifacts", len(ours)), zap.Error(err))
+		s.unsynced.add(tenant, ours)
+	}
 }
 
 // dropUnsynced deletes the records this write committed (ours) after its

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
@@ -51,6 +52,47 @@ func TestEncodeAllRefusesWrongDigest(t *testing.T) {
 		arts[tt.bad].Digest[0] ^= 1
 		if enc, err := encodeAll(arts); !errors.Is(err, ErrDigest) || enc != nil {
 			t.Errorf("%d artifacts, #%d wrong: err %v, %d encodings", tt.n, tt.bad, err, len(enc))
+		}
+	}
+}
+
+// TestFailedChunkSyncsWhatCommitted: a write of more than writeChunk
+// artifacts whose second transaction fails leaves the first chunk's
+// records committed; they are synced before the error returns (another
+// request may confirm them as soon as they stop being pending), and a
+// later Persist confirms them.
+func TestFailedChunkSyncsWhatCommitted(t *testing.T) {
+	var store atomic.Pointer[Store]
+	var armed atomic.Bool
+	hook := func(string) (int64, bool, error) {
+		if s := store.Load(); armed.Load() && s != nil && s.Stats().Artifacts >= writeChunk {
+			return 0, false, errors.New("statfs: injected failure")
+		}
+		return 1 << 40, true, nil
+	}
+	s := openTest(t, Config{freeSpace: hook})
+	store.Store(s)
+	armed.Store(true)
+	ctx := context.Background()
+	sc := compiler.Scope{Tenant: "t"}
+	arts := make([]compiler.Artifact, writeChunk+10)
+	for i := range arts {
+		arts[i] = mkArt(text(fmt.Sprint("chunk", i), 1500))
+	}
+	syncs := s.Stats().Syncs
+	if err := s.Persist(ctx, sc, arts); err == nil {
+		t.Fatal("Persist succeeded with its second transaction failing")
+	}
+	if st := s.Stats(); st.Artifacts != writeChunk || st.Syncs == syncs {
+		t.Fatalf("after the failed write: %d artifacts (want %d), syncs %d -> %d (want one for the committed chunk)", st.Artifacts, writeChunk, syncs, st.Syncs)
+	}
+	armed.Store(false)
+	if err := s.Persist(ctx, sc, arts); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range arts {
+		if _, ok, err := s.Get(ctx, "t", a.Digest); !ok || err != nil {
+			t.Fatalf("artifact %x: %v, %v", a.Digest[:4], ok, err)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package vault
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
 // benchArts returns 50 distinct artifacts of about 20 KB of text each.
@@ -147,4 +149,44 @@ func BenchmarkAncestorMiss(b *testing.B) {
 			b.Fatal(lin, err)
 		}
 	}
+}
+
+// BenchmarkEncodeToolResults: the CPU a cold gateway request's write costs
+// before its transaction, for 50 tool results of 20 KB as a Go client
+// spells them (a tab, two quotes and a newline escaped per line): encode
+// (what the write waits for: the digest check, the v3 check, s2 and the
+// CRC, on every core) and unquote (the v3 decoder alone).
+//
+//	go test ./vault -run xxx -bench EncodeToolResults -benchmem
+func BenchmarkEncodeToolResults(b *testing.B) {
+	arts := make([]*compiler.Artifact, 50)
+	var size int64
+	for i := range arts {
+		text := fixtures.ToolOutput(1000+i, 20_000)
+		raw, _ := json.Marshal(text)
+		arts[i] = &compiler.Artifact{Digest: compiler.ArtifactDigest(text, raw), Text: text, Raw: raw, Tool: "bash", Args: `{"command":"cat x"}`}
+		size += int64(len(raw))
+	}
+	b.Run("encode", func(b *testing.B) {
+		b.SetBytes(size)
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := encodeAll(arts); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("unquote", func(b *testing.B) {
+		b.SetBytes(size)
+		b.ReportAllocs()
+		var buf []byte
+		for b.Loop() {
+			for _, a := range arts {
+				var ok bool
+				if buf, ok = unquoteJSON(buf, a.Raw); !ok {
+					b.Fatal("refused")
+				}
+			}
+		}
+	})
 }

@@ -119,7 +119,7 @@ func encodeContent(a *compiler.Artifact) []byte {
 	if version == contentV2 {
 		plain = appendString(plain, a.Text)
 	}
-	plain = appendString(plain, string(a.Raw))
+	plain = appendBytes(plain, a.Raw) // not appendString(string(a.Raw)): that copies it first
 	plain = appendString(plain, a.Tool)
 	plain = appendString(plain, a.Args)
 	zp := encodeScratch.Get().(*[]byte)
@@ -300,6 +300,12 @@ func (n *node) decode(b []byte) error {
 }
 
 func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// appendBytes is appendString for a byte slice.
+func appendBytes(b, s []byte) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
 	return append(b, s...)
 }

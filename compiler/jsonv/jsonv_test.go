@@ -2,8 +2,10 @@ package jsonv
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
@@ -75,7 +77,8 @@ func TestAppendString(t *testing.T) {
 // FuzzParse checks the parser against encoding/json: whatever it accepts is
 // valid JSON, and every string it decodes decodes the same way there.
 func FuzzParse(f *testing.F) {
-	for _, s := range []string{`{"a":[1,"b",null]}`, `"\u00e9"`, `[1e5,-0,true]`, `{"a":{"b":"\n"}}`} {
+	for _, s := range []string{`{"a":[1,"b",null]}`, `"\u00e9"`, `[1e5,-0,true]`, `{"a":{"b":"\n"}}`,
+		`"abcdefgh\ud800ijklmnop\udc00qrstuvwx\ud83d\ude00yz\ud83d\u0041\ud83d"`, `"12345678\"\\\/\b\f\n\r\t12345678"`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, src []byte) {
@@ -251,5 +254,82 @@ func TestRuneLen(t *testing.T) {
 				check([]byte{byte(c0), byte(c1), c2, 0xbf, 'x'})
 			}
 		}
+	}
+}
+
+// spellings returns s as JSON strings the way real encoders write it: Go's
+// encoding/json (HTML-escaped), JavaScript (raw UTF-8, only the required
+// escapes), Python with ensure_ascii (every non-ASCII rune as \u, pairs
+// for astral ones) and one with every character escaped.
+func spellings(s string) [][]byte {
+	goSpelling, _ := json.Marshal(s)
+	js, ascii, all := []byte{'"'}, []byte{'"'}, []byte{'"'}
+	for _, r := range strings.ToValidUTF8(s, "\uFFFD") {
+		switch {
+		case r == '"' || r == '\\':
+			js, ascii = append(js, '\\', byte(r)), append(ascii, '\\', byte(r))
+		case r < 0x20:
+			js, ascii = fmt.Appendf(js, `\u%04x`, r), fmt.Appendf(ascii, `\u%04x`, r)
+		case r < 0x80:
+			js, ascii = append(js, byte(r)), append(ascii, byte(r))
+		default:
+			js = utf8.AppendRune(js, r)
+			if r1, r2 := utf16.EncodeRune(r); r1 != utf8.RuneError {
+				ascii = fmt.Appendf(ascii, `\u%04x\u%04X`, r1, r2)
+			} else {
+				ascii = fmt.Appendf(ascii, `\u%04x`, r)
+			}
+		}
+		if r1, r2 := utf16.EncodeRune(r); r1 != utf8.RuneError {
+			all = fmt.Appendf(all, `\u%04X\u%04x`, r1, r2)
+		} else {
+			all = fmt.Appendf(all, `\u%04x`, r)
+		}
+	}
+	return [][]byte{goSpelling, append(js, '"'), append(ascii, '"'), append(all, '"')}
+}
+
+// FuzzStringDecode: every spelling of a string, whatever its length and
+// escape density, decodes to what encoding/json decodes, through Text,
+// AppendText and AppendUnquoted (onto a non-empty buffer).
+func FuzzStringDecode(f *testing.F) {
+	for _, s := range []string{"", "plain text longer than eight bytes", "a\tb\n\"q\"\\ tab\tend", "héllo 日本 ✓ 😀 <a&b>", fixtures.ToolOutput(3, 300), "\x00\x1f\x7f", "bad \xff utf8"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		for _, q := range spellings(s) {
+			var want string
+			if err := json.Unmarshal(q, &want); err != nil {
+				t.Fatalf("spelling %q: %v", q, err)
+			}
+			n, err := Parse(q, 1)
+			if err != nil {
+				t.Fatalf("Parse(%q): %v", q, err)
+			}
+			if got, _ := n.Text(q); got != want {
+				t.Fatalf("Text(%q) = %q, want %q", q, got, want)
+			}
+			if got := n.AppendText([]byte("pre"), q); string(got) != "pre"+want {
+				t.Fatalf("AppendText(%q) = %q, want pre%q", q, got, want)
+			}
+			if got := AppendUnquoted([]byte("pre"), q[1:len(q)-1]); string(got) != "pre"+want {
+				t.Fatalf("AppendUnquoted(%q) = %q, want pre%q", q, got, want)
+			}
+		}
+	})
+}
+
+// BenchmarkText decodes a 20 KB tool result as Go's encoding/json spells
+// it (a tab, two quotes and a newline escaped on every line).
+func BenchmarkText(b *testing.B) {
+	q, _ := json.Marshal(fixtures.ToolOutput(7, 20000))
+	n, err := Parse(q, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(q)))
+	b.ReportAllocs()
+	for b.Loop() {
+		n.Text(q)
 	}
 }
