@@ -333,3 +333,21 @@ func BenchmarkText(b *testing.B) {
 		n.Text(q)
 	}
 }
+
+// TestAppendUnquotedPartialEscape: a span that ends inside an escape (which
+// RawOffset never cuts, but a caller might) is copied as it stands past
+// its last whole escape, never read beyond.
+func TestAppendUnquotedPartialEscape(t *testing.T) {
+	for _, tt := range []struct{ body, want string }{
+		{`abc\`, `abc\`},
+		{`a\nb\`, "a\nb\\"},
+		{`x\u12`, `x\u12`},
+		{`12345678\u00`, `12345678\u00`},
+		{`\u00e9\u`, "\u00e9\\u"},
+	} {
+		body := []byte(tt.body)
+		if got := string(AppendUnquoted(nil, body[:len(body):len(body)])); got != tt.want {
+			t.Errorf("AppendUnquoted(%q) = %q, want %q", tt.body, got, tt.want)
+		}
+	}
+}
