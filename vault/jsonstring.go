@@ -15,7 +15,7 @@ import (
 // Text implicit only when this returns it exactly, and contentFields derives
 // Text with it, so a record reads back as written whatever the corner cases
 // are. (A variant comparing in place, without writing, measured no faster:
-// the runs between escapes are short, and the cost is per escape.)
+// the runs between escapes are short.)
 //
 // It does not validate what a JSON parser would (unescaped control
 // characters, UTF-8): that is not needed for the round trip, and skipping it
@@ -67,7 +67,7 @@ func unquoteJSON(dst, raw []byte) ([]byte, bool) {
 				continue
 			}
 		}
-		r, n, ok := escape(body[i:])
+		r, n, ok := unicodeEscape(body[i:])
 		if !ok {
 			return dst[:w], false
 		}
@@ -96,44 +96,29 @@ func stringBody(raw []byte) ([]byte, bool) {
 	return raw[1 : len(raw)-1], true
 }
 
-// escape decodes the escape at the start of b (b[0] is the backslash): the
-// character, the bytes it took, and false for a malformed escape or a lone
-// surrogate.
-func escape(b []byte) (rune, int, bool) {
-	if len(b) < 2 {
+// unicodeEscape decodes the \u escape at the start of b (b[0] is the
+// backslash), or a surrogate pair of them: the character, the bytes it
+// took, and false for anything else (a malformed escape, a lone surrogate,
+// another letter; the one-letter escapes are oneLetterEscape's).
+func unicodeEscape(b []byte) (rune, int, bool) {
+	if len(b) < 6 || b[1] != 'u' {
 		return 0, 0, false
 	}
-	switch c := b[1]; c {
-	case '"', '\\', '/':
-		return rune(c), 2, true
-	case 'b':
-		return '\b', 2, true
-	case 'f':
-		return '\f', 2, true
-	case 'n':
-		return '\n', 2, true
-	case 'r':
-		return '\r', 2, true
-	case 't':
-		return '\t', 2, true
-	case 'u':
-		r, ok := hexRune(b[2:])
-		if !ok {
-			return 0, 0, false
-		}
-		if !utf16.IsSurrogate(r) {
-			return r, 6, true
-		}
-		if len(b) < 8 || b[6] != '\\' || b[7] != 'u' {
-			return 0, 0, false
-		}
-		r2, ok := hexRune(b[8:])
-		if r = utf16.DecodeRune(r, r2); !ok || r == utf8.RuneError {
-			return 0, 0, false
-		}
-		return r, 12, true
+	r, ok := hexRune(b[2:])
+	if !ok {
+		return 0, 0, false
 	}
-	return 0, 0, false
+	if !utf16.IsSurrogate(r) {
+		return r, 6, true
+	}
+	if len(b) < 8 || b[6] != '\\' || b[7] != 'u' {
+		return 0, 0, false
+	}
+	r2, ok := hexRune(b[8:])
+	if r = utf16.DecodeRune(r, r2); !ok || r == utf8.RuneError {
+		return 0, 0, false
+	}
+	return r, 12, true
 }
 
 // hexRune reads the four hex digits at the start of b.
