@@ -1,38 +1,95 @@
 package caddymodule
 
-import "context"
+import (
+	"context"
+	"sync/atomic"
+)
 
 // Memory admission. max_buffered_bytes bounds what the handler holds at
 // once; the body alone is only part of it: compiling a body parses it into
 // a node tree, builds up to three plans, splices the rewrite, re-parses it
 // for the validity check and counts both bodies' tokens. Admitting only the
 // bodies let 8 concurrent 30 MB compiles reach 1.6 GB against a 256 MiB
-// bound. So a compile also reserves its working memory, compileWorkFactor
-// times its body, from the same budget before it starts, and a body for
-// which there is no room goes upstream uncompiled (passthrough=busy), as a
-// body past the budget already does.
+// bound. So a candidate also reserves its compile's working memory,
+// compileWorkFactor times its body, and it does so at the door, with the
+// body, in one step: a body for which there is no room for both streams
+// through uncompiled (passthrough=busy) at once.
+//
+// Reserving the working memory later, when the compile starts, starved
+// compiles under a burst: bodies waiting for a compile slot filled the
+// budget, every slot holder then found no room for its working memory and
+// passed through, and handed its slot on while its body was still held, so
+// the next one found none either. Sixteen concurrent 9 MB candidates under
+// 96 MiB all went upstream uncompiled (TestCompileMemoryAdmitted, in CI). A
+// candidate that waits for a slot now holds the reservation of memory it
+// does not use yet; that is what guarantees it can compile when its turn
+// comes, and it caps the queue at what the budget can compile.
 
 // compileWorkFactor is a compile's peak working memory (live heap, beyond
 // the body itself) as a multiple of its body's size, measured with
 // TestCompileMemoryAdmitted on large chat histories, rounded up.
 const compileWorkFactor = 4
 
-// admitCompile reserves the working memory of compiling an n-byte body
-// (the body itself is already held by readBody). ok is false when it does
-// not fit under max_buffered_bytes.
-func (h *Handler) admitCompile(n int) (done func(), ok bool) {
-	work := int64(n) * compileWorkFactor
-	if h.buffered.Add(work) > *h.MaxBufferedBytes {
-		h.buffered.Add(-work)
-		return nil, false
+// A reservation is one candidate's share of max_buffered_bytes: the
+// capacity of its body buffer and its compile's working memory. The body's
+// share is taken while the body is read (one goroutine); the working
+// memory's share is returned by endWork when the compile stops or is not
+// run, which may be on the compile's goroutine after the handler moved on.
+type reservation struct {
+	budget *atomic.Int64
+	max    int64
+	body   int64        // bytes of body buffer reserved; read-side only
+	work   atomic.Int64 // bytes of working memory still reserved
+}
+
+func (h *Handler) reserve() *reservation {
+	return &reservation{budget: h.buffered, max: *h.MaxBufferedBytes}
+}
+
+// grow reserves n more bytes of body buffer and the working memory of
+// compiling them, or nothing when both do not fit.
+func (r *reservation) grow(n int64) bool {
+	work := n * compileWorkFactor
+	if r.budget.Add(n+work) > r.max {
+		r.budget.Add(-n - work)
+		return false
 	}
-	return func() { h.buffered.Add(-work) }, true
+	r.body += n
+	r.work.Add(work)
+	return true
+}
+
+// fit sets the working memory to that of compiling an n-byte body: a
+// buffer grown by doubling, or sized by a longer declared length, reserved
+// it for its capacity. Called on the reading goroutine, before the compile.
+func (r *reservation) fit(n int) {
+	work := int64(n) * compileWorkFactor
+	if d := r.work.Load() - work; d > 0 {
+		r.work.Add(-d)
+		r.budget.Add(-d)
+	}
+}
+
+// endWork returns the working memory's share; later calls do nothing.
+func (r *reservation) endWork() {
+	if n := r.work.Swap(0); n != 0 {
+		r.budget.Add(-n)
+	}
+}
+
+// release returns the body's share. It is due when the upstream is done
+// with the body; the working memory's share is endWork's, which a compile
+// abandoned at compile_timeout calls when it stops, maybe later.
+func (r *reservation) release() {
+	r.budget.Add(-r.body)
+	r.body = 0
 }
 
 // holdRewrite keeps a rewrite's bytes counted while the upstream reads it
 // (the original body stays held too); the returned release is due with the
-// body's. It is taken before the compile's reservation is returned, so the
-// count never drops below what is held.
+// body's. It is taken as the compile returns; until then the rewrite was
+// the compile's working memory, returned when the compile said it stopped
+// (Request.Done), an instant before.
 func (h *Handler) holdRewrite(n int) (release func()) {
 	h.buffered.Add(int64(n))
 	return func() { h.buffered.Add(-int64(n)) }

@@ -26,28 +26,20 @@ func (h *Handler) refuseUnread(r *http.Request) (compiler.Reason, bool) {
 }
 
 // readBody reads a candidate's body within max_body_size, holding no more
-// than max_buffered_bytes of bodies at once: a declared length is reserved
-// whole, an unknown one as it grows. On a non-empty reason the body (what
-// was read, then the rest) streams through untouched. release returns the
-// reservation; it is due when the upstream is done with the body. The body
-// read whole is held by ex.body (bodybuf.go); its reference is dropped by
-// the caller.
-func (h *Handler) readBody(r *http.Request, ex *exchange) (buf []byte, reason compiler.Reason, release func()) {
+// than max_buffered_bytes at once: a declared length is reserved whole, an
+// unknown one as it grows, each with its compile's working memory
+// (admission.go). On a non-empty reason the body (what was read, then the
+// rest) streams through untouched. res is the reservation; its release is
+// due when the upstream is done with the body, its endWork when the
+// compile stops or is not run. The body read whole is held by ex.body
+// (bodybuf.go); its reference is dropped by the caller.
+func (h *Handler) readBody(r *http.Request, ex *exchange) (buf []byte, reason compiler.Reason, res *reservation) {
 	rep := &ex.rep
-	var held int64
-	reserve := func(n int64) bool {
-		if h.buffered.Add(n) > *h.MaxBufferedBytes {
-			h.buffered.Add(-n)
-			return false
-		}
-		held += n
-		return true
+	res = h.reserve()
+	if r.ContentLength >= 0 && !res.grow(r.ContentLength) {
+		return nil, compiler.ReasonBusy, res
 	}
-	release = func() { h.buffered.Add(-held) }
-	if r.ContentLength >= 0 && !reserve(r.ContentLength) {
-		return nil, compiler.ReasonBusy, release
-	}
-	grow := reserve
+	grow := res.grow
 	if r.ContentLength >= 0 {
 		grow = nil // reserved whole; a lying length only sizes the buffer
 	}
@@ -71,6 +63,7 @@ func (h *Handler) readBody(r *http.Request, ex *exchange) (buf []byte, reason co
 	buf, over, busy, readErr := readAtMostInto(orig, *h.MaxBodySize, r.ContentLength, grow, first)
 	rep.read = time.Since(ex.start)
 	ex.body.keep(buf)
+	res.fit(len(buf))
 	if readErr != nil || over || busy {
 		// Handed on below through readers that take no reference.
 		ex.body.abandon()
@@ -83,7 +76,7 @@ func (h *Handler) readBody(r *http.Request, ex *exchange) (buf []byte, reason co
 		if r.ContentLength < 0 {
 			rep.rawBytes, rep.sentBytes = -1, -1
 		}
-		return nil, compiler.ReasonSlowBody, release
+		return nil, compiler.ReasonSlowBody, res
 	}
 	if pumped != nil {
 		pumped.stream()
@@ -95,7 +88,7 @@ func (h *Handler) readBody(r *http.Request, ex *exchange) (buf []byte, reason co
 		// the module.
 		r.Body = readCloser{io.MultiReader(bytes.NewReader(buf), errReader{readErr}), orig}
 		rep.rawBytes, rep.sentBytes = int64(len(buf)), int64(len(buf))
-		return nil, compiler.ReasonReadError, release
+		return nil, compiler.ReasonReadError, res
 	case over, busy:
 		// Too large (or past the budget) without a Content-Length: stream
 		// the rest through.
@@ -104,11 +97,11 @@ func (h *Handler) readBody(r *http.Request, ex *exchange) (buf []byte, reason co
 			rep.rawBytes, rep.sentBytes = -1, -1
 		}
 		if busy {
-			return nil, compiler.ReasonBusy, release
+			return nil, compiler.ReasonBusy, res
 		}
-		return nil, compiler.ReasonTooLarge, release
+		return nil, compiler.ReasonTooLarge, res
 	}
-	return buf, "", release
+	return buf, "", res
 }
 
 // setBody makes b the request body, with a consistent Content-Length, no

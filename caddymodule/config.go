@@ -124,11 +124,12 @@ type Handler struct {
 	// Default: 2s.
 	CompileTimeout caddy.Duration `json:"compile_timeout,omitempty"`
 
-	// Upper bound of the request bodies this handler holds at once (a body
-	// of unknown length counts as it grows). A compile works in a small
-	// multiple of its body, so this bounds the module's memory under a burst
-	// of large requests; past it, candidates stream through untouched
-	// (passthrough=busy). Default: 256MiB.
+	// Upper bound of the memory this handler's requests hold at once: each
+	// candidate's body (one of unknown length counts as it grows) and its
+	// compile's working memory, a small multiple of the body, reserved
+	// together before the body is read. This bounds the module's memory
+	// under a burst of large requests; a candidate that does not fit
+	// streams through untouched (passthrough=busy). Default: 256MiB.
 	MaxBufferedBytes *int64 `json:"max_buffered_bytes,omitempty"`
 
 	// Most compiles this handler runs at once; a candidate that finds every

@@ -238,16 +238,18 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 		return func() {}
 	}
 	buf, reason, reserved := h.readBody(r, ex)
-	release = reserved
+	release = reserved.release
 	if o := ex.body; o != nil {
-		release = func() { reserved(); o.release() } // the handler's own reference
+		release = func() { reserved.release(); o.release() } // the handler's own reference
 	}
 	if reason != "" {
+		reserved.endWork()
 		rep.passthrough(reason)
 		return release
 	}
 	// passOn forwards the body as read, uncompiled, for reason.
 	passOn := func(reason compiler.Reason, detail string) func() {
+		reserved.endWork()
 		rep.passthrough(reason)
 		rep.detail = detail
 		rep.rawBytes, rep.sentBytes = int64(len(buf)), int64(len(buf))
@@ -276,8 +278,8 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 		Scratch:     ex.body.scratch(),
 	}
 	// compile_timeout bounds the wait for a slot and the compile together.
-	// The slot comes first: a waiting request holds only its body, not the
-	// compile's working memory.
+	// A waiting request holds its body and the reservation of its compile's
+	// working memory (admission.go), so the slot, when it comes, is used.
 	ctx, cancel := context.WithTimeout(r.Context(), time.Duration(h.CompileTimeout))
 	defer cancel()
 	queued := time.Now()
@@ -289,27 +291,15 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 		}
 		return passOn(compiler.ReasonBusy, "no compile slot within compile_timeout")
 	}
-	work, ok := h.admitCompile(len(buf))
-	if !ok {
-		slot()
-		return passOn(compiler.ReasonBusy, "no room for the compile's working memory within max_buffered_bytes")
-	}
 	// The slot, the reservation and the compile's hold on the body are
 	// returned when the compile stops, not when it returns: one abandoned
 	// at compile_timeout keeps working (reading the body, holding its
 	// memory) in the background until it finishes.
 	compiling, _ := ex.body.tryHold() // the handler holds it: always ok
-	stopped := sync.OnceFunc(func() { ex.body.holdScratch(h.buffered); work(); compiling(); slot() })
+	stopped := sync.OnceFunc(func() { ex.body.holdScratch(h.buffered); reserved.endWork(); compiling(); slot() })
 	req.Done = stopped
 	req.Hold = ex.body.tryHold // the token counter's work past its budget reads the body under it
 	res := h.compile(ctx, req)
-	if res.Reason != compiler.ReasonTimeout {
-		stopped() // stopped (a compile that panicked may not have said so)
-	}
-	if res.Reason == compiler.ReasonTimeout && r.Context().Err() != nil {
-		res.Reason = compiler.ReasonClientAbort // the client left; the compile was not slow
-	}
-
 	out := buf
 	if mode == compiler.ModeEnforce && res.Decision == compiler.Accepted && res.Body != nil {
 		out = res.Body
@@ -317,6 +307,13 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 		rewrite := h.holdRewrite(len(out))
 		release = func() { rewrite(); body() }
 	}
+	if res.Reason != compiler.ReasonTimeout {
+		stopped() // stopped (a compile that panicked may not have said so)
+	}
+	if res.Reason == compiler.ReasonTimeout && r.Context().Err() != nil {
+		res.Reason = compiler.ReasonClientAbort // the client left; the compile was not slow
+	}
+
 	setBody(r, ex.body, out)
 	ex.commit = res.Commit
 	h.noteRecovery(r, ex, res, buf, out, tenant)
