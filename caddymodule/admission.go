@@ -23,7 +23,11 @@ import (
 // 96 MiB all went upstream uncompiled (TestCompileMemoryAdmitted, in CI). A
 // candidate that waits for a slot now holds the reservation of memory it
 // does not use yet; that is what guarantees it can compile when its turn
-// comes, and it caps the queue at what the budget can compile.
+// comes, and it caps the queue at what the budget can compile. The price:
+// a body that arrives slowly holds the whole reservation while it does
+// (body_read_timeout bounds that). Reserving the working memory as the body
+// arrives, or once it is read, would not do: bodies read concurrently
+// would again fill the budget before any of them was whole.
 
 // compileWorkFactor is a compile's peak working memory (live heap, beyond
 // the body itself) as a multiple of its body's size, measured with
@@ -38,18 +42,26 @@ const compileWorkFactor = 4
 type reservation struct {
 	budget *atomic.Int64
 	max    int64
+	factor int64        // compileWorkFactor, or 0 for a candidate that will not be compiled
 	body   int64        // bytes of body buffer reserved; read-side only
 	work   atomic.Int64 // bytes of working memory still reserved
 }
 
-func (h *Handler) reserve() *reservation {
-	return &reservation{budget: h.buffered, max: *h.MaxBufferedBytes}
+// reserve starts a candidate's reservation; compiles is false when it is
+// known from the headers that the body will only be forwarded (no tenant,
+// no vault), so that it reserves no working memory.
+func (h *Handler) reserve(compiles bool) *reservation {
+	r := &reservation{budget: h.buffered, max: *h.MaxBufferedBytes}
+	if compiles {
+		r.factor = compileWorkFactor
+	}
+	return r
 }
 
 // grow reserves n more bytes of body buffer and the working memory of
 // compiling them, or nothing when both do not fit.
 func (r *reservation) grow(n int64) bool {
-	work := n * compileWorkFactor
+	work := n * r.factor
 	if r.budget.Add(n+work) > r.max {
 		r.budget.Add(-n - work)
 		return false
@@ -63,7 +75,7 @@ func (r *reservation) grow(n int64) bool {
 // buffer grown by doubling, or sized by a longer declared length, reserved
 // it for its capacity. Called on the reading goroutine, before the compile.
 func (r *reservation) fit(n int) {
-	work := int64(n) * compileWorkFactor
+	work := int64(n) * r.factor
 	if d := r.work.Load() - work; d > 0 {
 		r.work.Add(-d)
 		r.budget.Add(-d)

@@ -81,11 +81,11 @@ func serveBody(h *Handler, body []byte) (string, error) {
 // The compile's working memory is admitted against max_buffered_bytes
 // (issue 12, item 8). First the factor: one compile of a large body, with
 // the collector kept close to the live heap, must peak within
-// (1 + compileWorkFactor) × its body. Then the bound: 16 concurrent 8 MB
+// (1 + compileWorkFactor) × its body. Then the bound: 16 concurrent 9 MB
 // compiles through a really provisioned handler (vault, compiler, token
 // counter) with max_buffered_bytes 96 MiB grow the heap by at most 3× the
 // bound (live ≤ the bound, and the collector's headroom at GOGC=100 at most
-// doubles it); unadmitted, they would hold about 16 × 5 × 8 MB = 640 MB.
+// doubles it); unadmitted, they would hold about 16 × 5 × 9 MB = 720 MB.
 func TestCompileMemoryAdmitted(t *testing.T) {
 	if testing.Short() {
 		t.Skip("large bodies")
@@ -289,6 +289,8 @@ func TestWaitingCandidatesHoldTheirWorkingMemory(t *testing.T) {
 	body := `{"messages":[` + strings.Repeat(" ", 985) + `]}` // 1000 bytes
 	door := int64(len(body)) * (1 + compileWorkFactor)
 	unblock := make(chan struct{})
+	free := sync.OnceFunc(func() { close(unblock) })
+	t.Cleanup(free) // a failure must not leave the first compile blocked
 	var calls atomic.Int32
 	compile := func(_ context.Context, req compiler.Request) compiler.Result {
 		if calls.Add(1) == 1 {
@@ -330,7 +332,7 @@ func TestWaitingCandidatesHoldTheirWorkingMemory(t *testing.T) {
 			t.Fatalf("%d of %d candidates came back while the slot was taken, want %d: the others wait without room to compile", i, waiting, waiting-2)
 		}
 	}
-	close(unblock)
+	free()
 	if got := <-first; got != "accepted" {
 		t.Fatalf("first candidate: %q", got)
 	}
@@ -344,5 +346,57 @@ func TestWaitingCandidatesHoldTheirWorkingMemory(t *testing.T) {
 	}
 	if held := h.buffered.Load(); held != 0 {
 		t.Fatalf("%d bytes still counted as held", held)
+	}
+}
+
+// watchedBody notes the handler's reserved bytes when its body is first
+// read, that is, after the reservation at the door.
+type watchedBody struct {
+	*strings.Reader
+	h    *Handler
+	seen int64
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	if b.seen == 0 {
+		b.seen = b.h.buffered.Load()
+	}
+	return b.Reader.Read(p)
+}
+
+// What a candidate reserves while its body arrives: the body and its
+// compile's working memory when it will be compiled, only the body when the
+// headers already say it will only be forwarded (no tenant).
+func TestReservationWhileTheBodyIsRead(t *testing.T) {
+	body := `{"messages":[` + strings.Repeat(" ", 985) + `]}` // 1000 bytes
+	for _, tc := range []struct {
+		name       string
+		credential bool
+		want       int64
+		header     string
+	}{
+		{"compiled", true, int64(len(body)) * (1 + compileWorkFactor), "passthrough=no_slots"},
+		{"no tenant", false, int64(len(body)), "passthrough=no_tenant"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fc := &fakeCompiler{}
+			h, _ := testHandler(t, fc, nil)
+			wb := &watchedBody{Reader: strings.NewReader(body), h: h}
+			r := newRequest(http.MethodPost, chatPath, wb)
+			r.ContentLength = int64(len(body))
+			if !tc.credential {
+				r.Header.Del("Authorization")
+			}
+			w, s := serve(t, h, r)
+			if got := strings.SplitN(w.Header().Get(HeaderName), ";", 2)[0]; got != tc.header || string(s.body) != body {
+				t.Fatalf("header %q, upstream got %d bytes", got, len(s.body))
+			}
+			if wb.seen != tc.want {
+				t.Fatalf("%d bytes reserved while the body was read, want %d", wb.seen, tc.want)
+			}
+			if n := h.buffered.Load(); n != 0 {
+				t.Fatalf("%d bytes still reserved", n)
+			}
+		})
 	}
 }

@@ -31,11 +31,12 @@ func (h *Handler) refuseUnread(r *http.Request) (compiler.Reason, bool) {
 // (admission.go). On a non-empty reason the body (what was read, then the
 // rest) streams through untouched. res is the reservation; its release is
 // due when the upstream is done with the body, its endWork when the
-// compile stops or is not run. The body read whole is held by ex.body
-// (bodybuf.go); its reference is dropped by the caller.
-func (h *Handler) readBody(r *http.Request, ex *exchange) (buf []byte, reason compiler.Reason, res *reservation) {
+// compile stops or is not run; compiles is false for a body that will
+// only be forwarded, which reserves no working memory. The body read whole
+// is held by ex.body (bodybuf.go); its reference is dropped by the caller.
+func (h *Handler) readBody(r *http.Request, ex *exchange, compiles bool) (buf []byte, reason compiler.Reason, res *reservation) {
 	rep := &ex.rep
-	res = h.reserve()
+	res = h.reserve(compiles)
 	if r.ContentLength >= 0 && !res.grow(r.ContentLength) {
 		return nil, compiler.ReasonBusy, res
 	}

@@ -125,11 +125,12 @@ type Handler struct {
 	CompileTimeout caddy.Duration `json:"compile_timeout,omitempty"`
 
 	// Upper bound of the memory this handler's requests hold at once: each
-	// candidate's body (one of unknown length counts as it grows) and its
-	// compile's working memory, a small multiple of the body, reserved
-	// together before the body is read. This bounds the module's memory
-	// under a burst of large requests; a candidate that does not fit
-	// streams through untouched (passthrough=busy). Default: 256MiB.
+	// candidate's body and its compile's working memory, a small multiple
+	// of the body, reserved together at the door (a body of unknown length
+	// reserves both as it grows) and held until the compile ends. This
+	// bounds the module's memory under a burst of large requests; a
+	// candidate that does not fit streams through untouched
+	// (passthrough=busy). Default: 256MiB.
 	MaxBufferedBytes *int64 `json:"max_buffered_bytes,omitempty"`
 
 	// Most compiles this handler runs at once; a candidate that finds every

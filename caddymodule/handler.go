@@ -237,7 +237,13 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 		rep.passthrough(reason)
 		return func() {}
 	}
-	buf, reason, reserved := h.readBody(r, ex)
+	// Known before the body is read: a candidate without a vault or a
+	// tenant is only forwarded, and its body reserves no working memory.
+	tenant := ""
+	if h.vaultErr == "" {
+		tenant = h.tenant(r, rep.format) // the tenant hasher exists only with a vault
+	}
+	buf, reason, reserved := h.readBody(r, ex, tenant != "")
 	release = reserved.release
 	if o := ex.body; o != nil {
 		release = func() { reserved.release(); o.release() } // the handler's own reference
@@ -259,7 +265,6 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 	if h.vaultErr != "" {
 		return passOn(compiler.ReasonVaultError, h.vaultErr)
 	}
-	tenant := h.tenant(r, rep.format)
 	if tenant == "" {
 		// No credential and no configured identity: no cross-request state.
 		if h.tenantKeyPending != nil && h.tenantKeyPending() {
@@ -291,8 +296,8 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 		}
 		return passOn(compiler.ReasonBusy, "no compile slot within compile_timeout")
 	}
-	// The slot, the reservation and the compile's hold on the body are
-	// returned when the compile stops, not when it returns: one abandoned
+	// The slot, the working memory's reservation and the compile's hold on
+	// the body are returned when the compile stops, not when it returns: one abandoned
 	// at compile_timeout keeps working (reading the body, holding its
 	// memory) in the background until it finishes.
 	compiling, _ := ex.body.tryHold() // the handler holds it: always ok
