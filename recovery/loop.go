@@ -23,7 +23,8 @@ var ErrAnswerTooLarge = errors.New("recovery: answer too large to buffer")
 // sends the follow-up and reads the next answer (at most maxAnswer bytes).
 // request is the body that produced answer. It returns the answer the
 // client gets (our calls removed, usage summed over the rounds) and the
-// number of follow-ups sent. It never fails the client: on any error it
+// number of follow-ups sent. The client never sees the gateway's tool, not
+// even in the tools a Responses answer echoes. It never fails the client: on any error it
 // returns the last answer it has, stripped when possible, and the error
 // for the log.
 func LoopJSON(ctx context.Context, cfg Config, arts Artifacts, tenant, format string, request, answer []byte, maxAnswer int, send Sender) ([]byte, int, error) {
@@ -37,7 +38,9 @@ func LoopJSON(ctx context.Context, cfg Config, arts Artifacts, tenant, format st
 		usage = usage.Add(r.Usage())
 		calls := OwnCalls(r.ToolCalls())
 		if len(calls) == 0 && round == 0 {
-			return answer, 0, nil // the common case: nothing of ours, not a byte changed
+			// The common case: nothing of ours, not a byte changed but the
+			// tool a Responses answer echoes.
+			return StripToolEcho(format, answer), 0, nil
 		}
 		if len(calls) == 0 || round == cfg.MaxRounds {
 			break

@@ -207,13 +207,17 @@ func sseEvent(name string, data []byte) []byte {
 // setInts returns data with the top-level integer members named in set
 // replaced; members absent stay absent.
 func setInts(data []byte, root *jsonv.Node, set map[string]int) []byte {
-	var edits []edit
+	return splice(data, intEdits(root, set, nil))
+}
+
+// intEdits appends the edits of setInts.
+func intEdits(root *jsonv.Node, set map[string]int, edits []edit) []edit {
 	for _, m := range root.Members {
 		if v, ok := set[m.Key]; ok && m.Value.Is(jsonv.Number) {
 			edits = append(edits, edit{m.Value.Start, m.Value.End, strconv.AppendInt(nil, int64(v), 10)})
 		}
 	}
-	return splice(data, edits)
+	return edits
 }
 
 // intOf reads an integer node; ok is false for anything else.

@@ -14,7 +14,8 @@ import (
 // renumbered so output_index runs on; function-call items held to the
 // round's end; sequence_number renumbered across rounds; the last round's
 // response.completed with output listing every item the client saw and the
-// usage summed. The final response keeps the last round's id: that is the
+// usage summed; every response object without the gateway's tool in the
+// tools it echoes. The final response keeps the last round's id: that is the
 // response whose stored state holds the whole exchange, so a client that
 // chains with previous_response_id continues from it.
 type responsesStream struct {
@@ -46,14 +47,16 @@ func (s *responsesStream) reset() {
 	s.pend, s.end, s.failed = nil, nil, false
 }
 
-// reseq renumbers an event's sequence_number (and output_index when ci >= 0).
+// reseq renumbers an event's sequence_number (and output_index when ci >= 0)
+// and leaves the gateway's tool out of the tools a response object echoes.
 func (s *responsesStream) reseq(ev response.Event, root *jsonv.Node, ci int) []byte {
 	set := map[string]int{"sequence_number": s.seq}
 	s.seq++
 	if ci >= 0 {
 		set["output_index"] = ci
 	}
-	return rewriteEvent(ev, setInts(ev.Data, root, set))
+	edits := eventEchoEdits(ev.Data, root, intEdits(root, set, nil))
+	return rewriteEvent(ev, splice(ev.Data, edits))
 }
 
 func (s *responsesStream) event(ev response.Event, round int, out func([]byte)) {
@@ -203,8 +206,7 @@ func (s *responsesStream) finish(u response.Usage, rewrite bool, out func([]byte
 		// held events moved.
 		if err == nil {
 			ev := response.Event{Name: s.lastEnd.name, Data: data, Raw: s.lastEnd.raw}
-			out(rewriteEvent(ev, setInts(data, root, map[string]int{"sequence_number": s.seq})))
-			s.seq++
+			out(s.reseq(ev, root, -1))
 		} else {
 			out(s.lastEnd.raw)
 		}
@@ -233,6 +235,7 @@ func (s *responsesStream) finish(u response.Usage, rewrite bool, out func([]byte
 		if u.Known {
 			edits = append(edits, usageEdits(response.FormatResponses, data, resp.Get("usage"), u)...)
 		}
+		edits = echoEdits(data, resp.Get("tools"), edits)
 	}
 	out(sseEvent(s.lastEnd.name, splice(data, edits)))
 	s.lastEnd = nil

@@ -12,9 +12,10 @@ import (
 // receives it: the gateway's tool calls removed (the round limit was
 // reached with some still asked for), the stop reason made consistent when
 // no tool call remains, and, when usage is Known, the usage figures
-// replaced by usage (the sum over every round, this one included). Every
-// other byte of answer is kept; an answer without our calls and without
-// usage to set comes back equal to answer.
+// replaced by usage (the sum over every round, this one included), and
+// the gateway's tool left out of the tools a Responses answer echoes
+// (StripToolEcho). Every other byte of answer is kept; an answer without
+// our calls, our tool and usage to set comes back equal to answer.
 func StripOwnCalls(format string, answer []byte, usage response.Usage) ([]byte, error) {
 	root, err := jsonv.Parse(answer, jsonv.MaxDepth)
 	if err != nil || !root.Is(jsonv.Object) {
@@ -28,6 +29,7 @@ func StripOwnCalls(format string, answer []byte, usage response.Usage) ([]byte, 
 		if out := root.Get("output"); out.Is(jsonv.Array) {
 			edits = filterArray(answer, out, ownOrItsReasoning(answer, out), edits)
 		}
+		edits = echoEdits(answer, root.Get("tools"), edits)
 	case response.FormatAnthropic:
 		edits = stripAnthropic(answer, root)
 	default:

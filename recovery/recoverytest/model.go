@@ -47,16 +47,47 @@ type Turn struct {
 	text  string
 	calls []call
 	usage response.Usage
+	tools string // Responses: the request's tools as the provider echoes them; "" for none
 }
 
-// Answer decides the model's next turn from the request.
+// Echo returns t answering request: a Responses answer echoes the
+// request's tools in its response objects, as the provider does
+// (re-serialised: keys sorted, function tools given "strict"), so the
+// bytes differ from the request's.
+func (t Turn) Echo(request []byte) Turn {
+	var v struct {
+		Tools []map[string]any `json:"tools"`
+	}
+	if json.Unmarshal(request, &v) != nil || v.Tools == nil {
+		return t
+	}
+	for _, tool := range v.Tools {
+		if _, ok := tool["strict"]; !ok && tool["type"] == "function" {
+			tool["strict"] = false
+		}
+	}
+	b, _ := json.Marshal(v.Tools)
+	t.tools = string(b)
+	return t
+}
+
+// echo is the tools member of a Responses response object ("" for none).
+func (t Turn) echo() string {
+	if t.tools == "" {
+		return ""
+	}
+	return `,"tools":` + t.tools
+}
+
+// Answer decides the model's next turn from the request (echoing its tools,
+// see Echo).
 func (m Model) Answer(request []byte) (Turn, error) {
 	if err := CheckRequest(m.Format, request); err != nil {
 		return Turn{}, err
 	}
 	results := OwnResults(m.Format, request)
 	k := len(results)
-	t := Turn{usage: response.Usage{Input: 1000 + 100*k, CacheRead: 500, Output: 20 + k, Known: true}}
+	t := Turn{usage: response.Usage{Input: 1000 + 100*k, CacheRead: 500, Output: 20 + k, Known: true}}.Echo(request)
 	if m.Format == response.FormatAnthropic {
 		t.usage.CacheWrite = 10
 		t.usage.Input += 10
@@ -245,7 +276,7 @@ func (t Turn) Body(format string, round int) []byte {
 		for i, c := range t.calls {
 			fmt.Fprintf(&b, `,%s`, c.responsesItem(round, i))
 		}
-		fmt.Fprintf(&b, `],"usage":%s}`, t.responsesUsage())
+		fmt.Fprintf(&b, `]%s,"usage":%s}`, t.echo(), t.responsesUsage())
 	case response.FormatAnthropic:
 		fmt.Fprintf(&b, `{"id":"msg_%d","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":%s}`, round, jsq(t.text))
 		for _, c := range t.calls {
@@ -350,7 +381,7 @@ func (t Turn) Stream(format string, round int) []byte {
 			ev(name, fmt.Sprintf(`{"type":%q,"sequence_number":%d,%s}`, name, seq, data))
 			seq++
 		}
-		shell := fmt.Sprintf(`"response":{"id":"resp_%d","object":"response","status":"in_progress","output":[],"usage":null}`, round)
+		shell := fmt.Sprintf(`"response":{"id":"resp_%d","object":"response","status":"in_progress","output":[]%s,"usage":null}`, round, t.echo())
 		rev("response.created", shell)
 		rev("response.in_progress", shell)
 		msgID := fmt.Sprintf("msg_%d", round)
@@ -375,7 +406,7 @@ func (t Turn) Stream(format string, round int) []byte {
 			rev("response.output_item.done", fmt.Sprintf(`"output_index":%d,"item":%s`, i+1, c.responsesItem(round, i)))
 			items = append(items, c.responsesItem(round, i))
 		}
-		rev("response.completed", fmt.Sprintf(`"response":{"id":"resp_%d","object":"response","status":"completed","output":[%s],"usage":%s}`, round, strings.Join(items, ","), t.responsesUsage()))
+		rev("response.completed", fmt.Sprintf(`"response":{"id":"resp_%d","object":"response","status":"completed","output":[%s]%s,"usage":%s}`, round, strings.Join(items, ","), t.echo(), t.responsesUsage()))
 	}
 	return []byte(b.String())
 }
