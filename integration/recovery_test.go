@@ -7,6 +7,7 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/recovery/recoverytest"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,7 +57,7 @@ func (p *recoveryProvider) respond(n int, w http.ResponseWriter) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	stream := bytes.Contains(rec.Body, []byte(`"stream":true`))
-	turn := recoverytest.Text("plain answer", provider.Usage{Input: 500, Output: 5, Known: true})
+	turn := recoverytest.Text("plain answer", provider.Usage{Input: 500, Output: 5, Known: true}).Echo(rec.Body)
 	if m := receiptIDRE.FindSubmatch(rec.Body); m != nil {
 		if p.failFU && len(recoverytest.OwnResults(format, rec.Body)) > 0 {
 			p.statuses[n] = http.StatusInternalServerError
@@ -181,9 +182,71 @@ func assertNoOwnTool(t *testing.T, c recoveryCase, body []byte) {
 	if !c.stream && !json.Valid(body) {
 		t.Fatalf("the client's answer is not JSON: %.300s", body)
 	}
+	if c.format == provider.FormatResponses {
+		// The provider echoes the tools it was sent in every response
+		// object: the client sees the tools it sent, no more.
+		want := toolNames(t, c.body(nil))
+		echoes := echoedTools(t, c, body)
+		if len(echoes) == 0 {
+			t.Fatalf("no response object echoes tools: %.600s", body)
+		}
+		for _, e := range echoes {
+			if got := toolNames(t, []byte(`{"tools":`+string(e)+`}`)); !slices.Equal(got, want) {
+				t.Fatalf("the client's answer echoes tools %v, it sent %v", got, want)
+			}
+		}
+	}
 	if r := readAnswer(c, body); !r.Usage().Known {
 		t.Fatalf("the client's answer is unreadable for its format: %.300s", body)
 	}
+}
+
+// toolNames returns the names of the tools of a request body (or of an
+// object holding an echoed tools array).
+func toolNames(t *testing.T, body []byte) []string {
+	t.Helper()
+	var v struct{ Tools []struct{ Name string } }
+	if err := json.Unmarshal(body, &v); err != nil {
+		t.Fatal(err)
+	}
+	names := []string{}
+	for _, tool := range v.Tools {
+		names = append(names, tool.Name)
+	}
+	return names
+}
+
+// echoedTools returns the tools of every response object in a Responses
+// answer: the JSON answer's, or those of each SSE event carrying one.
+func echoedTools(t *testing.T, c recoveryCase, body []byte) []json.RawMessage {
+	t.Helper()
+	var out []json.RawMessage
+	if !c.stream {
+		var v struct{ Tools json.RawMessage }
+		if err := json.Unmarshal(body, &v); err != nil {
+			t.Fatal(err)
+		}
+		if v.Tools != nil {
+			out = append(out, v.Tools)
+		}
+		return out
+	}
+	for line := range bytes.SplitSeq(body, []byte("\n")) {
+		data, ok := bytes.CutPrefix(line, []byte("data: "))
+		if !ok {
+			continue
+		}
+		var v struct {
+			Response *struct{ Tools json.RawMessage }
+		}
+		if err := json.Unmarshal(data, &v); err != nil {
+			t.Fatalf("event data is not JSON: %s", data)
+		}
+		if v.Response != nil && v.Response.Tools != nil {
+			out = append(out, v.Response.Tools)
+		}
+	}
+	return out
 }
 
 // A receipt the model asks for comes back exactly: the follow-up carries
