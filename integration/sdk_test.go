@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -337,6 +338,33 @@ func TestOfficialSDKsRecoveryRound(t *testing.T) {
 	if n := prov.up.count(); n != 12 {
 		t.Errorf("provider got %d requests, want 12 (six calls, one follow-up each)", n)
 	}
+	// The Responses API echoes the request's tools in every response
+	// object: the SDK gets back the tools it sent (as the provider echoes
+	// them: function tools given "strict"), never the gateway's.
+	var sent struct{ Tools []map[string]any }
+	if err := json.Unmarshal(reqs["responses"], &sent); err != nil || len(sent.Tools) == 0 {
+		t.Fatalf("the Responses body sends no tools (%v)", err)
+	}
+	for _, tool := range sent.Tools {
+		if _, ok := tool["strict"]; !ok && tool["type"] == "function" {
+			tool["strict"] = false
+		}
+	}
+	for _, call := range []string{"responses", "responses_stream"} {
+		var echoed [][]map[string]any
+		if err := json.Unmarshal([]byte(got[call+"_tools"]), &echoed); err != nil || len(echoed) == 0 {
+			t.Errorf("%s: no tools echoed to the SDK (%q, %v)", call, got[call+"_tools"], err)
+			continue
+		}
+		for _, e := range echoed {
+			if !reflect.DeepEqual(e, sent.Tools) {
+				t.Errorf("%s: the SDK got tools %v, it sent %v", call, e, sent.Tools)
+			}
+		}
+		if got[call+"_own"] != "false" {
+			t.Errorf("%s: the SDK's response names token_terminator", call)
+		}
+	}
 }
 
 // sdkRecoveryScript is sdkScript collecting every text of an answer
@@ -367,12 +395,20 @@ out.chat_stream = s;
 r = await openai.responses.create(bodies.responses);
 noTools('responses', r.output.some((o) => o.type === 'function_call'));
 out.responses = r.output_text;
+out.responses_tools = JSON.stringify([r.tools]);
+out.responses_own = String(JSON.stringify(r).includes('token_terminator'));
 s = '';
+const echoed = [];
+let own = false;
 for await (const e of await openai.responses.create({ ...bodies.responses, stream: true })) {
   noTools('responses_stream', e.type === 'response.output_item.added' && e.item.type === 'function_call');
   if (e.type === 'response.output_text.delta') s += e.delta;
+  if (e.response) echoed.push(e.response.tools);
+  own = own || JSON.stringify(e).includes('token_terminator');
 }
 out.responses_stream = s;
+out.responses_stream_tools = JSON.stringify(echoed);
+out.responses_stream_own = String(own);
 
 const texts = (m) => { noTools('messages', m.content.some((b) => b.type === 'tool_use')); return m.content.filter((b) => b.type === 'text').map((b) => b.text).join(''); };
 out.messages = texts(await anthropic.messages.create(bodies.messages));
