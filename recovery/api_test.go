@@ -226,3 +226,47 @@ func TestAPISearch(t *testing.T) {
 }
 
 func hexSHA256(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
+
+// TestAPIFoldedTurnIsJSON: a folded turn, stored as the span of its
+// messages (as the compiler files it, and as vaults written before hold
+// it), recovers as the JSON array of those messages, each element's bytes
+// as sent; total_chars and sha256 (page and search hit) describe that
+// text. A tool that happens to be named turn recovers as stored.
+func TestAPIFoldedTurnIsJSON(t *testing.T) {
+	f := newFixture(t)
+	span := "{\"role\":\"user\",\"content\":\"Question 1 \\u00e9\"},\n  {\"role\":\"assistant\",\"content\":\"Answer <b>&</b>\"}"
+	fold := compiler.Artifact{Digest: compiler.ArtifactDigest(span, []byte(span)), Text: span, Raw: []byte(span), Tool: "turn", Chars: len([]rune(span))}
+	if err := f.mem.store.Persist(t.Context(), compiler.Scope{Tenant: "tenant:Bearer k1"}, []compiler.Artifact{fold}); err != nil {
+		t.Fatal(err)
+	}
+	_, body := f.get(t, "GET", "/token-terminator/artifacts/"+compiler.ArtifactID(fold.Digest)+"?limit=20000", "Bearer k1")
+	var p Page
+	if err := json.Unmarshal(body, &p); err != nil {
+		t.Fatal(err)
+	}
+	var msgs []json.RawMessage
+	if err := json.Unmarshal([]byte(p.Content), &msgs); err != nil {
+		t.Fatalf("content is not JSON: %v\n%s", err, p.Content)
+	}
+	if len(msgs) != 2 || string(msgs[0]) != `{"role":"user","content":"Question 1 \u00e9"}` || string(msgs[1]) != `{"role":"assistant","content":"Answer <b>&</b>"}` {
+		t.Fatalf("messages %q", msgs)
+	}
+	if p.Content != "["+span+"]" || p.TotalChars != len([]rune(p.Content)) || p.SHA256 != hexSHA256(p.Content) {
+		t.Fatalf("page %+v", p)
+	}
+	_, body = f.get(t, "GET", "/token-terminator/artifacts?q=Question+1", "Bearer k1")
+	var h Hits
+	if err := json.Unmarshal(body, &h); err != nil || len(h.Results) == 0 {
+		t.Fatalf("search: %v %s", err, body)
+	}
+	for _, r := range h.Results {
+		if r.ArtifactID == compiler.ArtifactID(fold.Digest) && r.TotalChars != p.TotalChars {
+			t.Fatalf("search hit total_chars %d, page %d", r.TotalChars, p.TotalChars)
+		}
+	}
+	// A tool result of a tool named "turn" is no folded turn.
+	_, body = f.get(t, "GET", "/token-terminator/artifacts/"+compiler.ArtifactID(f.turn.Digest)+"?limit=20000", "Bearer k1")
+	if err := json.Unmarshal(body, &p); err != nil || p.Content != f.turn.Text {
+		t.Fatalf("a turn tool's result changed: %v %q", err, p.Content)
+	}
+}

@@ -61,8 +61,14 @@ func TestCorpusRecovery(t *testing.T) {
 				sum := sha256.Sum256(content.Bytes())
 				d, _, _ := mem.Resolve(context.Background(), loopTenant, id)
 				a, _, _ := mem.store.Get(context.Background(), loopTenant, d)
-				if compiler.ArtifactDigest(content.String(), a.Raw) != d || digest != hex.EncodeToString(sum[:]) {
+				if compiler.ArtifactDigest(a.Text, a.Raw) != d || content.String() != Content(a) || digest != hex.EncodeToString(sum[:]) {
 					t.Fatalf("%s: recovered content is not the artifact", id)
+				}
+				if bytes.Contains(res.Body, []byte(compiler.FoldPrefix+id)) {
+					// A folded turn: the JSON array of its messages as sent.
+					if want := "[" + string(a.Raw) + "]"; content.String() != want || !json.Valid(content.Bytes()) {
+						t.Fatalf("%s: a folded turn recovers as %.80q…, not the JSON array of its messages", id, content.String())
+					}
 				}
 				if !bytes.Contains(req.Body, a.Raw) {
 					t.Fatalf("%s: the replaced value is not in the original request", id)

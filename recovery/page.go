@@ -93,21 +93,22 @@ func (r reader) page(ctx context.Context, tenant, id string, offset, limit int) 
 	if !ok {
 		return nil, errNotFound // evicted since Resolve
 	}
-	total := utf8.RuneCountInString(a.Text)
+	text := Content(a)
+	total := utf8.RuneCountInString(text)
 	if offset > total {
 		return nil, badRequest("offset is beyond the end of the artifact (total_chars " + strconv.Itoa(total) + ")")
 	}
-	start := byteOffset(a.Text, 0, offset)
-	end := byteOffset(a.Text, start, limit)
+	start := byteOffset(text, 0, offset)
+	end := byteOffset(text, start, limit)
 	p := &Page{
 		ArtifactID: compiler.ArtifactID(d),
-		Content:    a.Text[start:end],
+		Content:    text[start:end],
 		Offset:     offset,
 		TotalChars: total,
-		SHA256:     contentSHA256(a.Text), // of the content served; the id names the exact value (compiler.ArtifactDigest)
+		SHA256:     contentSHA256(text), // of the content served; the id names the exact value (compiler.ArtifactDigest)
 		ToolName:   compiler.SanitizeTool(a.Tool),
 	}
-	if end < len(a.Text) {
+	if end < len(text) {
 		next := offset + utf8.RuneCountInString(p.Content)
 		p.NextOffset = &next
 	}
@@ -140,7 +141,15 @@ func (r reader) search(ctx context.Context, tenant, query string, limit int) (*H
 	}
 	h := &Hits{Results: make([]Hit, 0, len(arts))}
 	for _, a := range arts[:min(len(arts), limit)] {
-		h.Results = append(h.Results, Hit{ArtifactID: compiler.ArtifactID(a.Digest), ToolName: compiler.SanitizeTool(a.Tool), TotalChars: a.Chars})
+		chars := a.Chars
+		if a.Tool == foldTool {
+			// A hit carries no text: whether it is a folded turn (two
+			// brackets more) takes its record.
+			if full, ok, err := r.arts.Get(ctx, tenant, a.Digest); err == nil && ok && isFoldedTurn(full) {
+				chars += 2
+			}
+		}
+		h.Results = append(h.Results, Hit{ArtifactID: compiler.ArtifactID(a.Digest), ToolName: compiler.SanitizeTool(a.Tool), TotalChars: chars})
 	}
 	return h, nil
 }
@@ -169,4 +178,27 @@ func errorJSON(e *Error) []byte {
 func contentSHA256(text string) string {
 	s := sha256.Sum256([]byte(text))
 	return hex.EncodeToString(s[:])
+}
+
+// foldTool is the tool name the compiler files a folded turn under.
+const foldTool = "turn"
+
+// Content is the text artifact a recovers as: what it stored, except for a
+// folded turn. A folded turn is stored as the span of its messages in the
+// request, from the first one's opening brace to the last one's closing
+// brace, separators as sent (its identity names those bytes, so summaries
+// already sent keep their ids, and vaults written before keep serving).
+// It recovers as the JSON array of those messages: the span in brackets,
+// each element's bytes as sent. A stored span is recognised by its record
+// (filed under the turn tool, its text its raw bytes, an object sequence),
+// which a receipted tool result never is: its raw value is a JSON string.
+func Content(a compiler.Artifact) string {
+	if isFoldedTurn(a) {
+		return "[" + a.Text + "]"
+	}
+	return a.Text
+}
+
+func isFoldedTurn(a compiler.Artifact) bool {
+	return a.Tool == foldTool && len(a.Text) >= 2 && a.Text[0] == '{' && a.Text[len(a.Text)-1] == '}' && a.Text == string(a.Raw)
 }
