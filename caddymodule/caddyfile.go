@@ -60,6 +60,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    }
 //	    bypass_header           <name>
 //	    working_state_chars     <n>       # 0 (off) or 512..65536
+//	    reinline_recovered      on|cost|off
 //	    ledger_retention        <duration>
 //	    ledger_max_records      <n>
 //	    ledger_max_bytes        <size>
@@ -214,6 +215,14 @@ var subdirectives = map[string]func(t *Handler, v string) error{
 		}
 		t.WorkingStateChars = *n
 		return nil
+	},
+	"reinline_recovered": func(t *Handler, v string) error {
+		switch v {
+		case "on", "cost", "off":
+			t.ReinlineRecovered = v
+			return nil
+		}
+		return fmt.Errorf("want on, cost or off, got '%s'", v)
 	},
 	"mode": func(t *Handler, v string) error {
 		switch v {

@@ -125,6 +125,10 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{name: "working_state_chars too large", input: "token_terminator {\nworking_state_chars 70000\n}", err: "working_state_chars must be 0 (off) or between 512 and 65536, got 70000"},
 		{name: "negative working_state_chars", input: "token_terminator {\nworking_state_chars -1\n}", err: "working_state_chars: must be at least 0, got -1"},
 		{name: "bad working_state_chars", input: "token_terminator {\nworking_state_chars lots\n}", err: "working_state_chars: not an integer: 'lots'"},
+		{name: "reinline_recovered on", input: "token_terminator {\nreinline_recovered on\n}", want: `{"reinline_recovered":"on"}`},
+		{name: "reinline_recovered cost", input: "token_terminator {\nreinline_recovered cost\n}", want: `{"reinline_recovered":"cost"}`},
+		{name: "reinline_recovered off", input: "token_terminator {\nreinline_recovered off\n}", want: `{"reinline_recovered":"off"}`},
+		{name: "bad reinline_recovered", input: "token_terminator {\nreinline_recovered always\n}", err: "reinline_recovered: want on, cost or off, got 'always'"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -252,6 +256,8 @@ func TestValidateJSON(t *testing.T) {
 		{`{"working_state_chars":512}`, ""},
 		{`{"working_state_chars":511}`, "working_state_chars must be 0 (off) or between 512 and 65536, got 511"},
 		{`{"working_state_chars":-5}`, "working_state_chars must be 0 (off) or between 512 and 65536, got -5"},
+		{`{"reinline_recovered":"cost"}`, ""},
+		{`{"reinline_recovered":"On"}`, `reinline_recovered must be on, cost or off, got "On"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.json, func(t *testing.T) {
@@ -302,6 +308,22 @@ func TestWorkingStateReachesCompiler(t *testing.T) {
 		h.applyDefaults()
 		if got := h.compilerOptions().WorkingStateChars; got != tt.want {
 			t.Errorf("%s: compiler WorkingStateChars %d, want %d", tt.json, got, tt.want)
+		}
+	}
+}
+
+// reinline_recovered reaches the compiler ("" is the compiler's default, on).
+func TestReinlineRecoveredReachesCompiler(t *testing.T) {
+	for _, tt := range []struct{ json, want string }{
+		{`{}`, ""}, {`{"reinline_recovered":"cost"}`, "cost"}, {`{"reinline_recovered":"off"}`, "off"},
+	} {
+		var h Handler
+		if err := json.Unmarshal([]byte(tt.json), &h); err != nil {
+			t.Fatal(err)
+		}
+		h.applyDefaults()
+		if got := h.compilerOptions().ReinlineRecovered; got != tt.want {
+			t.Errorf("%s: compiler ReinlineRecovered %q, want %q", tt.json, got, tt.want)
 		}
 	}
 }

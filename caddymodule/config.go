@@ -168,6 +168,14 @@ type Handler struct {
 	// default) adds none; otherwise 512 to 65536.
 	WorkingStateChars int `json:"working_state_chars,omitempty"`
 
+	// What the next request carries of an artifact the model recovered
+	// with the recovery tool, for inline_leases requests: "on" (the
+	// default) carries it inline; "cost" lets the cost decision weigh that
+	// against keeping the receipt and the recovery round it would cause;
+	// "off" treats it like any other artifact (receipted by the usual
+	// rules). The final gate judges every rewrite whatever the value.
+	ReinlineRecovered string `json:"reinline_recovered,omitempty"`
+
 	// Request header that makes the gateway forward a request untouched
 	// when its value is "bypass" (passthrough=bypass); it is removed
 	// before the request goes upstream. Default: Token-Terminator.
@@ -351,6 +359,9 @@ func (h *Handler) check() error {
 	if err := compiler.CheckWorkingStateChars(h.WorkingStateChars); err != nil {
 		return err
 	}
+	if err := compiler.CheckReinlineRecovered(h.ReinlineRecovered); err != nil {
+		return err
+	}
 	if err := h.checkRecovery(); err != nil {
 		return err
 	}
@@ -387,5 +398,6 @@ func (h *Handler) compilerOptions() compiler.Options {
 		},
 		Recovery:          h.compilerRecovery(),
 		WorkingStateChars: h.WorkingStateChars,
+		ReinlineRecovered: h.ReinlineRecovered,
 	}
 }

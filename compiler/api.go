@@ -206,7 +206,34 @@ type Options struct {
 	// WorkingStateChars bounds the working-state block added to a rewrite
 	// that carries receipts or folds (working_state.go); 0 adds none.
 	WorkingStateChars int
+	// ReinlineRecovered is what happens to an artifact the model recovered
+	// while answering the previous forwarded request (Result.Recovered):
+	// ReinlineOn (the default, ""), ReinlineCost or ReinlineOff.
+	ReinlineRecovered string
 }
+
+// ReinlineRecovered values (Options.ReinlineRecovered).
+const (
+	// ReinlineOn: the next request of the conversation carries every
+	// recovered tool result inline in every plan, wherever it is (no plan
+	// replays its receipt or vaults it with old turns; an older copy in the
+	// same request is still a same_as receipt of the inline one), so the
+	// model does not pay a recovery round for it again. Its lease starts
+	// over: it stays inline for InlineLeases requests. Whether that costs
+	// more than keeping the receipt is not weighed; the final gate still
+	// judges the whole payload against the original (which carries it
+	// inline too). A recovered folded turn stays folded, weighed as with
+	// ReinlineCost.
+	ReinlineOn = "on"
+	// ReinlineCost: the lease starts over, and the cost decision weighs
+	// carrying it inline (a rewritten prefix, more bytes on later requests)
+	// against keeping the receipt and paying the recovery round the model
+	// is expected to ask for again.
+	ReinlineCost = "cost"
+	// ReinlineOff: a recovery changes nothing: leases count on as if the
+	// artifact had not been recovered, and no decision expects a round.
+	ReinlineOff = "off"
+)
 
 // Request is one candidate provider request.
 type Request struct {

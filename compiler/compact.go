@@ -201,7 +201,7 @@ func (c *Compiler) compact(p *plan, h *history, aligned int) *compaction {
 		end := turns[vaultTurns-1].last // last element of the vaulted turns
 		for i, s := range d.slots {
 			el := s.unit - offset
-			if el < 0 || el > end || h.unanswered(s) || p.replace[i] {
+			if el < 0 || el > end || h.unanswered(s) || p.replace[i] || p.reinline(s.text.digest) {
 				continue
 			}
 			if s.text.chars >= opt.MinVaultChars && s.text.chars <= c.opts.MaxArtifactChars {

@@ -128,6 +128,12 @@ func New(opts Options, store Store, tokens TokenCounter) (*Compiler, error) {
 	if err := CheckWorkingStateChars(opts.WorkingStateChars); err != nil {
 		return nil, fmt.Errorf("compiler: %w", err)
 	}
+	if err := CheckReinlineRecovered(opts.ReinlineRecovered); err != nil {
+		return nil, fmt.Errorf("compiler: %w", err)
+	}
+	if opts.ReinlineRecovered == "" {
+		opts.ReinlineRecovered = ReinlineOn
+	}
 	return &Compiler{opts: opts, store: store, tokens: tokens, texts: newTextCache(), counts: newRawCounts(), usage: newUsageNotes()}, nil
 }
 
@@ -229,9 +235,17 @@ type plan struct {
 	markUnit int          // the unit whose receipt carries the receipt breakpoint, -1 for none
 	kinds    ReceiptKinds // receipts by why they were made
 
-	recovery  Recovery        // Options.Recovery for this request (forDoc): the hint and the tool
-	tool      toolPlan        // the recovery tool (recovery_tool.go)
-	recovered map[Digest]bool // artifacts the model recovered (Result.Recovered)
+	reinlineMode string          // Options.ReinlineRecovered
+	recovery     Recovery        // Options.Recovery for this request (forDoc): the hint and the tool
+	tool         toolPlan        // the recovery tool (recovery_tool.go)
+	recovered    map[Digest]bool // artifacts the model recovered (Result.Recovered)
+}
+
+// reinline reports whether the plan must carry artifact d inline whatever
+// else would receipt it (ReinlineOn): the model recovered it while
+// answering the previous forwarded request.
+func (p *plan) reinline(d Digest) bool {
+	return p.reinlineMode == ReinlineOn && p.prev.wasRecovered(d)
 }
 
 func (p *plan) folds() []fold {
@@ -522,7 +536,7 @@ func (c *Compiler) decide(p *plan) {
 			continue
 		}
 		dg := s.text.digest
-		if p.variant.replay && p.old(i) {
+		if p.variant.replay && p.old(i) && !p.reinline(dg) {
 			p.replace[i] = p.prev.wasReceipted(dg)
 			continue
 		}
@@ -756,8 +770,10 @@ func (c *Compiler) record(ctx context.Context, scope Scope, p *plan, forwarded b
 			exp[dg]++
 		}
 	}
-	for dg := range p.recovered {
-		delete(exp, dg) // needed again: inline for the next InlineLeases requests
+	if c.opts.ReinlineRecovered != ReinlineOff {
+		for dg := range p.recovered {
+			delete(exp, dg) // needed again: inline for the next InlineLeases requests
+		}
 	}
 	var refs []Digest
 	if forwarded {

@@ -267,7 +267,8 @@ func (c *Compiler) planned(base *plan, v variant, prev *cacheState) *plan {
 	}
 	p := &plan{d: base.d, chain: base.chain, lineage: base.lineage, eligible: base.eligible, hist: base.hist,
 		head: base.head, headSize: base.headSize, foldMemo: base.foldMemo, receiptTexts: base.receiptTexts,
-		variant: v, prev: prev, recovery: base.recovery, blocks: base.blocks}
+		variant: v, prev: prev, recovery: base.recovery, blocks: base.blocks,
+		reinlineMode: c.opts.ReinlineRecovered}
 	c.decide(p)
 	if p.hist != nil && c.opts.Compaction.Enabled {
 		p.compaction = c.compact(p, p.hist, v.aligned)
@@ -337,7 +338,9 @@ func (ch *choice) state(p *plan, forwarded bool) []byte {
 		}
 		slices.Sort(st.receipted)
 		st.receipted = slices.Compact(st.receipted)
-		st.recovered = recoveredState(p) // the next decision weighs re-inlining them against a round
+		if p.reinlineMode != ReinlineOff {
+			st.recovered = recoveredState(p) // the next decision re-inlines them (on) or weighs that against a round (cost)
+		}
 	} else if st.tool {
 		keepStickyRewrite(&st, ch.prev)
 	}

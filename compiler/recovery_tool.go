@@ -176,6 +176,9 @@ func (ch *choice) roundAfter(p *plan, cp costPlan) costPlan {
 	if ch.prev == nil || len(ch.prev.recovered) == 0 {
 		return costPlan{}
 	}
+	// With ReinlineOn no plan keeps a recovered result as a receipt (only a
+	// recovered folded turn is left to weigh); with ReinlineOff no state
+	// records a recovery.
 	content := 0
 	counted := map[Digest]bool{}
 	add := func(d Digest, n int) {
@@ -185,7 +188,7 @@ func (ch *choice) roundAfter(p *plan, cp costPlan) costPlan {
 		}
 	}
 	for i, s := range p.d.slots {
-		if p.receipt[i] {
+		if p.receipt[i] && !p.reinline(s.text.digest) { // an older copy of one carried inline costs no round
 			add(s.text.digest, s.end-s.start)
 		}
 	}
@@ -403,4 +406,13 @@ func WithoutRecovery(orig, out []byte) []byte {
 		return append(append([]byte{}, out[:from]...), out[last.End:]...)
 	}
 	return out
+}
+
+// CheckReinlineRecovered refuses a ReinlineRecovered value, naming it.
+func CheckReinlineRecovered(v string) error {
+	switch v {
+	case "", ReinlineOn, ReinlineCost, ReinlineOff:
+		return nil
+	}
+	return fmt.Errorf("reinline_recovered must be on, cost or off, got %q", v)
 }

@@ -378,19 +378,33 @@ func TestStickyToolSurvivesFailOpen(t *testing.T) {
 	}
 }
 
-// A receipt the model just recovered is weighed: deep in a warm, cached
-// prompt, carrying it inline again would re-write everything after it, so
-// the receipt stays (and a recovery round is expected instead); with the
-// cost model off, the lease rule re-inlines it.
+// A receipt the model just recovered, deep in a warm, cached prompt:
+// carrying it inline again would re-write everything after it.
+//   - reinline_recovered cost weighs that: the receipt stays (and a
+//     recovery round is expected instead); with the cost model off, the
+//     lease rule re-inlines it.
+//   - on (the default) carries it inline either way, and the final gate
+//     still accepts the rewrite (it is cheaper than the original, which
+//     carries it inline too).
+//   - off changes nothing: the lease keeps it a receipt.
 func TestRecoveredReceiptWeighed(t *testing.T) {
 	turns := compilertest.Turns(91, 12, 9000)
 	body := func(n int) []byte {
 		return compilertest.AnthropicBody("claude-sonnet-4-5", turns[:n], "", compilertest.AnthropicOptions{System: true, CacheLast: true})
 	}
 	first := digestOf(turns[0].Output)
-	for _, costOff := range []bool{false, true} {
+	for _, tt := range []struct {
+		mode    string
+		costOff bool
+		kept    bool
+	}{
+		{compiler.ReinlineCost, false, true}, {compiler.ReinlineCost, true, false},
+		{"", false, false}, {compiler.ReinlineOn, true, false},
+		{compiler.ReinlineOff, false, true}, {compiler.ReinlineOff, true, true},
+	} {
 		opts := recoveryOptions()
-		opts.Cost.Off = costOff
+		opts.Cost.Off = tt.costOff
+		opts.ReinlineRecovered = tt.mode
 		c := newCompiler(t, opts, compilertest.NewMemStore(), nil)
 		at := time.Unix(1_800_000_000, 0)
 		run := func(step int) compiler.Result {
@@ -402,7 +416,7 @@ func TestRecoveredReceiptWeighed(t *testing.T) {
 			prev = run(step)
 			if step == 10 {
 				if !bytes.Contains(prev.Body, []byte(compiler.ArtifactID(first))) {
-					t.Fatalf("cost off=%v: step 10 does not receipt the first result (%s %s)", costOff, prev.Decision, prev.Reason)
+					t.Fatalf("%q cost off=%v: step 10 does not receipt the first result (%s %s)", tt.mode, tt.costOff, prev.Decision, prev.Reason)
 				}
 				prev.Recovered(first)
 			}
@@ -411,10 +425,16 @@ func TestRecoveredReceiptWeighed(t *testing.T) {
 		next := run(11)
 		next.Commit()
 		kept := bytes.Contains(next.Body, []byte(compiler.ArtifactID(first)))
-		if kept == costOff {
-			t.Fatalf("cost off=%v: the recovered first result is kept as a receipt: %v (%s %s)", costOff, kept, next.Decision, next.Reason)
+		if kept != tt.kept || next.Decision != compiler.Accepted {
+			t.Fatalf("%q cost off=%v: the recovered first result is kept as a receipt: %v (%s %s)", tt.mode, tt.costOff, kept, next.Decision, next.Reason)
 		}
-		if !costOff {
+		if !kept && !bytes.Contains(next.Body, []byte(jsonString(turns[0].Output))) {
+			t.Fatalf("%q cost off=%v: the recovered first result is not inline", tt.mode, tt.costOff)
+		}
+		if !tt.costOff && next.CostHorizonSent > next.CostHorizonRaw {
+			t.Fatalf("%q: the rewrite is dearer than the original over the horizon (%.0f > %.0f)", tt.mode, next.CostHorizonSent, next.CostHorizonRaw)
+		}
+		if kept && !tt.costOff {
 			// Kept: the prompt up to step 10's last receipt is sent again.
 			end := bytes.LastIndex(prev.Body, []byte(compiler.ReceiptPrefix))
 			if end < 0 || !bytes.HasPrefix(next.Body, prev.Body[:end]) {

@@ -17,6 +17,7 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/compiler/jsonv"
+	"github.com/tokenterminator/caddy-token-terminator/cost"
 	"github.com/tokenterminator/caddy-token-terminator/recovery"
 	provider "github.com/tokenterminator/caddy-token-terminator/response"
 )
@@ -35,6 +36,9 @@ type recoveryProvider struct {
 	failFU   bool // a request carrying our tool's results gets a 500
 	answers  map[int][]byte
 	statuses map[int]int
+	// cache, when set, bills every request through a simulated prompt
+	// cache per credential and reports its usage, as a real provider does.
+	cache map[string]*cost.Simulator
 }
 
 var receiptIDRE = regexp.MustCompile(`\[Token Terminator artifact (a_[0-9a-f]{32})`)
@@ -74,6 +78,9 @@ func (p *recoveryProvider) respond(n int, w http.ResponseWriter) bool {
 		}
 		turn = t
 	}
+	if p.cache != nil {
+		turn = turn.WithUsage(p.bill(format, rec))
+	}
 	var out []byte
 	if stream {
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -88,6 +95,24 @@ func (p *recoveryProvider) respond(n int, w http.ResponseWriter) bool {
 	http.NewResponseController(w).Flush()
 	w.Write(out)
 	return true
+}
+
+// bill runs a request through its credential's simulated prompt cache.
+func (p *recoveryProvider) bill(format string, rec received) provider.Usage {
+	var req struct{ Model string }
+	_ = json.Unmarshal(rec.Body, &req)
+	key := rec.Header.Get("Authorization")
+	sim := p.cache[key]
+	if sim == nil {
+		sim = &cost.Simulator{Model: cost.Config{}.Model(format, req.Model)}
+		p.cache[key] = sim
+	}
+	b := sim.Step(cost.Render(format, rec.Body), time.Now())
+	u := provider.Usage{Input: int(b.Read + b.Written + b.Plain), CacheRead: int(b.Read), Output: 20, Known: true}
+	if format == provider.FormatAnthropic {
+		u.CacheWrite = int(b.Written)
+	}
+	return u
 }
 
 // answer returns the n-th answer sent.
@@ -500,6 +525,63 @@ func TestRecoveryToolSticky(t *testing.T) {
 					}
 				case !bytes.Equal(first, tools):
 					t.Fatalf("step %d: the tools array changed:\n%s\n%s", step, first, tools)
+				}
+			}
+		})
+	}
+}
+
+// An artifact the model recovered comes back inline on the next request
+// (reinline_recovered on, the default), though the provider's prompt cache
+// is warm and keeping the receipt would keep more of it: the model does not
+// pay a recovery round for it again. Step 1 sends a large result inline,
+// step 2 (nine results later) carries its receipt and the model recovers
+// it, step 3 (the third request) must carry it inline, in every format,
+// plain and streamed.
+func TestRecoveredArtifactInlineAgain(t *testing.T) {
+	p := newRecoveryProvider(t)
+	p.cache = map[string]*cost.Simulator{}
+	g := startGateway(t, recoverySnippet, p.up)
+	for i, c := range recoveryCases() {
+		t.Run(c.name, func(t *testing.T) {
+			cred := fmt.Sprintf("Authorization: Bearer sk-reinline-%d", i)
+			body := func(turns []compilertest.ChatTurn) []byte {
+				if c.format != provider.FormatAnthropic {
+					return c.body(turns)
+				}
+				// Anthropic caches only up to a breakpoint: the client marks
+				// its newest message, as Claude Code does.
+				b := compilertest.AnthropicBody("claude-sonnet-4-5", turns, "", compilertest.AnthropicOptions{CacheLast: true})
+				if c.stream {
+					b = append([]byte(`{"stream":true,`), b[1:]...)
+				}
+				return b
+			}
+			// The recovered result is the first of ten: re-inlining it
+			// re-writes the cached prompt after it.
+			turns := compilertest.Turns(4000+20*i, 11, 9000)
+			id := "a_" + artifactID(turns[0].Output)
+			logged := requestLines(g)
+			for step, upTo := range []int{1: 1, 2: 10, 3: 11} {
+				if step == 0 {
+					continue
+				}
+				n := p.up.count()
+				r := g.post(c.path, body(turns[:upTo]), cred)
+				if r.Status != 200 {
+					t.Fatalf("step %d: %d %s", step, r.Status, r.Body)
+				}
+				waitLogged(t, g, logged+step)
+				fwd := p.up.all()[n].Body
+				switch step {
+				case 2:
+					if !bytes.Contains(fwd, []byte(id)) || p.up.count() != n+2 {
+						t.Fatalf("step 2 did not receipt %s and recover it (%d upstream requests; %s)", id, p.up.count()-n, r.TT)
+					}
+				case 3:
+					if bytes.Contains(fwd, []byte(id)) || !bytes.Contains(fwd, jsonString(turns[0].Output)) {
+						t.Fatalf("step 3 carries the recovered artifact %s as a receipt again (%s)", id, r.TT)
+					}
 				}
 			}
 		})

@@ -71,6 +71,13 @@ func (t Turn) Echo(request []byte) Turn {
 	return t
 }
 
+// WithUsage returns t reporting usage u (a fake provider's simulated
+// prompt cache, say).
+func (t Turn) WithUsage(u response.Usage) Turn {
+	t.usage = u
+	return t
+}
+
 // echo is the tools member of a Responses response object ("" for none).
 func (t Turn) echo() string {
 	if t.tools == "" {
