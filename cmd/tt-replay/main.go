@@ -122,18 +122,24 @@ func main() {
 	}
 	Print(os.Stdout, rows)
 	if *recoverEvery != 0 {
-		withOpts := opts
-		withOpts.Recovery = ToolRecovery()
-		with, err := compiler.New(withOpts, store, counter)
-		if err != nil {
-			fail(err)
+		// One table per reinline_recovered value worth comparing: on (the
+		// default) carries what the model recovered inline again, cost
+		// lets the cost decision weigh that against a recovery round.
+		for _, mode := range []string{compiler.ReinlineOn, compiler.ReinlineCost} {
+			withOpts := opts
+			withOpts.Recovery = ToolRecovery()
+			withOpts.ReinlineRecovered = mode
+			with, err := compiler.New(withOpts, store, counter)
+			if err != nil {
+				fail(err)
+			}
+			var rrows []RecoveryRow
+			for _, s := range pick {
+				rrows = append(rrows, ReplayRecovery(with, on, store, s, clock, max(*recoverEvery, 0), mode+"/"))
+			}
+			fmt.Printf("\nreinline_recovered %s\n\n", mode)
+			PrintRecovery(os.Stdout, rrows)
 		}
-		var rrows []RecoveryRow
-		for _, s := range pick {
-			rrows = append(rrows, ReplayRecovery(with, on, store, s, clock, max(*recoverEvery, 0)))
-		}
-		fmt.Println()
-		PrintRecovery(os.Stdout, rrows)
 	}
 }
 

@@ -55,11 +55,13 @@ var receiptIDOf = regexp.MustCompile(`\[Token Terminator artifact (a_[0-9a-f]{32
 // send (the forwarded body, the model's calls and their results) is billed
 // like any step. The next step's decision then either carries them inline
 // again (counted as re-inlined) or keeps the receipts.
-func ReplayRecovery(with, off *compiler.Compiler, arts recovery.Artifacts, s fixtures.CorpusFile, clock Clock, recoverEvery int) RecoveryRow {
+//
+// tag keeps the tenants of replays with different compilers apart.
+func ReplayRecovery(with, off *compiler.Compiler, arts recovery.Artifacts, s fixtures.CorpusFile, clock Clock, recoverEvery int, tag string) RecoveryRow {
 	row := RecoveryRow{Name: s.Name, Steps: len(s.Requests)}
 	var cfg cost.Config
 	var rawSim, sentSim, offSim *cost.Simulator
-	tenant := "replay/recovery/" + s.Name
+	tenant := "replay/recovery/" + tag + s.Name
 	var pending []compiler.Digest // recovered by the last step
 	for i, req := range s.Requests {
 		at := clock.At(i)
