@@ -21,16 +21,14 @@ type example struct {
 	accessLog string
 }
 
-// startExample loads Caddyfile.example with every provider upstream pointed
-// at the given loopback URLs.
-func startExample(t *testing.T, anthropicURL, openaiURL string) *example {
+// startExample loads config (a path relative to the repository root, e.g.
+// Caddyfile.example); the caller sets its TT_* variables.
+func startExample(t *testing.T, config string) *example {
 	t.Helper()
-	data, err := os.ReadFile("../Caddyfile.example")
+	data, err := os.ReadFile(filepath.Join("..", config))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("TT_ANTHROPIC_UPSTREAM", anthropicURL)
-	t.Setenv("TT_OPENAI_UPSTREAM", openaiURL)
 	tmp := t.TempDir()
 	ex := &example{accessLog: filepath.Join(tmp, "access.log")}
 	gwPort, savingsPort := freePort(t), freePort(t)
@@ -43,7 +41,7 @@ func startExample(t *testing.T, anthropicURL, openaiURL string) *example {
 		{"\tlog {\n", fmt.Sprintf("\tlog {\n\t\toutput file %q\n", ex.accessLog)},
 	} {
 		if !strings.Contains(text, r[0]) {
-			t.Fatalf("Caddyfile.example no longer contains %q", r[0])
+			t.Fatalf("%s no longer contains %q", config, r[0])
 		}
 		text = strings.Replace(text, r[0], r[1], 1)
 	}
@@ -65,7 +63,9 @@ func startExample(t *testing.T, anthropicURL, openaiURL string) *example {
 // the access log carries none of the key headers.
 func TestCaddyfileExampleRouting(t *testing.T) {
 	anthropic, openai := newUpstream(t), newUpstream(t)
-	ex := startExample(t, anthropic.URL, openai.URL)
+	t.Setenv("TT_ANTHROPIC_UPSTREAM", anthropic.URL)
+	t.Setenv("TT_OPENAI_UPSTREAM", openai.URL)
+	ex := startExample(t, "Caddyfile.example")
 	const antKey, oaKey, googKey = "sk-ant-api03-example-secret", "sk-proj-example-secret", "AIza-example-secret"
 
 	cases := []struct {
