@@ -1,9 +1,13 @@
 package caddymodule
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -84,5 +88,57 @@ func TestConfigurationDocListsVaultSubdirectives(t *testing.T) {
 				t.Errorf("docs/configuration.md lists %q for vault %s, which its parser refuses: %v", name, backend, err)
 			}
 		}
+	}
+}
+
+// TestReadmeListsEveryPassthroughReason: the README's table of pass-through
+// reasons names every compiler.Reason constant, read from the compiler's
+// source, and no other.
+func TestReadmeListsEveryPassthroughReason(t *testing.T) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "../compiler/compiler.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reasons []string
+	for _, decl := range f.Decls {
+		gd, ok := decl.(*ast.GenDecl)
+		if !ok || gd.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range gd.Specs {
+			vs := spec.(*ast.ValueSpec)
+			if id, ok := vs.Type.(*ast.Ident); !ok || id.Name != "Reason" {
+				continue
+			}
+			for _, v := range vs.Values {
+				if lit, ok := v.(*ast.BasicLit); ok {
+					s, _ := strconv.Unquote(lit.Value)
+					reasons = append(reasons, s)
+				}
+			}
+		}
+	}
+	if len(reasons) < 20 {
+		t.Fatalf("found only %d Reason constants in compiler/compiler.go", len(reasons))
+	}
+	data, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	for _, row := range regexp.MustCompile("(?m)^\\| (`[a-z_]+`(?:, `[a-z_]+`)*) \\|").FindAllStringSubmatch(string(data), -1) {
+		for _, name := range regexp.MustCompile("`([a-z_]+)`").FindAllStringSubmatch(row[1], -1) {
+			listed[name[1]] = true
+		}
+	}
+	for _, r := range reasons {
+		if !listed[r] {
+			t.Errorf("the README's pass-through table does not list %q", r)
+		}
+		delete(listed, r)
+	}
+	for name := range listed {
+		t.Errorf("the README's pass-through table lists %q, which is no compiler.Reason", name)
 	}
 }
