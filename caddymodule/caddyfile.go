@@ -79,24 +79,8 @@ func (t *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	seen := make(map[string]bool)
 	for d.NextBlock(0) {
 		name := d.Val()
-		if name == "vault" {
-			if seen[name] {
-				return d.Errf("duplicate subdirective '%s'", name)
-			}
-			seen[name] = true
-			if err := t.unmarshalVault(d); err != nil {
-				return err
-			}
-			continue
-		}
-		if name == "cost_prices" { // one block per family, see cost_config.go
-			if err := t.unmarshalCostPrices(d); err != nil {
-				return err
-			}
-			continue
-		}
-		if name == "tenant_label" {
-			if err := t.unmarshalTenantLabel(d); err != nil {
+		if parse, ok := blockSubdirectives[name]; ok {
+			if err := parse(t, d); err != nil {
 				return err
 			}
 			continue
@@ -115,9 +99,22 @@ func (t *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return nil
 }
 
+// blockSubdirectives maps each subdirective that takes a block or several
+// arguments to its parser; subdirectives has the one-argument ones. The two
+// tables are the whole Caddyfile syntax (docs/configuration.md is checked
+// against them).
+var blockSubdirectives = map[string]func(t *Handler, d *caddyfile.Dispenser) error{
+	"vault":        (*Handler).unmarshalVault,
+	"cost_prices":  (*Handler).unmarshalCostPrices, // one block per family, see cost_config.go
+	"tenant_label": (*Handler).unmarshalTenantLabel,
+}
+
 // unmarshalVault reads `vault <backend> { … }` with the backend module's
 // own Caddyfile unmarshaler.
 func (t *Handler) unmarshalVault(d *caddyfile.Dispenser) error {
+	if t.VaultRaw != nil {
+		return d.Errf("duplicate subdirective 'vault'")
+	}
 	if !d.NextArg() {
 		return d.Errf("vault needs a backend name, e.g. 'vault badger { dir … }'")
 	}
