@@ -88,6 +88,7 @@ type result struct {
 	bodyBytes          int
 	added, gw, direct  []time.Duration
 	cpuTicks           int64 // Caddy's CPU during the timed gateway requests
+	faults             int64 // Caddy's minor page faults during them
 	peakKB             int64 // VmHWM of the Caddy process (largest over its processes for first)
 	tokens             map[string]int
 	sentBytes          int
@@ -97,7 +98,7 @@ type result struct {
 
 type bench struct {
 	o        options
-	sink     *sink
+	sink     *sinkProcess
 	template string
 	tmp      string
 	cl       *client
@@ -130,9 +131,9 @@ func (b *bench) runCase(ctx context.Context, sh shape, size int, mode string) (*
 	pair := func(g *gateway, i int, tenant string, body []byte) error {
 		var d, gwA answer
 		var err error
-		var ticks int64
+		var ticks, faults int64
 		gwReq := func() error {
-			t0, err := cpuTicks(g.pid())
+			t0, f0, err := procStat(g.pid())
 			if err != nil {
 				return err
 			}
@@ -140,8 +141,8 @@ func (b *bench) runCase(ctx context.Context, sh shape, size int, mode string) (*
 			if err != nil {
 				return err
 			}
-			t1, err := cpuTicks(g.pid())
-			ticks = t1 - t0
+			t1, f1, err := procStat(g.pid())
+			ticks, faults = t1-t0, f1-f0
 			return err
 		}
 		if i%2 == 1 {
@@ -164,6 +165,7 @@ func (b *bench) runCase(ctx context.Context, sh shape, size int, mode string) (*
 		r.direct = append(r.direct, d.dur)
 		r.added = append(r.added, gwA.dur-d.dur)
 		r.cpuTicks += ticks
+		r.faults += faults
 		r.tokens[tokenStatus(gwA.tt)]++
 		r.sentBytes = max(r.sentBytes, atoiOr(ttField(gwA.tt, "sent_bytes")))
 		r.bodyBytes = len(body)

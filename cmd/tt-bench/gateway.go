@@ -199,26 +199,35 @@ func (g *gateway) pid() int { return g.cmd.Process.Pid }
 // cpuTicks returns utime+stime of the process (all its threads) in clock
 // ticks, from /proc/<pid>/stat.
 func cpuTicks(pid int) (int64, error) {
+	t, _, err := procStat(pid)
+	return t, err
+}
+
+// procStat returns utime+stime in clock ticks and the minor page faults of
+// the process, from /proc/<pid>/stat.
+func procStat(pid int) (ticks, minflt int64, err error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	// The command name (field 2) is in parentheses and may hold spaces.
 	i := bytes.LastIndexByte(data, ')')
 	if i < 0 {
-		return 0, errors.New("unexpected /proc/pid/stat")
+		return 0, 0, errors.New("unexpected /proc/pid/stat")
 	}
 	f := strings.Fields(string(data[i+1:]))
 	// fields after ")": state is f[0], so utime (field 14) is f[11], stime f[12].
 	if len(f) < 13 {
-		return 0, errors.New("short /proc/pid/stat")
+		return 0, 0, errors.New("short /proc/pid/stat")
 	}
+	// minflt (field 10) is f[7].
 	u, err1 := strconv.ParseInt(f[11], 10, 64)
 	s, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, errors.New("unexpected /proc/pid/stat fields")
+	m, err3 := strconv.ParseInt(f[7], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return 0, 0, errors.New("unexpected /proc/pid/stat fields")
 	}
-	return u + s, nil
+	return u + s, m, nil
 }
 
 // clockTick is USER_HZ: 100 on every Linux architecture Go supports.

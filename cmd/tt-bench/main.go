@@ -55,6 +55,7 @@ type options struct {
 	caddy, caddyfile string
 	formats          []shape
 	sizes            []int // bytes
+	warmSizes        []int // bytes; warm only
 	modes            []string
 	newConn          bool
 	n, coldN, firstN int
@@ -62,6 +63,7 @@ type options struct {
 	profile          string
 	profileSeconds   int
 	markdown         bool
+	keep             bool
 	seed             uint64
 	command          string // the command line, for the markdown header
 }
@@ -70,6 +72,7 @@ func main() {
 	var o options
 	formats := flag.String("formats", "chat,responses,anthropic", "request formats: chat, responses, anthropic")
 	sizes := flag.String("sizes", "1MB", "request sizes, e.g. 256KB,1MB,16MB (20 KB tool results each)")
+	warmSizes := flag.String("warm_sizes", "", "more sizes run warm only, e.g. 16MB (for the 16 MB ≤ 16× 1 MB target)")
 	modes := flag.String("modes", "warm,cold,first", "cases: warm, cold, first")
 	conn := flag.String("conn", "new", "new: a new connection per request; keep: kept-alive connections")
 	flag.StringVar(&o.caddy, "caddy", "", "the Caddy binary (default: go build ./cmd/caddy of this module into a temporary directory)")
@@ -80,10 +83,18 @@ func main() {
 	flag.IntVar(&o.warmup, "warmup", 20, "untimed pairs before the warm and cold cases")
 	flag.StringVar(&o.profile, "profile", "", "write profiles of every case into this directory (builds with -tags ttbench unless -caddy is given)")
 	flag.IntVar(&o.profileSeconds, "profile_seconds", 10, "seconds of CPU profile and trace per case")
+	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (Caddyfiles, Caddy logs with each request's read_ms, parse_ms, compile_ms, vaults) and print its path")
 	flag.BoolVar(&o.markdown, "markdown", false, "print a Markdown section (figures, targets) instead of text lines")
 	seed := flag.Uint64("seed", 0, "content seed (0: from the clock, so content is new to any earlier run)")
+	sinkProc := flag.Bool("sink_process", false, "run as the sink (internal: the command starts itself so)")
 	short := flag.Bool("short", false, "a few requests of every case at 256 KB (a check that the command works, not a measurement)")
 	flag.Parse()
+	if *sinkProc {
+		if err := serveSink(); err != nil {
+			fail(err)
+		}
+		return
+	}
 	o.command = "tt-bench " + strings.Join(os.Args[1:], " ")
 	if *short {
 		o.n, o.coldN, o.firstN, o.warmup = 4, 2, 1, 1
@@ -98,6 +109,11 @@ func main() {
 	var err error
 	if o.formats, o.sizes, o.modes, err = parseCases(*formats, *sizes, *modes); err != nil {
 		fail(err)
+	}
+	if *warmSizes != "" {
+		if _, o.warmSizes, _, err = parseCases(*formats, *warmSizes, "warm"); err != nil {
+			fail(err)
+		}
 	}
 	switch *conn {
 	case "new":
@@ -181,7 +197,11 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
+	if o.keep {
+		fmt.Fprintf(os.Stderr, "tt-bench: keeping %s\n", tmp)
+	} else {
+		defer os.RemoveAll(tmp)
+	}
 	if o.caddy == "" {
 		root, err := moduleRoot()
 		if err != nil {
@@ -210,7 +230,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 			return err
 		}
 	}
-	s, err := startSink()
+	s, err := startSinkProcess(ctx)
 	if err != nil {
 		return err
 	}
@@ -220,26 +240,41 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if o.markdown {
 		printMarkdownHeader(out, o)
 	}
+	type kase struct {
+		size int
+		sh   shape
+		mode string
+	}
+	var cases []kase
 	for _, size := range o.sizes {
 		for _, sh := range o.formats {
 			for _, mode := range o.modes {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-				res, err := b.runCase(ctx, sh, size, mode)
-				if err != nil {
-					return fmt.Errorf("%s %s %s: %w", sh.name, sizeName(size), mode, err)
-				}
-				if p := s.problems(); len(p) > 0 {
-					return fmt.Errorf("%s %s %s: the sink got wrong bodies: %s", sh.name, sizeName(size), mode, strings.Join(p, "; "))
-				}
-				results = append(results, res)
-				if o.markdown {
-					printMarkdownRow(out, res)
-				} else {
-					printText(out, res)
-				}
+				cases = append(cases, kase{size, sh, mode})
 			}
+		}
+	}
+	for _, size := range o.warmSizes {
+		for _, sh := range o.formats {
+			cases = append(cases, kase{size, sh, "warm"})
+		}
+	}
+	for _, c := range cases {
+		size, sh, mode := c.size, c.sh, c.mode
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		res, err := b.runCase(ctx, sh, size, mode)
+		if err != nil {
+			return fmt.Errorf("%s %s %s: %w", sh.name, sizeName(size), mode, err)
+		}
+		if p := s.problems(); len(p) > 0 {
+			return fmt.Errorf("%s %s %s: the sink got wrong bodies: %s", sh.name, sizeName(size), mode, strings.Join(p, "; "))
+		}
+		results = append(results, res)
+		if o.markdown {
+			printMarkdownRow(out, res)
+		} else {
+			printText(out, res)
 		}
 	}
 	if o.markdown {

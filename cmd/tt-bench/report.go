@@ -28,6 +28,14 @@ func (r *result) cpuMS() float64 {
 	return float64(r.cpuTicks) * 1000 / clockTick / float64(len(r.gw))
 }
 
+// faultsPerReq is Caddy's minor page faults per timed gateway request.
+func (r *result) faultsPerReq() float64 {
+	if len(r.gw) == 0 {
+		return 0
+	}
+	return float64(r.faults) / float64(len(r.gw))
+}
+
 func (r *result) tokenSummary() string {
 	keys := make([]string, 0, len(r.tokens))
 	for k := range r.tokens {
@@ -44,9 +52,9 @@ func (r *result) tokenSummary() string {
 func (r *result) name() string { return fmt.Sprintf("%s %s %s", r.format, r.size, r.mode) }
 
 func printText(w io.Writer, r *result) {
-	fmt.Fprintf(w, "%-22s conn=%s n=%d  added p50 %.2f  p99 %.2f  p999 %.2f ms  (gateway p50 %.2f, direct p50 %.2f ms)  caddy CPU %.2f ms/req  peak RSS %.1f MB  body %d -> %d bytes  tokens: %s  load %s\n",
+	fmt.Fprintf(w, "%-22s conn=%s n=%d  added p50 %.2f  p99 %.2f  p999 %.2f ms  (gateway p50 %.2f, direct p50 %.2f ms)  caddy CPU %.2f ms/req  %.0f faults/req  peak RSS %.1f MB  body %d -> %d bytes  tokens: %s  load %s\n",
 		r.name(), r.conn, len(r.added), q(r.added, 0.5), q(r.added, 0.99), q(r.added, 0.999),
-		q(r.gw, 0.5), q(r.direct, 0.5), r.cpuMS(), float64(r.peakKB)/1024, r.bodyBytes, r.sentBytes, r.tokenSummary(), r.load)
+		q(r.gw, 0.5), q(r.direct, 0.5), r.cpuMS(), r.faultsPerReq(), float64(r.peakKB)/1024, r.bodyBytes, r.sentBytes, r.tokenSummary(), r.load)
 }
 
 func machine() string {

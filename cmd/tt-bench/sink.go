@@ -1,12 +1,16 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -51,6 +55,76 @@ func startSink() (*sink, error) {
 
 func (s *sink) close() { _ = s.srv.Close() }
 
+// sinkProcess is the sink in a process of its own (this command run with
+// -sink_process), so that the direct path crosses from one process to
+// another as the gateway's does: a sink in the client's process answers
+// the direct request without the operating system scheduling another
+// process, which made the direct path faster than a provider could be and
+// the difference (what the gateway adds) larger than it is.
+type sinkProcess struct {
+	cmd  *exec.Cmd
+	addr string
+}
+
+func startSinkProcess(ctx context.Context) (*sinkProcess, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(exe, "-sink_process")
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe() // the sink exits when this closes (with this process)
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	_ = stdin
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("starting the sink: %v", err)
+	}
+	return &sinkProcess{cmd: cmd, addr: strings.TrimSpace(line)}, nil
+}
+
+func (p *sinkProcess) close() {
+	_ = p.cmd.Process.Kill()
+	_ = p.cmd.Wait()
+}
+
+func (p *sinkProcess) problems() []string {
+	resp, err := http.Get("http://" + p.addr + problemsPath)
+	if err != nil {
+		return []string{"asking the sink: " + err.Error()}
+	}
+	defer resp.Body.Close()
+	var out []string
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return []string{"asking the sink: " + err.Error()}
+	}
+	return out
+}
+
+// serveSink is the sink process: it prints its address and serves until
+// its standard input closes.
+func serveSink() error {
+	s, err := startSink()
+	if err != nil {
+		return err
+	}
+	fmt.Println(s.addr)
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	s.close()
+	return nil
+}
+
 func (s *sink) fail(format string, a ...any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -70,7 +144,15 @@ func (s *sink) problems() []string {
 // garbage collection in this process that a provider does not add.
 var bufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
+// problemsPath answers the sink's problems as a JSON list of strings.
+const problemsPath = "/_tt-bench/problems"
+
 func (s *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == problemsPath {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(s.problems())
+		return
+	}
 	s.requests.Add(1)
 	buf := bufs.Get().(*bytes.Buffer)
 	defer bufs.Put(buf)
