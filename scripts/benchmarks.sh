@@ -70,8 +70,9 @@ compaction on, the embedded vault), starts a loopback provider in a process of i
 whole and answers with a small JSON answer reporting usage; `TCP_NODELAY`), and sends generated agent
 requests from its own process. Every request through the gateway is paired with the same body sent straight
 to the provider, alternating which goes first; "added" is the difference per pair. Every answer is checked:
-the provider's answer came back, the gateway compiled the request with every delivered result as a
-receipt, and every body the provider read was JSON of its declared length.
+the provider's answer came back and every body the provider read was JSON of its declared length. A timed
+request the gateway forwarded uncompiled (failing open, e.g. past `compile_timeout` under load) is listed
+in the token column as "not compiled".
 
 ```
 http://127.0.0.1:PORT {

@@ -91,6 +91,7 @@ type result struct {
 	faults             int64 // Caddy's minor page faults during them
 	peakKB             int64 // VmHWM of the Caddy process (largest over its processes for first)
 	tokens             map[string]int
+	notCompiled        map[string]int // timed requests not compiled with every receipt, by decision
 	sentBytes          int
 	load               string
 	when               time.Time
@@ -114,7 +115,7 @@ func (b *bench) runCase(ctx context.Context, sh shape, size int, mode string) (*
 	// 50 results of 20 KB per MB, as the in-process benchmarks' 1 MB request.
 	results := max(1, (size*50+1<<19)>>20)
 	scale := func(n, least int) int { return max(min(n, least), n*(1<<20)/max(size, 1<<20)) }
-	r := &result{format: sh.name, size: sizeName(size), mode: mode, conn: "new", results: results, tokens: map[string]int{}}
+	r := &result{format: sh.name, size: sizeName(size), mode: mode, conn: "new", results: results, tokens: map[string]int{}, notCompiled: map[string]int{}}
 	if !b.o.newConn {
 		r.conn = "keep"
 	}
@@ -158,8 +159,15 @@ func (b *bench) runCase(ctx context.Context, sh shape, size int, mode string) (*
 				return err
 			}
 		}
-		if err := check(gwA, "timed request"); err != nil {
-			return err
+		// A request the gateway forwarded uncompiled (fail open: a compile
+		// past compile_timeout on a loaded machine) got the right answer;
+		// it is counted and reported, not an error.
+		if check(gwA, "timed request") != nil {
+			w, _, _ := strings.Cut(gwA.tt, ";")
+			if w == "" {
+				w = "no Token-Terminator header"
+			}
+			r.notCompiled[w]++
 		}
 		r.gw = append(r.gw, gwA.dur)
 		r.direct = append(r.direct, d.dur)
@@ -200,25 +208,29 @@ func (b *bench) runCase(ctx context.Context, sh shape, size int, mode string) (*
 	}
 	defer g.stop()
 	// Setup: a conversation vaulted and counted, until the tokenizer
-	// (built in the background at start) answers within the budget.
+	// (built in the background at start) answers within the budget. A
+	// first compile of a large body can pass the compile timeout on a
+	// loaded machine (the gateway then forwards the original): it is
+	// sent again, what it vaulted is kept.
 	prev, body := b.nextConversation(sh, results)
 	warmTenant := "sk-warm"
 	if _, err := b.cl.post(ctx, g.url, sh.path, "Bearer "+warmTenant, prev); err != nil {
 		return nil, err
 	}
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
 		a, err := b.cl.post(ctx, g.url, sh.path, "Bearer "+warmTenant, body)
 		if err != nil {
 			return nil, err
 		}
-		if err := check(a, "setup"); err != nil {
-			return nil, err
-		}
-		if ttField(a.tt, "tokens") != "budget" {
+		err = check(a, "setup")
+		if err == nil && ttField(a.tt, "tokens") != "budget" {
 			break
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("tokenizer not ready after a minute: %q", a.tt)
+			if err == nil {
+				err = fmt.Errorf("tokenizer not ready after two minutes: %q", a.tt)
+			}
+			return nil, err
 		}
 	}
 	n := scale(b.o.n, 20)
@@ -249,7 +261,7 @@ func (b *bench) runCase(ctx context.Context, sh shape, size int, mode string) (*
 			return nil, err
 		}
 	}
-	*r = result{format: r.format, size: r.size, mode: r.mode, conn: r.conn, results: r.results, tokens: map[string]int{}}
+	*r = result{format: r.format, size: r.size, mode: r.mode, conn: r.conn, results: r.results, tokens: map[string]int{}, notCompiled: map[string]int{}}
 	stopProfiles := b.startProfiles(g, r)
 	for i := 0; i < n; i++ {
 		tenant, body, err := step(i)

@@ -46,7 +46,19 @@ func (r *result) tokenSummary() string {
 	for _, k := range keys {
 		parts = append(parts, fmt.Sprintf("%s %d", k, r.tokens[k]))
 	}
+	for _, k := range sortedKeys(r.notCompiled) {
+		parts = append(parts, fmt.Sprintf("not compiled (%s) %d", k, r.notCompiled[k]))
+	}
 	return strings.Join(parts, ", ")
+}
+
+func sortedKeys(m map[string]int) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 func (r *result) name() string { return fmt.Sprintf("%s %s %s", r.format, r.size, r.mode) }
