@@ -102,7 +102,7 @@ func main() {
 		}
 		return
 	}
-	o.command = "tt-bench " + strings.Join(os.Args[1:], " ")
+	o.command = commandLine(os.Args[1:])
 	if *short {
 		o.n, o.coldN, o.firstN, o.warmup = 4, 2, 1, 1
 		if !flagSet("sizes") {
@@ -134,6 +134,24 @@ func main() {
 	if err := run(ctx, o, os.Stdout); err != nil {
 		fail(err)
 	}
+}
+
+// commandLine is the command as the Markdown header shows it: without the
+// binary's path, which names a temporary directory.
+func commandLine(args []string) string {
+	out := []string{"go run ./cmd/tt-bench"}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "-caddy" || a == "--caddy" {
+			i++
+			continue
+		}
+		if strings.HasPrefix(a, "-caddy=") || strings.HasPrefix(a, "--caddy=") {
+			continue
+		}
+		out = append(out, a)
+	}
+	return strings.Join(out, " ")
 }
 
 func flagSet(name string) bool {
