@@ -88,7 +88,7 @@ http://127.0.0.1:PORT {
   memo or cache entry helps that a first exposure of new content would not have; the request that
   delivered the results was sent first (untimed), so all 50 are counted, written, synced and read back.
 - **first**: the first counted request of a freshly started Caddy, sent as soon as its port answers (one
-  start per sample).
+  start per sample, each on the vault an untimed first start filled, as a restart or upgrade finds it).
 - Caddy CPU is utime+stime of the Caddy process (`/proc/<pid>/stat`) around each gateway request; peak RSS
   is its `VmHWM`. Added latency quantiles are nearest-rank: the p999 of fewer than 1,000 pairs is the largest.
 

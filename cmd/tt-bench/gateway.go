@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -97,9 +98,9 @@ func freePort() (int, error) {
 
 // startGateway writes the Caddyfile template with its placeholders
 // replaced into a new directory under tmp and starts bin on it, with its
-// data and config directories there too. It returns once the site
-// answers.
-func startGateway(ctx context.Context, bin, template, tmp, upstream string) (*gateway, error) {
+// data and config directories there too. The vault is vaultDir, or a new
+// one there when vaultDir is empty. It returns once the site answers.
+func startGateway(ctx context.Context, bin, template, tmp, upstream, vaultDir string) (*gateway, error) {
 	dir, err := os.MkdirTemp(tmp, "caddy-")
 	if err != nil {
 		return nil, err
@@ -123,7 +124,7 @@ func startGateway(ctx context.Context, bin, template, tmp, upstream string) (*ga
 		"$LISTEN", fmt.Sprintf("127.0.0.1:%d", port),
 		"$ADMIN", g.admin,
 		"$UPSTREAM", upstream,
-		"$VAULT", filepath.Join(dir, "vault"),
+		"$VAULT", cmp.Or(vaultDir, filepath.Join(dir, "vault")),
 		"$LOG", g.logPath,
 	).Replace(template)
 	cfgPath := filepath.Join(dir, "Caddyfile")

@@ -23,7 +23,8 @@
 //     delivered its results was sent untimed: all of them are counted,
 //     written, synced and read back.
 //   - first: the first counted request of a freshly started Caddy (a new
-//     process per sample), right after its port answers.
+//     process per sample, on the vault an untimed first start filled, as
+//     a restart finds it), right after its port answers.
 //
 // -conn new opens a new connection per request (as many SDK clients do
 // through a proxy); keep reuses kept-alive connections. Every answer is
