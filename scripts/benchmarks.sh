@@ -52,6 +52,12 @@ inproc() {
 			else if (name ~ /Compile1MBCold/) t = "≤ 20 ms"
 			else if (name ~ /CountWarm1MB/) t = "≤ 10 ms"
 			printf "| %s | %s | %s |\n", name, res, t
+		}
+		/^[ \t]*--- FAIL: Benchmark/ {
+			name = $3; sub(/-[0-9]+$/, "", name)
+			if (index(failed, name "/") == 1) { failed = name; next } # a parent of the row above
+			failed = name
+			printf "| %s | failed (run the command for its message) | |\n", name
 		}'
 }
 
