@@ -1,0 +1,371 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// client sends requests from this process, over a new connection each
+// time or over kept-alive ones.
+type client struct {
+	hc *http.Client
+}
+
+func newClient(newConn bool) *client {
+	tr := &http.Transport{
+		DisableCompression:  true,
+		DisableKeepAlives:   newConn,
+		MaxIdleConnsPerHost: 8,
+		IdleConnTimeout:     time.Minute,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+	}
+	return &client{hc: &http.Client{Transport: tr, Timeout: 2 * time.Minute}}
+}
+
+// answer is one request's outcome.
+type answer struct {
+	dur time.Duration
+	tt  string // the Token-Terminator header
+}
+
+// post sends body to url and reads the whole answer, which must be the
+// sink's answer for path.
+func (c *client) post(ctx context.Context, url, path, auth string, body []byte) (answer, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+path, bytes.NewReader(body))
+	if err != nil {
+		return answer{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", auth)
+	req.Header.Set("x-api-key", strings.TrimPrefix(auth, "Bearer "))
+	req.Header.Set("anthropic-version", "2023-06-01")
+	t0 := time.Now()
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return answer{}, err
+	}
+	data, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	d := time.Since(t0)
+	if err != nil {
+		return answer{}, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return answer{}, fmt.Errorf("POST %s: status %d", path, resp.StatusCode)
+	}
+	if err := checkAnswer(path, data); err != nil {
+		return answer{}, err
+	}
+	return answer{dur: d, tt: resp.Header.Get("Token-Terminator")}, nil
+}
+
+// ttField returns the value of key in a Token-Terminator header.
+func ttField(header, key string) string {
+	for _, part := range strings.Split(header, ";") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if ok && k == key {
+			return v
+		}
+	}
+	return ""
+}
+
+// result is one case's figures.
+type result struct {
+	format, size, mode string
+	conn               string
+	results            int // tool results per request (receipts expected)
+	bodyBytes          int
+	added, gw, direct  []time.Duration
+	cpuTicks           int64 // Caddy's CPU during the timed gateway requests
+	faults             int64 // Caddy's minor page faults during them
+	peakKB             int64 // VmHWM of the Caddy process (largest over its processes for first)
+	tokens             map[string]int
+	notCompiled        map[string]int // timed requests not compiled with every receipt, by decision
+	sentBytes          int
+	load               string
+	when               time.Time
+}
+
+type bench struct {
+	o        options
+	sink     *sinkProcess
+	template string
+	tmp      string
+	cl       *client
+	convs    int // conversations generated so far (each new content)
+}
+
+func (b *bench) nextConversation(sh shape, results int) (prev, body []byte) {
+	b.convs++
+	return conversation(sh, b.o.seed, b.convs, results)
+}
+
+func (b *bench) runCase(ctx context.Context, sh shape, size int, mode string) (*result, error) {
+	// 50 results of 20 KB per MB, as the in-process benchmarks' 1 MB request.
+	results := max(1, (size*50+1<<19)>>20)
+	scale := func(n, least int) int { return max(min(n, least), n*(1<<20)/max(size, 1<<20)) }
+	r := &result{format: sh.name, size: sizeName(size), mode: mode, conn: "new", results: results, tokens: map[string]int{}, notCompiled: map[string]int{}}
+	if !b.o.newConn {
+		r.conn = "keep"
+	}
+	direct := "http://" + b.sink.addr
+	want := strconv.Itoa(results)
+	check := func(a answer, what string) error {
+		if !strings.HasPrefix(a.tt, "accepted;") || ttField(a.tt, "receipts") != want {
+			return fmt.Errorf("%s: Token-Terminator %q, want accepted with receipts=%s", what, a.tt, want)
+		}
+		return nil
+	}
+	// pair times body through the gateway and straight to the sink, in
+	// the order i gives, and notes the figures.
+	pair := func(g *gateway, i int, tenant string, body []byte) error {
+		var d, gwA answer
+		var err error
+		var ticks, faults int64
+		gwReq := func() error {
+			t0, f0, err := procStat(g.pid())
+			if err != nil {
+				return err
+			}
+			gwA, err = b.cl.post(ctx, g.url, sh.path, "Bearer "+tenant, body)
+			if err != nil {
+				return err
+			}
+			t1, f1, err := procStat(g.pid())
+			ticks, faults = t1-t0, f1-f0
+			return err
+		}
+		if i%2 == 1 {
+			if d, err = b.cl.post(ctx, direct, sh.path, "Bearer direct", body); err != nil {
+				return err
+			}
+		}
+		if err := gwReq(); err != nil {
+			return err
+		}
+		if i%2 == 0 {
+			if d, err = b.cl.post(ctx, direct, sh.path, "Bearer direct", body); err != nil {
+				return err
+			}
+		}
+		// A request the gateway forwarded uncompiled (fail open: a compile
+		// past compile_timeout on a loaded machine) got the right answer;
+		// it is counted and reported, not an error.
+		if check(gwA, "timed request") != nil {
+			w, _, _ := strings.Cut(gwA.tt, ";")
+			if w == "" {
+				w = "no Token-Terminator header"
+			}
+			r.notCompiled[w]++
+		}
+		r.gw = append(r.gw, gwA.dur)
+		r.direct = append(r.direct, d.dur)
+		r.added = append(r.added, gwA.dur-d.dur)
+		r.cpuTicks += ticks
+		r.faults += faults
+		r.tokens[tokenStatus(gwA.tt)]++
+		r.sentBytes = max(r.sentBytes, atoiOr(ttField(gwA.tt, "sent_bytes")))
+		r.bodyBytes = len(body)
+		return nil
+	}
+
+	if mode == "first" {
+		// A gateway restarted on the vault it already had (as an
+		// operator's restart or upgrade is): one untimed start fills it
+		// with a conversation first, so the samples measure the start of
+		// the process, not the creation of the vault's files.
+		vaultDir, err := os.MkdirTemp(b.tmp, "vault-")
+		if err != nil {
+			return nil, err
+		}
+		g, err := startGateway(ctx, b.o.caddy, b.template, b.tmp, b.sink.addr, vaultDir)
+		if err != nil {
+			return nil, err
+		}
+		prev, body := b.nextConversation(sh, results)
+		_, err = b.cl.post(ctx, g.url, sh.path, "Bearer sk-first-setup", prev)
+		if err == nil {
+			_, err = b.cl.post(ctx, g.url, sh.path, "Bearer sk-first-setup", body)
+		}
+		g.stop()
+		if err != nil {
+			return nil, err
+		}
+		for i := 0; i < b.o.firstN; i++ {
+			prev, body := b.nextConversation(sh, results)
+			g, err := startGateway(ctx, b.o.caddy, b.template, b.tmp, b.sink.addr, vaultDir)
+			if err != nil {
+				return nil, err
+			}
+			tenant := fmt.Sprintf("sk-first-%d", i)
+			_, err = b.cl.post(ctx, g.url, sh.path, "Bearer "+tenant, prev)
+			if err == nil {
+				err = pair(g, i, tenant, body)
+			}
+			r.peakKB = max(r.peakKB, statusKB(g.pid(), "VmHWM"))
+			g.stop()
+			if err != nil {
+				return nil, fmt.Errorf("%w (caddy log: %s)", err, g.logPath)
+			}
+		}
+		r.finish()
+		return r, nil
+	}
+
+	g, err := startGateway(ctx, b.o.caddy, b.template, b.tmp, b.sink.addr, "")
+	if err != nil {
+		return nil, err
+	}
+	defer g.stop()
+	// Setup: a conversation vaulted and counted, until the tokenizer
+	// (built in the background at start) answers within the budget. A
+	// first compile of a large body can pass the compile timeout on a
+	// loaded machine (the gateway then forwards the original): it is
+	// sent again, what it vaulted is kept.
+	prev, body := b.nextConversation(sh, results)
+	warmTenant := "sk-warm"
+	if _, err := b.cl.post(ctx, g.url, sh.path, "Bearer "+warmTenant, prev); err != nil {
+		return nil, err
+	}
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		a, err := b.cl.post(ctx, g.url, sh.path, "Bearer "+warmTenant, body)
+		if err != nil {
+			return nil, err
+		}
+		err = check(a, "setup")
+		if err == nil && ttField(a.tt, "tokens") != "budget" {
+			break
+		}
+		if time.Now().After(deadline) {
+			if err == nil {
+				err = fmt.Errorf("tokenizer not ready after two minutes: %q", a.tt)
+			}
+			return nil, err
+		}
+	}
+	n := scale(b.o.n, 20)
+	warmup := b.o.warmup
+	if mode == "cold" {
+		n = scale(b.o.coldN, 5)
+		warmup = min(warmup, 3)
+	}
+	// step returns the tenant and body of timed request i (sending the
+	// untimed previous request of a cold conversation first).
+	step := func(i int) (string, []byte, error) {
+		if mode == "warm" {
+			return warmTenant, body, nil
+		}
+		tenant := fmt.Sprintf("sk-cold-%d", i)
+		prev, body := b.nextConversation(sh, results)
+		if _, err := b.cl.post(ctx, g.url, sh.path, "Bearer "+tenant, prev); err != nil {
+			return "", nil, err
+		}
+		return tenant, body, nil
+	}
+	for i := 0; i < warmup; i++ {
+		tenant, body, err := step(-1 - i)
+		if err != nil {
+			return nil, err
+		}
+		if err := pair(g, i, tenant, body); err != nil {
+			return nil, err
+		}
+	}
+	*r = result{format: r.format, size: r.size, mode: r.mode, conn: r.conn, results: r.results, tokens: map[string]int{}, notCompiled: map[string]int{}}
+	stopProfiles := b.startProfiles(g, r)
+	for i := 0; i < n; i++ {
+		tenant, body, err := step(i)
+		if err != nil {
+			return nil, err
+		}
+		if err := pair(g, i, tenant, body); err != nil {
+			return nil, err
+		}
+	}
+	if err := stopProfiles(); err != nil {
+		return nil, err
+	}
+	r.peakKB = statusKB(g.pid(), "VmHWM")
+	r.finish()
+	return r, nil
+}
+
+func (r *result) finish() {
+	r.when = time.Now().UTC()
+	if data, err := os.ReadFile("/proc/loadavg"); err == nil {
+		f := strings.Fields(string(data))
+		if len(f) >= 3 {
+			r.load = strings.Join(f[:3], " ")
+		}
+	}
+}
+
+// tokenStatus is the token gate's outcome in a Token-Terminator header:
+// exact when the counts are there without a qualifier.
+func tokenStatus(tt string) string {
+	if s := ttField(tt, "tokens"); s != "" {
+		return s
+	}
+	if ttField(tt, "raw_tokens") != "" {
+		return "exact"
+	}
+	return "absent"
+}
+
+func atoiOr(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
+}
+
+// startProfiles starts the CPU profile and the execution trace of the
+// timed requests and snapshots the allocation, mutex and block profiles;
+// the returned function waits for them and snapshots the three again.
+func (b *bench) startProfiles(g *gateway, r *result) func() error {
+	if b.o.profile == "" {
+		return func() error { return nil }
+	}
+	base := filepath.Join(b.o.profile, fmt.Sprintf("%s-%s-%s-%s", r.format, r.size, r.mode, r.conn))
+	snap := func(suffix string) error {
+		for _, p := range []string{"allocs", "mutex", "block"} {
+			if err := g.profile("/debug/pprof/"+p, base+"."+p+suffix+".pprof"); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := snap(".0"); err != nil {
+		return func() error { return err }
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	secs := b.o.profileSeconds
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		errs[0] = g.profile(fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), base+".cpu.pprof")
+	}()
+	go func() {
+		defer wg.Done()
+		errs[1] = g.profile(fmt.Sprintf("/debug/pprof/trace?seconds=%d", secs), base+".trace")
+	}()
+	return func() error {
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				return err
+			}
+		}
+		return snap(".1")
+	}
+}
