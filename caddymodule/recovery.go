@@ -60,11 +60,21 @@ func (h *Handler) compilerRecovery() compiler.Recovery {
 	return compilerRecovery(h.recovery.mode, h.recovery.cfg)
 }
 
-// apiTenant is the tenant of an API caller: its credential selects it
-// exactly as for provider requests.
+// apiTenant is the tenant of an API caller: its identity selects it
+// exactly as for provider requests, and only a verified tenant (one the
+// provider has accepted, and not refused since) is served. The API is
+// tenant-wide: the tenant's own credential (or configured identity) asks.
 func (h *Handler) apiTenant(r *http.Request) (string, bool) {
 	t := h.tenant(r, "")
-	return t, t != ""
+	if t == "" {
+		return "", false
+	}
+	if h.gate != nil {
+		if ok, _, _ := h.gate.check(r.Context(), t); !ok {
+			return "", false
+		}
+	}
+	return t, true
 }
 
 // serveRecoveryAPI serves requests under recovery_path and reports whether

@@ -64,6 +64,12 @@ const (
 	ReasonSlowBody Reason = "slow_body"
 	// ReasonBypass: the client asked for no compile (the bypass header).
 	ReasonBypass Reason = "bypass"
+	// ReasonUnverifiedTenant: the provider has not yet accepted a request
+	// of this tenant, so it gets no state; a 2xx answer verifies it.
+	ReasonUnverifiedTenant Reason = "unverified_tenant"
+	// ReasonTenantRate: the tenant is not verified and the gateway's cap
+	// on new tenants per minute was reached.
+	ReasonTenantRate Reason = "tenant_rate"
 )
 
 // Defaults of Options, applied by New to zero values. The gateway's
