@@ -59,8 +59,8 @@ type handlerState struct {
 	recovery *recoveryRuntime
 	// gate holds tenants to the vault's verified set (verified.go); nil
 	// only in tests that build a handler without provisioning it.
-	gate *tenantGate
-	prices   *cost.Config // the cost configuration, for pricing the provider's usage (ledger.go)
+	gate   *tenantGate
+	prices *cost.Config // the cost configuration, for pricing the provider's usage (ledger.go)
 }
 
 // compileFunc and tenantFunc are the handler's only dependencies on the
