@@ -227,7 +227,9 @@ func TestConfiguredTenantSeparatesUsers(t *testing.T) {
 		t.Fatalf("alice's conversation vaulted nothing (%q): the test proves nothing", r.TT)
 	}
 	id := "a_" + artifactID(turns[0].Output)
-	get := func(user, target string) response { return g.do(http.MethodGet, target, nil, 0, dummy, "X-User: "+user) }
+	get := func(user, target string) response {
+		return g.do(http.MethodGet, target, nil, 0, dummy, "X-User: "+user)
+	}
 	if r := get("alice", "/token-terminator/artifacts/"+id); r.Status != 200 {
 		t.Fatalf("alice reads her artifact: %d", r.Status)
 	}
