@@ -11,6 +11,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/vault"
 )
@@ -161,5 +162,108 @@ func TestNewTenantRate(t *testing.T) {
 	h.gate.now = func() time.Time { return minute.Add(70 * time.Second) }
 	if tt := send(t, h, "Bearer d", body, http.StatusOK); !strings.HasPrefix(tt, "passthrough=unverified_tenant;") {
 		t.Fatalf("next minute: %q", tt)
+	}
+}
+
+// Only verified tenants' requests reach the ledger, and its identifiers
+// are keyed: the conversation id is 128 bits of a keyed hash (the old
+// construction, an unkeyed hash over the printed tenant, is gone).
+func TestLedgerOnlyVerifiedKeyedIDs(t *testing.T) {
+	h, store := gatedHandler(t, nil)
+	body := dupBody()
+	send(t, h, "Bearer sk-new", body, http.StatusOK) // unverified: verifies, no record
+	r := newRequest(http.MethodPost, chatPath, bytes.NewReader(body))
+	r.Header.Del("Authorization")
+	serve(t, h, r) // no tenant: no record
+	if tt := send(t, h, "Bearer sk-new", body, http.StatusOK); !strings.HasPrefix(tt, "accepted;") {
+		t.Fatalf("verified: %q", tt)
+	}
+	h.ledger.flush(context.Background())
+	recs, err := store.(vault.Ledger).ReadLedger(context.Background(), vault.LedgerQuery{})
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("%d ledger records, want only the verified tenant's one (err %v)", len(recs), err)
+	}
+	rec := recs[0]
+	if rec.Tenant != h.tenants("Bearer sk-new") || rec.Reason != "" {
+		t.Fatalf("record %+v", rec)
+	}
+	c := rec.Conversation
+	if len(c) != 2+32 || !strings.HasPrefix(c, "c_") || strings.Trim(c[2:], "0123456789abcdef") != "" {
+		t.Fatalf("conversation id %q: want c_ and 32 hex digits", c)
+	}
+	// The same opening under another tenant key is another id.
+	other := &Handler{}
+	other.tenants = tenantHasher([]byte("another tenant key, 32 bytes ok"))
+	var opening compiler.Digest
+	opening[0] = 1
+	if a, b := h.conversationID(rec.Tenant, opening), other.conversationID(rec.Tenant, opening); a == b || a == "" {
+		t.Fatalf("conversation ids %q and %q do not depend on the key", a, b)
+	}
+}
+
+// The artifact API finds the tenant the request path finds: the provider's
+// header order per format on the request path, and on the API (which has
+// no format) a request whose credential headers disagree has no tenant.
+func TestCredentialHeadersAgree(t *testing.T) {
+	hdr := func(kv ...string) http.Header {
+		h := http.Header{}
+		for i := 0; i < len(kv); i += 2 {
+			h.Set(kv[i], kv[i+1])
+		}
+		return h
+	}
+	for _, c := range []struct {
+		h                    http.Header
+		chat, anthropic, api string
+	}{
+		{hdr("Authorization", "Bearer a"), "Bearer a", "Bearer a", "Bearer a"},
+		{hdr("X-Api-Key", "k"), "k", "k", "k"},
+		{hdr("Api-Key", "z"), "z", "", "z"},
+		{hdr("X-Api-Key", "k", "Authorization", "Bearer a"), "Bearer a", "k", ""},
+		{hdr("X-Api-Key", "same", "Authorization", "same"), "same", "same", "same"},
+		{hdr(), "", "", ""},
+	} {
+		if got := credential(c.h, "openai_chat"); got != c.chat {
+			t.Errorf("%v chat: %q, want %q", c.h, got, c.chat)
+		}
+		if got := credential(c.h, "anthropic_messages"); got != c.anthropic {
+			t.Errorf("%v anthropic: %q, want %q", c.h, got, c.anthropic)
+		}
+		api := credential(c.h, "")
+		if api != c.api {
+			t.Errorf("%v api: %q, want %q", c.h, api, c.api)
+		}
+		// Whatever the API finds, every format finds too.
+		if api != "" && (credential(c.h, "openai_chat") != api || credential(c.h, "anthropic_messages") != api && credential(c.h, "anthropic_messages") != "") {
+			t.Errorf("%v: the API's credential %q disagrees with a format's", c.h, api)
+		}
+	}
+}
+
+// A configured identity decides the tenant: the credential never
+// overrides it, and without the identity there is no tenant.
+func TestConfiguredIdentityDecides(t *testing.T) {
+	h := &Handler{Tenant: "{http.request.header.X-User}"}
+	h.tenants = tenantHasher([]byte("0123456789abcdef0123456789abcdef"))
+	req := func(user, cred string) *http.Request {
+		r := newRequest(http.MethodPost, chatPath, nil)
+		r.Header.Set("Authorization", cred)
+		if user != "" {
+			r.Header.Set("X-User", user)
+		}
+		return r
+	}
+	a, b := h.tenant(req("alice", "Bearer shared"), "openai_chat"), h.tenant(req("bob", "Bearer shared"), "openai_chat")
+	if a == "" || a == b {
+		t.Fatalf("alice %q, bob %q with a shared key", a, b)
+	}
+	if a2 := h.tenant(req("alice", "Bearer other"), "anthropic_messages"); a2 != a {
+		t.Fatal("the credential changed a configured identity's tenant")
+	}
+	if api := h.tenant(req("alice", "Bearer other"), ""); api != a {
+		t.Fatal("the API found another tenant than the request path")
+	}
+	if n := h.tenant(req("", "Bearer shared"), "openai_chat"); n != "" {
+		t.Fatalf("no identity but a credential: tenant %q, want none", n)
 	}
 }
