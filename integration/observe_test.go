@@ -1,9 +1,9 @@
 package integration
 
 import (
-	"crypto/hmac"
 	"bufio"
 	"bytes"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
