@@ -484,6 +484,13 @@ func (g *gateway) verifyHeaders(path string, h http.Header) {
 		g.t.Logf("verifying a credential: status %d", resp.StatusCode)
 		return
 	}
+	// A gateway whose vault is down (or past its new-tenant cap) verified
+	// nothing: the next request tries again.
+	for _, none := range []string{"vault_error", "no_tenant", "tenant_rate"} {
+		if strings.HasPrefix(resp.Header.Get(caddymodule.HeaderName), "passthrough="+none+";") {
+			return
+		}
+	}
 	if g.verified == nil {
 		g.verified = map[string]bool{}
 	}

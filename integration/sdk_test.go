@@ -390,5 +390,5 @@ process.stdout.write(JSON.stringify(out));
 // their first requests would be.
 func verifySDKKeys(g *gateway) {
 	g.verify("/v1/chat/completions", "Authorization: Bearer sk-test-openai")
-	g.verify("/v1/messages", "X-Api-Key: sk-test-ant")
+	g.verify("/v1/messages", "Authorization: Bearer sk-test-ant") // what this SDK sends
 }
