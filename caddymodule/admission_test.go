@@ -97,6 +97,7 @@ func TestCompileMemoryAdmitted(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.logger = zap.NewNop()
+	verifyCredential(t, h, "Bearer sk-memory")
 
 	one := largeBody(999, 8<<20)
 	old := debug.SetGCPercent(5)

@@ -28,9 +28,9 @@ func (h *Handler) bypassed(r *http.Request) bool {
 	return len(v) > 0 && strings.EqualFold(strings.TrimSpace(v[0]), bypassValue)
 }
 
-// minLabelPrefix is the shortest credential hash prefix a tenant label
-// may name (8 hex digits: 32 bits, no accidental matches in practice).
-const minLabelPrefix = 8
+// tenantIDLen is the length of a tenant id (hex digits of its keyed
+// hash), which a tenant label names whole.
+const tenantIDLen = 32
 
 // checkObserve validates the observability settings.
 func (h *Handler) checkObserve() error {
@@ -46,27 +46,22 @@ func (h *Handler) checkObserve() error {
 	if h.LedgerMaxBytes != nil && *h.LedgerMaxBytes < 1 {
 		return fmt.Errorf("ledger_max_bytes must be positive, got %d", *h.LedgerMaxBytes)
 	}
-	for p, name := range h.TenantLabels {
-		if len(p) < minLabelPrefix || strings.Trim(strings.ToLower(p), "0123456789abcdef") != "" {
-			return fmt.Errorf("tenant_label prefix must be at least %d hex digits of the credential's sha256, got %q", minLabelPrefix, p)
+	for id, name := range h.TenantLabels {
+		if len(id) != tenantIDLen || strings.Trim(id, "0123456789abcdef") != "" {
+			return fmt.Errorf("tenant_label must name a tenant id, the %d lower-case hex digits of the ledger's tenant field, got %q", tenantIDLen, id)
 		}
 		if name == "" {
-			return fmt.Errorf("tenant_label %s has an empty name", p)
-		}
-		for q := range h.TenantLabels {
-			if q != p && strings.HasPrefix(strings.ToLower(q), strings.ToLower(p)) {
-				return fmt.Errorf("tenant_label prefixes %q and %q overlap", p, q)
-			}
+			return fmt.Errorf("tenant_label %s has an empty name", id)
 		}
 	}
 	return nil
 }
 
-// unmarshalTenantLabel reads `tenant_label <prefix> <name>`.
+// unmarshalTenantLabel reads `tenant_label <tenant-id> <name>`.
 func (t *Handler) unmarshalTenantLabel(d *caddyfile.Dispenser) error {
 	args := d.RemainingArgs()
 	if len(args) != 2 {
-		return d.Errf("tenant_label takes a credential hash prefix and a name, got %d arguments", len(args))
+		return d.Errf("tenant_label takes a tenant id and a name, got %d arguments", len(args))
 	}
 	if t.TenantLabels == nil {
 		t.TenantLabels = map[string]string{}

@@ -34,6 +34,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    vault_max_bytes         <size>    # shorthand: vault badger { max_bytes <size> }
 //	    tenant_key              <key>     # e.g. {env.TT_TENANT_KEY}
 //	    tenant                  <placeholder>
+//	    max_new_tenants_per_minute <n>
 //	    min_artifact_chars      <n>
 //	    max_artifact_chars      <n>
 //	    inline_leases           <n>
@@ -64,7 +65,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    ledger_retention        <duration>
 //	    ledger_max_records      <n>
 //	    ledger_max_bytes        <size>
-//	    tenant_label            <credential-sha256-prefix> <name>   # repeatable
+//	    tenant_label            <tenant-id> <name>   # repeatable
 //	}
 //
 // Every subdirective but vault, cost_prices and tenant_label takes exactly one

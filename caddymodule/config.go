@@ -156,10 +156,14 @@ type Handler struct {
 	// the same tenants. Default: the vault backend's own persistent key.
 	TenantKey string `json:"tenant_key,omitempty"`
 
-	// Identity of a request that carries no provider credential, usually a
-	// placeholder set by an auth layer in front, e.g. {http.auth.user.id}.
-	// Without it, such requests get no cross-request state
-	// (passthrough=no_tenant).
+	// Identity that decides a request's tenant, usually a placeholder set
+	// by an auth layer in front, e.g. {http.auth.user.id}. When set, it
+	// alone decides (the credential never overrides it; a request whose
+	// identity is empty has no tenant, passthrough=no_tenant), on the
+	// request path and the artifact API alike. Default: the provider
+	// credential (the format's own header order). A warning is logged at
+	// start when it is taken from a value a client sets (a request header,
+	// cookie or query).
 	Tenant string `json:"tenant,omitempty"`
 
 	// Characters of the working-state block: an index of the artifacts a
@@ -191,11 +195,14 @@ type Handler struct {
 	// Default: 64MiB.
 	LedgerMaxBytes *int64 `json:"ledger_max_bytes,omitempty"`
 
-	// Operator names of tenants for the savings page and the ledger, by a
-	// prefix (at least 8 hex digits) of the SHA-256 of the credential
-	// without its "Bearer " scheme. The credential is never stored.
+	// Operator names of tenants for the savings page and the ledger, by
+	// tenant id: the 32 hex digits of the ledger's tenant field, a keyed
+	// hash under the tenant key (so a caller cannot grind a credential
+	// into another team's line). Only verified tenants are labelled.
 	TenantLabels map[string]string `json:"tenant_labels,omitempty"`
 
+	// Who becomes a tenant (tenant_config.go).
+	TenantSettings
 	// Recovery of vaulted content: the artifact API and the model's
 	// recovery tool (recovery_config.go).
 	RecoveryConfig
@@ -274,6 +281,7 @@ func (h *Handler) applyDefaults() {
 		h.BypassHeader = DefaultBypassHeader
 	}
 	h.applyRecoveryDefaults()
+	h.applyTenantDefaults()
 }
 
 // Validate checks the configuration. Unset fields are checked as their
@@ -363,6 +371,9 @@ func (h *Handler) check() error {
 		return err
 	}
 	if err := h.checkRecovery(); err != nil {
+		return err
+	}
+	if err := h.checkTenant(); err != nil {
 		return err
 	}
 	if _, err := h.costConfig(); err != nil {

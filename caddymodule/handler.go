@@ -57,7 +57,10 @@ type handlerState struct {
 	releases         []func()
 	// recovery is nil when recovery is off (recovery.go).
 	recovery *recoveryRuntime
-	prices   *cost.Config // the cost configuration, for pricing the provider's usage (ledger.go)
+	// gate holds tenants to the vault's verified set (verified.go); nil
+	// only in tests that build a handler without provisioning it.
+	gate   *tenantGate
+	prices *cost.Config // the cost configuration, for pricing the provider's usage (ledger.go)
 }
 
 // compileFunc and tenantFunc are the handler's only dependencies on the
@@ -131,6 +134,8 @@ func (h *Handler) provision(ctx caddy.Context, app *App) error {
 		}
 		h.tenants = tenantHasher(key)
 	}
+	h.gate = newTenantGate(ov.backend, *h.MaxNewTenantsPerMinute, h.logger)
+	h.warnClientIdentity()
 
 	tcfg := tokensConfig(h)
 	counter, release, err := app.counter(tcfg)
@@ -204,8 +209,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	ex := &exchange{start: time.Now(), rep: report{format: format, path: r.URL.Path, rawBytes: r.ContentLength, sentBytes: r.ContentLength}}
 	if h.bypassed(r) {
 		ex.rep.passthrough(compiler.ReasonBypass)
-		if h.tenants != nil {
-			ex.rep.tenant = h.tenant(r, format) // for the ledger's per-tenant figures
+		if h.tenants != nil && h.vaultErr == "" {
+			if t := h.tenant(r, format); t != "" {
+				// For the ledger's per-tenant figures: a verified tenant only.
+				if ok, _, _ := h.verifiedTenant(r, ex, t); ok {
+					ex.rep.tenant = t
+				}
+			}
 		}
 		return h.forward(w, r, next, ex)
 	}
@@ -226,6 +236,25 @@ type exchange struct {
 	observe  func(response.Usage)
 	observed bool        // observe was called
 	obs      observation // what metrics and the ledger note (ledger.go)
+	// The request's tenant as the verified set saw it (verified.go), for
+	// the provider's answer to settle; tenant is "" without one.
+	gate struct {
+		tenant   string
+		verified bool
+		reason   compiler.Reason
+	}
+}
+
+// verifiedTenant reports whether tenant may use vault state, and notes it
+// in ex for the answer to verify or revoke. Without a gate (a handler
+// built in a test without provisioning) every tenant may.
+func (h *Handler) verifiedTenant(r *http.Request, ex *exchange, tenant string) (bool, compiler.Reason, string) {
+	if h.gate == nil {
+		return true, "", ""
+	}
+	ok, reason, detail := h.gate.check(r.Context(), tenant)
+	ex.gate.tenant, ex.gate.verified, ex.gate.reason = tenant, ok, reason
+	return ok, reason, detail
 }
 
 // prepare reads the body, compiles it and sets what goes upstream. It
@@ -242,6 +271,15 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 	tenant := ""
 	if h.vaultErr == "" {
 		tenant = h.tenant(r, rep.format) // the tenant hasher exists only with a vault
+	}
+	// A tenant the provider has not accepted yet gets no state: its
+	// request is only forwarded, and the answer may verify it.
+	var unverified compiler.Reason
+	var unverifiedDetail string
+	if tenant != "" {
+		if ok, why, detail := h.verifiedTenant(r, ex, tenant); !ok {
+			tenant, unverified, unverifiedDetail = "", why, detail
+		}
 	}
 	buf, reason, reserved := h.readBody(r, ex, tenant != "")
 	release = reserved.release
@@ -264,6 +302,9 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 	}
 	if h.vaultErr != "" {
 		return passOn(compiler.ReasonVaultError, h.vaultErr)
+	}
+	if unverified != "" {
+		return passOn(unverified, unverifiedDetail)
 	}
 	if tenant == "" {
 		// No credential and no configured identity: no cross-request state.
@@ -327,7 +368,7 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 	}
 
 	rep.fromResult(res, int64(len(buf)), int64(len(out)), mode)
-	ex.obs.note(res, tenant)
+	ex.obs.note(res, h.conversationID(tenant, res.Conversation))
 	if res.Reason == compiler.ReasonInvalidOutput && h.stats != nil {
 		rep.invalidTotal = h.stats.InvalidOutputs.Add(1)
 	}

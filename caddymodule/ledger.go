@@ -3,11 +3,8 @@ package caddymodule
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -33,20 +30,14 @@ type observation struct {
 	accounted    bool               // counted and queued: a request is accounted once
 }
 
-// note keeps what the observation needs of a compile.
-func (ob *observation) note(res compiler.Result, tenant string) {
+// note keeps what the observation needs of a compile; conversation is
+// its keyed id (Handler.conversationID).
+func (ob *observation) note(res compiler.Result, conversation string) {
 	ob.family = modelFamily(res.Model)
 	ob.model = res.Model
 	ob.kinds = res.Kinds
 	ob.costRaw, ob.costSent = res.CostRaw, res.CostSent
-	if res.Conversation != (compiler.Digest{}) && tenant != "" {
-		// Keyed by the tenant (itself a keyed hash), so an id cannot be
-		// matched against a guessed prompt without the tenant key.
-		h := sha256.New()
-		h.Write([]byte("token-terminator conversation\x00" + tenant + "\x00"))
-		h.Write(res.Conversation[:])
-		ob.conversation = "c_" + hex.EncodeToString(h.Sum(nil)[:12])
-	}
+	ob.conversation = conversation
 }
 
 // Ledger defaults.
@@ -227,28 +218,14 @@ func (o *openVault) startLedger(lim vault.LedgerLimits, m *metrics, log *zap.Log
 	return o.ledger.Load()
 }
 
-// tenantLabel is the operator's name for the request's credential: the
-// label whose prefix the credential's SHA-256 (hex, without a "Bearer "
-// scheme) starts with. The credential itself is only hashed.
-func (h *Handler) tenantLabel(r *http.Request, format string) string {
-	if len(h.TenantLabels) == 0 {
+// tenantLabel is the operator's name for a tenant: the label configured
+// for its id (the ledger's tenant field, a keyed hash under the tenant
+// key), matched whole. Only a verified tenant has an id to match.
+func (h *Handler) tenantLabel(tenant string) string {
+	if tenant == "" || len(h.TenantLabels) == 0 {
 		return ""
 	}
-	c := credential(r.Header, format)
-	if c == "" {
-		return ""
-	}
-	if len(c) > 7 && strings.EqualFold(c[:7], "bearer ") {
-		c = c[7:]
-	}
-	sum := sha256.Sum256([]byte(c))
-	hx := hex.EncodeToString(sum[:])
-	for prefix, name := range h.TenantLabels {
-		if strings.HasPrefix(hx, strings.ToLower(prefix)) {
-			return name
-		}
-	}
-	return ""
+	return h.TenantLabels[tenant]
 }
 
 // account counts a finished candidate in the metrics and queues its
@@ -271,10 +248,13 @@ func (h *Handler) account(r *http.Request, ex *exchange) {
 	if ob.family == "" {
 		ob.family = "unknown"
 	}
-	ob.label = h.tenantLabel(r, ex.rep.format)
+	ob.label = h.tenantLabel(ex.rep.tenant)
 	ob.usage = h.usageFigures(&ex.rep, ob)
 	h.metrics.observe(&ex.rep, ob)
-	if h.ledger != nil {
+	// Only a verified tenant's requests are recorded: requests without a
+	// tenant or of one the provider has not accepted would let anyone push
+	// the history out with cheap requests.
+	if h.ledger != nil && ex.rep.tenant != "" {
 		h.ledger.add(ledgerRecord(&ex.rep, ob, ex.start))
 	}
 }

@@ -121,7 +121,7 @@ func isFailOpen(r compiler.Reason) bool {
 	switch r {
 	case "", compiler.ReasonOff, compiler.ReasonNotCandidate, compiler.ReasonNoSlots, compiler.ReasonNothingToDo,
 		compiler.ReasonNotSmaller, compiler.ReasonMoreTokens, compiler.ReasonNotCheaper,
-		compiler.ReasonProviderContextManagement, compiler.ReasonNoTenant, compiler.ReasonBypass:
+		compiler.ReasonProviderContextManagement, compiler.ReasonNoTenant, compiler.ReasonBypass, compiler.ReasonUnverifiedTenant:
 		return false
 	}
 	return true

@@ -131,7 +131,9 @@ func TestMetricsAfterSequence(t *testing.T) {
 		`{"prompt_tokens":400,"completion_tokens":9,"prompt_tokens_details":{"cached_tokens":256}}`,
 		`{"prompt_tokens":50,"completion_tokens":9}`,
 	}
-	h := observedHandler(t, fc, func(h *Handler) { h.TenantLabels = map[string]string{sha256Hex("sk-team-a")[:10]: "team-a"} })
+	h := observedHandler(t, fc, nil)
+	h.tenants = tenantHasher([]byte("0123456789abcdef0123456789abcdef"))
+	h.TenantLabels = map[string]string{h.tenants("Bearer sk-team-a"): "team-a"}
 	store, err := vault.Open(vault.Config{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -398,12 +400,13 @@ func TestObserveConfig(t *testing.T) {
 	}{
 		{"bypass_header X-No-TT", ""},
 		{"ledger_retention 720h\nledger_max_records 1000\nledger_max_bytes 8MiB", ""},
-		{"tenant_label 0123abcd acme\ntenant_label 89efabcd beta", ""},
-		{"tenant_label 0123 acme", "at least 8 hex digits"},
-		{"tenant_label 0123abcz acme", "at least 8 hex digits"},
-		{"tenant_label 0123abcd acme\ntenant_label 0123abcdef beta", "overlap"},
-		{"tenant_label 0123abcd", "takes a credential hash prefix and a name"},
-		{"tenant_label 0123abcd a\ntenant_label 0123abcd b", "duplicate tenant_label"},
+		{"tenant_label 0123456789abcdef0123456789abcdef acme\ntenant_label 89efabcd0123456789abcdef01234567 beta", ""},
+		{"tenant_label 0123abcd acme", "32 lower-case hex digits"}, // a 32-bit prefix could be ground
+		{"tenant_label 0123456789abcdef0123456789abcdef0 acme", "32 lower-case hex digits"},
+		{"tenant_label 0123456789abcdef0123456789abcdeZ acme", "32 lower-case hex digits"},
+		{"tenant_label 0123456789ABCDEF0123456789abcdef acme", "32 lower-case hex digits"},
+		{"tenant_label 0123abcd", "takes a tenant id and a name"},
+		{"tenant_label 0123456789abcdef0123456789abcdef a\ntenant_label 0123456789abcdef0123456789abcdef b", "duplicate tenant_label"},
 		{"ledger_retention -1h", "ledger_retention"},
 		{"ledger_max_records 0", "ledger_max_records"},
 		{"bypass_header X:Y", "bypass_header must be a header name"},
@@ -421,17 +424,23 @@ func TestObserveConfig(t *testing.T) {
 	}
 }
 
-// TestTenantLabel: a label matches by the credential's hash, with or
-// without a Bearer scheme.
+// TestTenantLabel: a label names a tenant id (the keyed hash under the
+// tenant key) whole; a credential whose unkeyed hash the operator might
+// have known matches nothing, and no prefix matches.
 func TestTenantLabel(t *testing.T) {
-	// sha256("sk-acme") = 6f4a… is computed, not hard-coded.
-	prefix := sha256Hex("sk-acme")[:10]
-	h := &Handler{TenantLabels: map[string]string{prefix: "acme"}}
-	for cred, want := range map[string]string{"Bearer sk-acme": "acme", "sk-acme": "acme", "Bearer sk-other": ""} {
-		r := httptest.NewRequest(http.MethodPost, chatPath, nil)
-		r.Header.Set("Authorization", cred)
-		if got := h.tenantLabel(r, "openai_chat"); got != want {
-			t.Errorf("%q: label %q, want %q", cred, got, want)
+	h := &Handler{}
+	h.tenants = tenantHasher([]byte("0123456789abcdef0123456789abcdef"))
+	id := h.tenants("Bearer sk-acme")
+	h.TenantLabels = map[string]string{id: "acme"}
+	for tenant, want := range map[string]string{
+		id:                           "acme",
+		h.tenants("Bearer sk-other"): "",
+		id[:31]:                      "",
+		sha256Hex("sk-acme")[:32]:    "",
+		"":                           "",
+	} {
+		if got := h.tenantLabel(tenant); got != want {
+			t.Errorf("tenant %q: label %q, want %q", tenant, got, want)
 		}
 	}
 }

@@ -60,11 +60,21 @@ func (h *Handler) compilerRecovery() compiler.Recovery {
 	return compilerRecovery(h.recovery.mode, h.recovery.cfg)
 }
 
-// apiTenant is the tenant of an API caller: its credential selects it
-// exactly as for provider requests.
+// apiTenant is the tenant of an API caller: its identity selects it
+// exactly as for provider requests, and only a verified tenant (one the
+// provider has accepted, and not refused since) is served. The API is
+// tenant-wide: the tenant's own credential (or configured identity) asks.
 func (h *Handler) apiTenant(r *http.Request) (string, bool) {
 	t := h.tenant(r, "")
-	return t, t != ""
+	if t == "" {
+		return "", false
+	}
+	if h.gate != nil {
+		if ok, _, _ := h.gate.check(r.Context(), t); !ok {
+			return "", false
+		}
+	}
+	return t, true
 }
 
 // serveRecoveryAPI serves requests under recovery_path and reports whether
@@ -97,6 +107,9 @@ type recoveryExchange struct {
 	body           []byte // the forwarded body (compiled, with the tool)
 	original       []byte // the client's body, sent unchanged if a round fails
 	recovered      func(...compiler.Digest)
+	// reachable is what the model may recover: what its conversation's
+	// forwarded requests named or carried (compiler.Result.Reachable).
+	reachable []compiler.Digest
 }
 
 // recoveryReport is the recovery part of the report.
@@ -147,7 +160,7 @@ func (h *Handler) noteRecovery(r *http.Request, ex *exchange, res compiler.Resul
 		return
 	}
 	rep.recovery.offered = true
-	ex.rec = &recoveryExchange{tenant: tenant, format: rep.format, body: out, original: original, recovered: res.Recovered}
+	ex.rec = &recoveryExchange{tenant: tenant, format: rep.format, body: out, original: original, recovered: res.Recovered, reachable: res.Reachable}
 	r.Header.Del("Accept-Encoding")
 }
 
@@ -163,7 +176,9 @@ const (
 // compressed or oversized body).
 func (h *Handler) serveRecovering(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, ex *exchange) error {
 	rx, rt := ex.rec, h.recovery
-	arts := &recordingArtifacts{Artifacts: rt.arts}
+	// The model reads only its own conversation's artifacts, never the
+	// rest of the tenant's: anything else answers as an unknown id.
+	arts := &recordingArtifacts{Artifacts: recovery.Within(rt.arts, rx.reachable)}
 	defer markRecovered(ex, arts)
 	c := &firstRound{w: w, header: http.Header{}, max: int(*h.MaxBodySize), cfg: rt.cfg, format: rx.format,
 		onStream: func() {

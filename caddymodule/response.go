@@ -83,6 +83,13 @@ func (h *Handler) finish(r *http.Request, ex *exchange, tap *responseTap, upstar
 	// only for a request it answered 2xx in full. An error status, a reset
 	// (next fails or aborts) or a client that left records nothing.
 	accepted := err == nil && tap.status >= 200 && tap.status < 300
+	if g := ex.gate; g.tenant != "" && h.gate != nil {
+		status := tap.status
+		if err != nil {
+			status = 0 // an answer that broke verifies nothing
+		}
+		h.gate.settle(g.tenant, g.verified, g.reason, status)
+	}
 	switch {
 	case rep.committed: // at the answer's last bytes, before the client got them
 	case accepted && ex.commit != nil:

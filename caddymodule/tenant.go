@@ -8,6 +8,8 @@ import (
 	"net/http"
 
 	"github.com/caddyserver/caddy/v2"
+
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
 )
 
 // Tenants are keyed hashes of the request's identity: HMAC-SHA-256 under
@@ -56,26 +58,29 @@ func (h *Handler) resolveTenantKey(ov *openVault) ([]byte, error) {
 	return []byte(v), nil
 }
 
-// tenant returns the request's tenant id, "" when it has no identity: the
-// credential the provider authenticates it by, else the operator's tenant
-// placeholder.
+// tenant returns the request's tenant id, "" when it has no identity.
+// With a configured tenant identity, that identity alone decides: a
+// credential never overrides it (clients behind an auth layer may all send
+// the same placeholder key), and a request whose identity is empty has no
+// tenant. Without one, the credential the provider authenticates the
+// request by decides.
 func (h *Handler) tenant(r *http.Request, format string) string {
+	if h.Tenant != "" {
+		repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+		if !ok {
+			return ""
+		}
+		v := repl.ReplaceAll(h.Tenant, "")
+		if v == "" {
+			return ""
+		}
+		// Prefixed so that a configured identity never equals a credential.
+		return h.tenants("tenant\x00" + v)
+	}
 	if c := credential(r.Header, format); c != "" {
 		return h.tenants(c)
 	}
-	if h.Tenant == "" {
-		return ""
-	}
-	repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	if !ok {
-		return ""
-	}
-	v := repl.ReplaceAll(h.Tenant, "")
-	if v == "" {
-		return ""
-	}
-	// Prefixed so that a configured identity never equals a credential.
-	return h.tenants("tenant\x00" + v)
+	return ""
 }
 
 // Credential headers in the order providers authenticate by. Api-Key is
@@ -88,8 +93,25 @@ var (
 
 // credential returns the request's API credential, the first of the
 // headers its format's provider uses. It is only ever handed to the keyed
-// hash.
+// hash. With no format (the artifact API, which serves every provider's
+// clients) a request whose credential headers disagree has none: the
+// formats' orders would pick different ones, and the API must find the
+// tenant the request path finds for the same headers, whatever the format.
 func credential(h http.Header, format string) string {
+	if format == "" {
+		c := ""
+		for _, k := range credentialHeaders {
+			v := h.Get(k)
+			switch {
+			case v == "":
+			case c == "":
+				c = v
+			case v != c:
+				return ""
+			}
+		}
+		return c
+	}
 	keys := credentialHeaders
 	if format == "anthropic_messages" {
 		keys = anthropicCredentialHeaders
@@ -100,6 +122,21 @@ func credential(h http.Header, format string) string {
 		}
 	}
 	return ""
+}
+
+// conversationID is the ledger's id of a conversation: a keyed hash under
+// the tenant key of the tenant and the conversation's opening, 128 bits,
+// so it confirms nothing about a guessed prompt without the key and
+// cannot be ground to equal another's.
+func (h *Handler) conversationID(tenant string, opening compiler.Digest) string {
+	if h.tenants == nil || tenant == "" || opening == (compiler.Digest{}) {
+		return ""
+	}
+	id := h.tenants("conversation\x00" + tenant + "\x00" + hex.EncodeToString(opening[:]))
+	if id == "" {
+		return ""
+	}
+	return "c_" + id
 }
 
 // session evaluates the session placeholder and hashes its value.

@@ -27,6 +27,7 @@ func TestRedisVaultMetrics(t *testing.T) {
 	out := compilertest.ToolOutput(5, 9000)
 	turn := compilertest.ChatTurn{Tool: "bash", Args: `{"command":"cat a"}`, Output: out}
 	body := compilertest.ChatBody("gpt-4o", []compilertest.ChatTurn{turn, turn}, "")
+	verifyCredential(t, h, "Bearer sk-default")
 	w, seen := serve(t, h, newRequest(http.MethodPost, chatPath, bytes.NewReader(body)))
 	if tt := w.Header().Get(HeaderName); !strings.HasPrefix(tt, "accepted") || len(seen.body) >= len(body) {
 		t.Fatalf("rewrite not accepted: %q", tt)

@@ -59,7 +59,10 @@ type Lineage struct {
 	Length int
 	// Exposures counts, per artifact, the forwarded requests along the
 	// ancestry that carried the artifact inline (cumulative, including the
-	// ancestor itself).
+	// ancestor itself). An artifact a forwarded request of the ancestry
+	// named in a receipt or folded turn but that none carried inline is
+	// present with count 0: the keys are what the conversation may
+	// recover (Result.Reachable).
 	Exposures map[Digest]int
 	// Cache is the ancestor's Record.Cache, returned as stored (nil when
 	// none was recorded).
@@ -74,7 +77,8 @@ type Record struct {
 	Parent    Digest
 	HasParent bool
 	// Exposures is cumulative: the ancestor's counts plus one for every
-	// artifact this request carried inline.
+	// artifact this request carried inline, and 0 for every artifact it
+	// named that has no count yet (Lineage.Exposures).
 	Exposures map[Digest]int
 	// Referenced lists artifacts this request named in receipts, so the Store
 	// can keep them alive (retention) while the conversation is active.
@@ -390,6 +394,13 @@ type Result struct {
 	// never delivered, so the next InlineLeases requests of the
 	// conversation carry them inline again. Nil when Commit is.
 	Recovered func(digests ...Digest)
+	// Reachable lists the artifacts the recovery tool may serve while the
+	// provider answers this request (set when RecoveryTool is): those a
+	// forwarded request of its conversation (its lineage, this request
+	// included) named in a receipt or a folded turn, or carried inline.
+	// This request's first, newest named first; then the lineage's others
+	// in digest order. Nothing else of the tenant is the model's to read.
+	Reachable []Digest
 }
 
 // ReceiptKinds counts a request's tool-result receipts by their cause.

@@ -1,11 +1,13 @@
 package compiler
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,6 +66,12 @@ const (
 	ReasonSlowBody Reason = "slow_body"
 	// ReasonBypass: the client asked for no compile (the bypass header).
 	ReasonBypass Reason = "bypass"
+	// ReasonUnverifiedTenant: the provider has not yet accepted a request
+	// of this tenant, so it gets no state; a 2xx answer verifies it.
+	ReasonUnverifiedTenant Reason = "unverified_tenant"
+	// ReasonTenantRate: the tenant is not verified and the gateway's cap
+	// on new tenants per minute was reached.
+	ReasonTenantRate Reason = "tenant_rate"
 )
 
 // Defaults of Options, applied by New to zero values. The gateway's
@@ -445,6 +453,9 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, trees *js
 		res.usageKey = usageKey(req.Scope, p.chain[len(p.chain)-1])
 	}
 	res.RecoveryTool = forwarded && p.tool.def != nil
+	if res.RecoveryTool {
+		res.Reachable = reachable(p)
+	}
 	res.ToolConflict = p.tool.conflict
 	res.Recovered = func(ds ...Digest) {
 		if p.recovered == nil {
@@ -772,13 +783,18 @@ func (c *Compiler) record(ctx context.Context, scope Scope, p *plan, forwarded b
 	}
 	if c.opts.ReinlineRecovered != ReinlineOff {
 		for dg := range p.recovered {
-			delete(exp, dg) // needed again: inline for the next InlineLeases requests
+			// Needed again: inline for the next InlineLeases requests. The
+			// count goes to 0, not away, so the conversation may still recover it.
+			exp[dg] = 0
 		}
 	}
 	var refs []Digest
 	if forwarded {
 		for _, a := range p.arts {
 			refs = append(refs, a.Digest)
+			if _, ok := exp[a.Digest]; !ok {
+				exp[a.Digest] = 0 // named, never inline: recoverable by this conversation
+			}
 		}
 	}
 	rec := Record{
@@ -796,6 +812,28 @@ func (c *Compiler) record(ctx context.Context, scope Scope, p *plan, forwarded b
 	tv := time.Now()
 	_ = c.store.Record(rctx, scope, rec)
 	return time.Since(tv)
+}
+
+// reachable is Result.Reachable of a forwarded plan: the artifacts its
+// receipts and folds name, newest first, then the rest of its lineage's
+// (named or carried inline by an earlier request) in digest order.
+func reachable(p *plan) []Digest {
+	out := make([]Digest, 0, len(p.arts)+len(p.lineage.Exposures))
+	seen := make(map[Digest]bool, cap(out))
+	for i := len(p.arts) - 1; i >= 0; i-- {
+		if d := p.arts[i].Digest; !seen[d] {
+			seen[d] = true
+			out = append(out, d)
+		}
+	}
+	rest := make([]Digest, 0, len(p.lineage.Exposures))
+	for d := range p.lineage.Exposures {
+		if !seen[d] {
+			rest = append(rest, d)
+		}
+	}
+	slices.SortFunc(rest, func(a, b Digest) int { return bytes.Compare(a[:], b[:]) })
+	return append(out, rest...)
 }
 
 func vaultReason(ctx context.Context, err error) Reason {

@@ -102,6 +102,9 @@ func newAgentProvider(t *testing.T, tasks []agentTask, d agentDialect) *agentPro
 	u := &upstream{}
 	p := &agentProvider{upstream: u}
 	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if answerVerification(w, r) {
+			return
+		}
 		body, err := io.ReadAll(r.Body)
 		answer := sideRequest
 		task, step, ok := d.next(body)

@@ -108,11 +108,14 @@ type agentClient struct {
 	// premise checks a scripted request the client sent has the shape the
 	// test is about (what real-clients.md describes).
 	premise func(body []byte) error
+	// verify is the path and credential header of the client's requests,
+	// which the provider accepts once before the session (gateway.verify).
+	verify [2]string
 }
 
 var agentClients = []agentClient{
-	{name: "ClaudeCode", dialect: func(w string) agentDialect { return claudeDialect{workdir: w} }, run: runClaudeCode, premise: claudePremise},
-	{name: "Codex", dialect: func(string) agentDialect { return codexDialect{} }, run: runCodex, premise: codexPremise},
+	{name: "ClaudeCode", dialect: func(w string) agentDialect { return claudeDialect{workdir: w} }, run: runClaudeCode, premise: claudePremise, verify: [2]string{"/v1/messages", "X-Api-Key: sk-ant-test-agents"}},
+	{name: "Codex", dialect: func(string) agentDialect { return codexDialect{} }, run: runCodex, premise: codexPremise, verify: [2]string{"/v1/responses", "Authorization: Bearer sk-test-agents-codex"}},
 }
 
 // TestAgentCLIs drives the real Claude Code and Codex CLIs over a ten-turn
@@ -173,6 +176,7 @@ func testAgentClient(ctx context.Context, t *testing.T, c agentClient, bin strin
 	writeAgentFiles(t, gwDir)
 	prov := newAgentProvider(t, agentTasks, c.dialect(gwDir))
 	g := startGateway(t, defaultSnippet, prov.upstream)
+	g.verify(c.verify[0], c.verify[1])
 	tp := newTap(t, g.URL)
 	got := driveAgent(ctx, t, c, bin, tp.URL, gwDir, prov)
 

@@ -253,7 +253,7 @@ func checkRenderedPage(t *testing.T, dom string, ct clientTotals, what string) {
 			t.Errorf("decision %s ×%d not in the table", d, n)
 		}
 	}
-	if !regexp.MustCompile(`<table id="conversations">.*?<code>c_[0-9a-f]{24}</code>`).MatchString(strings.ReplaceAll(dom, "\n", " ")) {
+	if !regexp.MustCompile(`<table id="conversations">.*?<code>c_[0-9a-f]{32}</code>`).MatchString(strings.ReplaceAll(dom, "\n", " ")) {
 		t.Error("no conversation listed")
 	}
 	if !strings.Contains(dom, `data-artifacts="`) || strings.Contains(dom, `data-artifacts=""`) {

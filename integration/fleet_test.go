@@ -54,7 +54,8 @@ func startFleet(t *testing.T, up *upstream, sites ...fleetSite) []*gateway {
 	gs := []*gateway{first}
 	cfg := gatewayConfig(first.port, first.LogFile, sites[0].snippet(), up.addr(), "")
 	for _, s := range sites[1:] {
-		g := *first
+		// Its own verified credentials: a site may have its own vault.
+		g := gateway{t: first.t, VaultDir: first.VaultDir, LogFile: first.LogFile, client: first.client}
 		g.port = freePort(t)
 		g.URL = fmt.Sprintf("http://127.0.0.1:%d", g.port)
 		gs = append(gs, &g)

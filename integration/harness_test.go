@@ -87,6 +87,9 @@ func newUpstream(t testing.TB) *upstream {
 	t.Helper()
 	u := &upstream{}
 	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if answerVerification(w, r) {
+			return
+		}
 		var body []byte
 		var err error
 		if u.onBody != nil {
@@ -114,6 +117,23 @@ func newUpstream(t testing.TB) *upstream {
 	}))
 	t.Cleanup(u.Close)
 	return u
+}
+
+// verifyHeader marks the request a harness sends to have the provider
+// accept a credential once (gateway.verify): the fake provider answers it
+// 200 without recording it, as a real provider answers a valid key.
+const verifyHeader = "X-Harness-Verify"
+
+// answerVerification answers a verification request; false for others.
+func answerVerification(w http.ResponseWriter, r *http.Request) bool {
+	if r.Header.Get(verifyHeader) == "" {
+		return false
+	}
+	_, _ = io.Copy(io.Discard, r.Body)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	io.WriteString(w, `{"id":"verify"}`)
+	return true
 }
 
 // statusFor answers request n with status code, when it is not 0.
@@ -176,6 +196,11 @@ type gateway struct {
 	VaultDir string
 	LogFile  string
 	client   *http.Client
+	// noVerify turns off the credential verification try does before a
+	// credential's first candidate (tests of unverified credentials).
+	noVerify bool
+	verifyMu sync.Mutex
+	verified map[string]bool // credentials verified through this gateway
 	// reloaded is set by reload: for a moment after caddy.Load the shared
 	// listener may still hand a new connection to the server being shut
 	// down, which resets it. The next post may retry once on such an error;
@@ -382,6 +407,9 @@ func (g *gateway) try(method, path string, body io.Reader, contentLength int64, 
 	if !hasCredentialHeader(req.Header) {
 		req.Header.Set("Authorization", defaultCredential)
 	}
+	if method == http.MethodPost && isCandidate(path) && !g.noVerify {
+		g.verifyHeaders(path, req.Header)
+	}
 	resp, err := g.client.Do(req)
 	if err != nil {
 		return response{}, err
@@ -392,6 +420,91 @@ func (g *gateway) try(method, path string, body io.Reader, contentLength int64, 
 		return response{}, err
 	}
 	return response{Status: resp.StatusCode, Header: resp.Header, Body: rb, TT: resp.Header.Get(caddymodule.HeaderName)}, nil
+}
+
+// verify has the provider accept the credential of headers ("Key: value"
+// pairs; the default credential when they name none) once through the
+// gateway, as a client's first request would: the gateway gives a tenant
+// vault state only once the provider has answered one of its requests
+// with a 2xx. Tests whose requests do not go through post (SDKs, agent
+// CLIs, the browser) call it before their first request.
+func (g *gateway) verify(path string, headers ...string) {
+	g.t.Helper()
+	h := http.Header{}
+	for _, kv := range headers {
+		k, v, ok := strings.Cut(kv, ":")
+		if !ok {
+			g.t.Fatalf("bad header %q", kv)
+		}
+		h.Set(strings.TrimSpace(k), strings.TrimSpace(v))
+	}
+	if !hasCredentialHeader(h) {
+		h.Set("Authorization", defaultCredential)
+	}
+	g.verifyHeaders(path, h)
+}
+
+// verifyHeaders sends the verification request of h to path unless this
+// gateway verified the same identity headers before. The provider answers
+// it 200 without recording it (verifyHeader); its log line has
+// passthrough=unverified_tenant.
+func (g *gateway) verifyHeaders(path string, h http.Header) {
+	g.t.Helper()
+	var key strings.Builder
+	if f, _ := compiler.FormatFor(http.MethodPost, path); f == "anthropic_messages" {
+		key.WriteString("anthropic") // x-api-key first: maybe another tenant
+	}
+	for _, k := range []string{"Authorization", "X-Api-Key", "X-Goog-Api-Key", "Api-Key", "X-User"} {
+		key.WriteString("\x00" + h.Get(k))
+	}
+	// One verification per identity at a time: concurrent clients of the
+	// same credential wait for it.
+	g.verifyMu.Lock()
+	defer g.verifyMu.Unlock()
+	if g.verified[key.String()] {
+		return
+	}
+	req, err := http.NewRequest(http.MethodPost, g.URL+path, bytes.NewReader(verifyBody))
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	req.Header = h.Clone()
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(verifyHeader, "1")
+	resp, err := g.client.Do(req)
+	if err != nil {
+		// A gateway being reloaded or killed: the request that follows
+		// meets the same fate, and the next one verifies again.
+		g.t.Logf("verifying a credential: %v", err)
+		return
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		g.t.Logf("verifying a credential: status %d", resp.StatusCode)
+		return
+	}
+	// A gateway whose vault is down (or past its new-tenant cap) verified
+	// nothing: the next request tries again.
+	for _, none := range []string{"vault_error", "no_tenant", "tenant_rate"} {
+		if strings.HasPrefix(resp.Header.Get(caddymodule.HeaderName), "passthrough="+none+";") {
+			return
+		}
+	}
+	if g.verified == nil {
+		g.verified = map[string]bool{}
+	}
+	g.verified[key.String()] = true
+}
+
+// verifyBody is the body of a verification request.
+var verifyBody = []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"verify"}]}`)
+
+// isVerification reports whether a log line is a verification request's
+// (gateway.verify): not one of the test's own requests.
+func isVerification(line string) bool {
+	return strings.Contains(line, `"reason":"unverified_tenant"`) &&
+		strings.Contains(line, fmt.Sprintf(`"raw_bytes":%d,`, len(verifyBody)))
 }
 
 // defaultCredential is sent by every request that names no credential
@@ -409,7 +522,8 @@ func hasCredentialHeader(h http.Header) bool {
 	return false
 }
 
-// logLines returns the token_terminator log lines written so far.
+// logLines returns the token_terminator log lines written so far, but
+// those of the harness's own verification requests (gateway.verify).
 func (g *gateway) logLines() []string {
 	g.t.Helper()
 	data, err := os.ReadFile(g.LogFile)
@@ -418,7 +532,7 @@ func (g *gateway) logLines() []string {
 	}
 	var lines []string
 	for _, l := range strings.Split(string(data), "\n") {
-		if strings.Contains(l, `"logger":"http.handlers.token_terminator"`) {
+		if strings.Contains(l, `"logger":"http.handlers.token_terminator"`) && !isVerification(l) {
 			lines = append(lines, l)
 		}
 	}

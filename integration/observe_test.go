@@ -3,6 +3,7 @@ package integration
 import (
 	"bufio"
 	"bytes"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -178,6 +179,11 @@ type clientTotals struct {
 	judged                                     int
 	costRaw, costSent, horizonRaw, horizonSent int64
 	actualJudged                               float64 // the stats' provider-billed figure, for the page
+	// The credentials' verification requests (gateway.verify) sent first:
+	// candidates that passed through (unverified_tenant), uncompiled and
+	// without a ledger record, and their bytes.
+	verifications int
+	verifyBytes   int64
 }
 
 func (c *clientTotals) add(t testing.TB, r response) {
@@ -264,6 +270,13 @@ const (
 func knownSequence(t *testing.T, o *observed, tag string) clientTotals {
 	t.Helper()
 	var ct clientTotals
+	// Both credentials are verified first, as their first requests would
+	// be: the provider accepts one request of each.
+	for _, c := range []string{"Authorization: Bearer sk-observe-A", "Authorization: Bearer sk-observe-B"} {
+		o.verify(chatPath, c)
+		ct.verifications++
+		ct.verifyBytes += int64(len(verifyBody))
+	}
 	out := bigOutput("observe-"+tag, 12000)
 	step1, step2 := agentRun("List the repo "+tag+".", out)
 	r := o.post(chatPath, step1, "Authorization: Bearer sk-observe-A")
@@ -318,11 +331,12 @@ func TestObserve_MetricsAfterKnownSequence(t *testing.T) {
 		got  float64
 		want float64
 	}{
-		{"candidates", sum(m, "token_terminator_candidate_requests_total", chat), float64(ct.requests)},
+		{"candidates", sum(m, "token_terminator_candidate_requests_total", chat), float64(ct.requests + ct.verifications)},
+		{"unverified", sum(m, "token_terminator_candidate_requests_total", map[string]string{"reason": "unverified_tenant"}), float64(ct.verifications)},
 		{"accepted gpt-4o", sum(m, "token_terminator_candidate_requests_total", map[string]string{"decision": "accepted", "model": "gpt-4o"}), 2},
 		{"bypass", sum(m, "token_terminator_candidate_requests_total", map[string]string{"reason": "bypass"}), 1},
-		{"bytes raw", sum(m, "token_terminator_bytes_total", map[string]string{"kind": "raw"}), float64(ct.raw)},
-		{"bytes sent", sum(m, "token_terminator_bytes_total", map[string]string{"kind": "sent"}), float64(ct.sent)},
+		{"bytes raw", sum(m, "token_terminator_bytes_total", map[string]string{"kind": "raw"}), float64(ct.raw + ct.verifyBytes)},
+		{"bytes sent", sum(m, "token_terminator_bytes_total", map[string]string{"kind": "sent"}), float64(ct.sent + ct.verifyBytes)},
 		{"bytes saved", sum(m, "token_terminator_bytes_total", map[string]string{"kind": "saved"}), float64(ct.saved)},
 		{"tokens saved", sum(m, "token_terminator_tokens_total", map[string]string{"kind": "saved"}), float64(ct.savedToks)},
 		{"lease receipts", sum(m, "token_terminator_receipts_total", map[string]string{"kind": "lease"}), 1},
@@ -404,11 +418,11 @@ func TestObserve_MetricsAfterKnownSequence(t *testing.T) {
 	// A reload keeps the counters (the same collectors on the new
 	// config's registry), and they go on counting.
 	o.loadWithAdmin(defaultSnippet + "\n")
-	r := o.post(chatPath, []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"again"}]}`))
+	r := o.post(chatPath, []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"again"}]}`), "Authorization: Bearer sk-observe-A")
 	expectPassthroughHeader(t, chatPath, r, "")
 	m = o.scrape()
-	if got := sum(m, "token_terminator_candidate_requests_total", nil); got != float64(ct.requests+1) {
-		t.Errorf("after reload: %v candidates, want %d", got, ct.requests+1)
+	if got, want := sum(m, "token_terminator_candidate_requests_total", nil), ct.requests+ct.verifications+1; got != float64(want) {
+		t.Errorf("after reload: %v candidates, want %d", got, want)
 	}
 }
 
@@ -420,7 +434,8 @@ func TestObserve_LedgerAndStats(t *testing.T) {
 	o := startObserved(t, `
 	token_terminator {
 		vault_dir $VAULT
-		tenant_label `+sha256Prefix("sk-observe-A")+` team-a
+		tenant_key `+observeTenantKey+`
+		tenant_label `+tenantID(observeTenantKey, "Bearer sk-observe-A")+` team-a
 	}
 	reverse_proxy $UPSTREAM
 `, up)
@@ -535,9 +550,14 @@ func TestObserve_LedgerAndStats(t *testing.T) {
 	}
 }
 
-// sha256Prefix is the tenant_label prefix of a credential: the first 12
-// hex digits of its SHA-256.
-func sha256Prefix(credential string) string {
-	sum := sha256.Sum256([]byte(credential))
-	return hex.EncodeToString(sum[:])[:12]
+// observeTenantKey is the tenant key of the ledger test, so that it can
+// name a tenant id in tenant_label.
+const observeTenantKey = "observe-tenant-key-0123456789abcdef"
+
+// tenantID is the tenant id of a credential under key: what the ledger
+// records and tenant_label names (HMAC-SHA-256, 32 hex digits).
+func tenantID(key, credential string) string {
+	m := hmac.New(sha256.New, []byte(key))
+	m.Write([]byte(credential))
+	return hex.EncodeToString(m.Sum(nil))[:32]
 }

@@ -121,6 +121,11 @@ func testCLIRecovering(t *testing.T, c recoveringCLI, bin string) {
 	d := &recoveringModel{agentDialect: c.dialect(dir), format: c.format, pages: 2}
 	prov := newAgentProvider(t, recoveryCLITasks, d)
 	g := startGateway(t, defaultSnippet, prov.upstream)
+	path := "/v1/responses"
+	if c.format == provider.FormatAnthropic {
+		path = "/v1/messages"
+	}
+	g.verify(path, c.credential) // the provider accepted this key before
 	tp := newTap(t, g.URL)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()

@@ -471,6 +471,7 @@ func TestRecoveryAPIThroughCaddy(t *testing.T) {
 	if r.Status != 200 || json.Unmarshal(r.Body, &page) != nil || page.Content != string([]rune(turns[0].Output)[100:150]) {
 		t.Fatalf("page: %d %.300s", r.Status, r.Body)
 	}
+	g.verify(c.path, "Authorization: Bearer sk-api-other") // another verified tenant of the gateway
 	other := get("/token-terminator/artifacts/"+id, "Bearer sk-api-other")
 	unknown := get("/token-terminator/artifacts/a_00000000000000000000000000000000", "Bearer sk-api-owner")
 	bad := get("/token-terminator/artifacts/../../etc", "Bearer sk-api-owner")

@@ -42,6 +42,7 @@ func TestOfficialSDKs(t *testing.T) {
 
 	prov := newFakeProvider(t)
 	g := startGateway(t, corpusSnippet, prov.upstream)
+	verifySDKKeys(g)
 
 	// Bodies with one tool output delivered twice (same request).
 	out := compilertest.ToolOutput(900, 12000)
@@ -128,6 +129,9 @@ func newFakeProvider(t *testing.T) *fakeProvider {
 	u := &upstream{}
 	p := &fakeProvider{u}
 	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if answerVerification(w, r) {
+			return
+		}
 		body, err := io.ReadAll(r.Body)
 		u.mu.Lock()
 		u.reqs = append(u.reqs, received{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body, ContentLength: r.ContentLength})
@@ -295,6 +299,7 @@ func TestOfficialSDKsRecoveryRound(t *testing.T) {
 	modules := installSDKs(t)
 	prov := newRecoveryProvider(t)
 	g := startGateway(t, corpusSnippet, prov.up)
+	verifySDKKeys(g)
 
 	out := compilertest.ToolOutput(910, 12000)
 	dup := []compilertest.ChatTurn{
@@ -416,3 +421,10 @@ out.messages_stream = texts(await anthropic.messages.stream(bodies.messages).fin
 
 process.stdout.write(JSON.stringify(out));
 `
+
+// verifySDKKeys has the provider accept the SDK scripts' keys once, as
+// their first requests would be.
+func verifySDKKeys(g *gateway) {
+	g.verify("/v1/chat/completions", "Authorization: Bearer sk-test-openai")
+	g.verify("/v1/messages", "Authorization: Bearer sk-test-ant") // what this SDK sends
+}

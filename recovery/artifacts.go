@@ -67,3 +67,82 @@ func (c Config) WithDefaults() Config {
 	}
 	return c
 }
+
+// maxWithinScanBytes bounds the artifact text one search of Within reads.
+const maxWithinScanBytes = 64 << 20
+
+// Within returns arts restricted to the artifacts of reachable: any other
+// id is not found, exactly as an unknown one, and Search looks only at
+// them, in reachable's order (the first reachable.Search hits first). It
+// is what the model's recovery tool reads: the artifacts its own
+// conversation's forwarded requests named or carried
+// (compiler.Result.Reachable), never the rest of the tenant. A search
+// reads at most maxWithinScanBytes of text.
+func Within(arts Artifacts, reachable []compiler.Digest) Artifacts {
+	w := &within{arts: arts, ids: make(map[string]compiler.Digest, len(reachable)), order: make([]compiler.Digest, 0, len(reachable))}
+	for _, d := range reachable {
+		id := compiler.ArtifactID(d)
+		if _, dup := w.ids[id]; !dup {
+			w.ids[id] = d
+			w.order = append(w.order, d)
+		}
+	}
+	return w
+}
+
+type within struct {
+	arts  Artifacts
+	ids   map[string]compiler.Digest // public id -> digest
+	order []compiler.Digest
+}
+
+func (w *within) has(d compiler.Digest) bool {
+	got, ok := w.ids[compiler.ArtifactID(d)]
+	return ok && got == d
+}
+
+func (w *within) Get(ctx context.Context, tenant string, d compiler.Digest) (compiler.Artifact, bool, error) {
+	if !w.has(d) {
+		return compiler.Artifact{}, false, nil
+	}
+	return w.arts.Get(ctx, tenant, d)
+}
+
+func (w *within) Resolve(ctx context.Context, tenant, id string) (compiler.Digest, bool, error) {
+	d, ok := w.ids[id]
+	if !ok {
+		return compiler.Digest{}, false, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return compiler.Digest{}, false, err
+	}
+	return d, true, nil
+}
+
+// Search matches query as the vault does: the tool name or the text
+// contains it, ignoring case; an empty query matches every artifact.
+func (w *within) Search(ctx context.Context, tenant, query string, limit int) ([]compiler.Artifact, error) {
+	q := strings.ToLower(query)
+	var out []compiler.Artifact
+	scanned := 0
+	for _, d := range w.order {
+		if len(out) >= limit || scanned >= maxWithinScanBytes {
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		a, ok, err := w.arts.Get(ctx, tenant, d)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue // evicted
+		}
+		scanned += len(a.Text)
+		if q == "" || strings.Contains(strings.ToLower(a.Tool), q) || strings.Contains(strings.ToLower(a.Text), q) {
+			out = append(out, compiler.Artifact{Digest: d, Tool: a.Tool, Chars: a.Chars})
+		}
+	}
+	return out, nil
+}

@@ -21,6 +21,20 @@ type Backend interface {
 	// share the key, so they compute the same tenants; an operator's
 	// tenant_key setting overrides it.
 	TenantKey(ctx context.Context) ([]byte, error)
+	// VerifyTenant records that the provider answered one of tenant's
+	// requests with a 2xx, so tenant may hold state. The verified set is
+	// persistent and shared by every gateway on the backend. A tenant
+	// already verified is refreshed and true is returned; a new one is
+	// added only while fewer than maxNew tenants were added in the current
+	// minute (maxNew <= 0: no cap), else false. A record lives Retention
+	// after its last verification.
+	VerifyTenant(ctx context.Context, tenant string, maxNew int) (bool, error)
+	// TenantVerified reports whether tenant is in the verified set.
+	TenantVerified(ctx context.Context, tenant string) (bool, error)
+	// RevokeTenant removes tenant from the verified set (the provider
+	// refused its credential); what it stored stays, unreachable, until it
+	// is verified again or evicted.
+	RevokeTenant(ctx context.Context, tenant string) error
 	// Close releases the backend. Operations after Close fail.
 	Close() error
 }

@@ -27,5 +27,5 @@ func TestBadgerConformance(t *testing.T) {
 		}
 		t.Cleanup(func() { s.Close() })
 		return s
-	}, storetest.Capacity, storetest.TenantQuota, storetest.LineageTTL, storetest.Persistent, storetest.Recovery)
+	}, storetest.Capacity, storetest.TenantQuota, storetest.LineageTTL, storetest.Persistent, storetest.Recovery, storetest.TenantRate)
 }

@@ -158,6 +158,8 @@ type Store struct {
 	evictMu   sync.Mutex
 	// ledger is the request ledger's size (ledger.go).
 	ledger ledgerState
+	// newTenants counts the tenants verified in the current minute (verified.go).
+	newTenants newTenantRate
 
 	mu     sync.RWMutex // held for reading by operations, for writing by Close
 	closed bool

@@ -24,6 +24,7 @@ type MemStore struct {
 	arts      map[string]compiler.Artifact // tenant + digest
 	nodes     map[string]compiler.Record   // scope + chain end
 	key       []byte                       // tenant key, created on first use
+	verified  map[string]bool              // verified tenants (no rate cap, no expiry)
 	closed    bool
 	Fail      error
 	Persisted int // artifacts written (not merely verified)
@@ -166,4 +167,43 @@ func (m *MemStore) All(tenant string) []compiler.Artifact {
 		}
 	}
 	return out
+}
+
+// VerifyTenant adds tenant to the verified set (vault.Backend). The
+// in-memory store applies no new-tenant cap.
+func (m *MemStore) VerifyTenant(_ context.Context, tenant string, _ int) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.failure(); err != nil {
+		return false, err
+	}
+	if tenant == "" {
+		return false, errors.New("memstore: verify: empty tenant")
+	}
+	if m.verified == nil {
+		m.verified = map[string]bool{}
+	}
+	m.verified[tenant] = true
+	return true, nil
+}
+
+// TenantVerified reports whether tenant is verified (vault.Backend).
+func (m *MemStore) TenantVerified(_ context.Context, tenant string) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.failure(); err != nil {
+		return false, err
+	}
+	return m.verified[tenant], nil
+}
+
+// RevokeTenant removes tenant from the verified set (vault.Backend).
+func (m *MemStore) RevokeTenant(_ context.Context, tenant string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.failure(); err != nil {
+		return err
+	}
+	delete(m.verified, tenant)
+	return nil
 }

@@ -28,6 +28,10 @@ type Model struct {
 	Rounds    int
 	Mixed     bool
 	PageChars int // characters asked for per page; 0 means 10
+	// Args, when set, are the tool's arguments of round k (Args[k])
+	// instead of the next page of ID: a model that searches, or asks for
+	// ids it was not given.
+	Args []string
 }
 
 func (m Model) page() int {
@@ -105,6 +109,9 @@ func (m Model) Answer(request []byte) (Turn, error) {
 	if k < m.Rounds {
 		t.text = fmt.Sprintf("Looking (%d).", k)
 		args := fmt.Sprintf(`{"action":"artifact_get","artifact_id":%q,"offset":%d,"limit":%d}`, m.ID, m.page()*k, m.page())
+		if k < len(m.Args) {
+			args = m.Args[k]
+		}
 		t.calls = append([]call{{fmt.Sprintf("tt_%d", k), ToolName, args}}, t.calls...)
 		return t, nil
 	}

@@ -82,5 +82,5 @@ func TestClusterConformance(t *testing.T) {
 			Now:            cfg.Now,
 			OpTimeout:      suiteTimeout,
 		})
-	}, storetest.Capacity, storetest.TenantQuota, storetest.LineageTTL, storetest.Persistent)
+	}, storetest.Capacity, storetest.TenantQuota, storetest.LineageTTL, storetest.Persistent, storetest.TenantRate)
 }

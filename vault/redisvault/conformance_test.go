@@ -30,7 +30,7 @@ func TestConformance(t *testing.T) {
 			Now:            cfg.Now,
 			OpTimeout:      suiteTimeout,
 		})
-	}, storetest.Capacity, storetest.TenantQuota, storetest.LineageTTL, storetest.Persistent, storetest.Recovery)
+	}, storetest.Capacity, storetest.TenantQuota, storetest.LineageTTL, storetest.Persistent, storetest.Recovery, storetest.TenantRate)
 }
 
 // On a one-node Redis Cluster, which refuses any command or script whose
@@ -62,5 +62,5 @@ func TestConformanceOnClusterNode(t *testing.T) {
 			Now:            cfg.Now,
 			OpTimeout:      suiteTimeout,
 		})
-	}, storetest.Capacity, storetest.TenantQuota, storetest.LineageTTL, storetest.Persistent, storetest.Recovery)
+	}, storetest.Capacity, storetest.TenantQuota, storetest.LineageTTL, storetest.Persistent, storetest.Recovery, storetest.TenantRate)
 }

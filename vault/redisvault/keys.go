@@ -19,6 +19,8 @@ import (
 //	<prefix>{<tag>}:seen              sorted set: hex digest, score = last seen (unix ms)
 //	<prefix>{<tag>}:bytes             this tenant's Text+Raw bytes
 //	<prefix>{<tag>}:l:<scope>:<hex>   lineage node (vault codec), PX = Retention
+//	<prefix>{<tag>}:verified          the tenant is verified: unix ms of the last verification, PX = Retention
+//	<prefix>{global}:newtenants:<m>   tenants verified in minute m (unix minutes), PX = 2 minutes
 //
 // The tag is the first 16 bytes of sha256(tenant), hex: any tenant string
 // (braces included) yields a safe, fixed-length tag. The scope is the first
@@ -26,7 +28,7 @@ import (
 type keys struct{ prefix string }
 
 type tenantKeys struct {
-	tag, content, meta, seen, bytes, lineage string
+	tag, content, meta, seen, bytes, lineage, verified string
 }
 
 func (k keys) global(name string) string { return k.prefix + "{global}:" + name }
@@ -38,7 +40,7 @@ func (k keys) tenant(tenant string) tenantKeys {
 
 func (k keys) tagged(tag string) tenantKeys {
 	base := k.prefix + "{" + tag + "}:"
-	return tenantKeys{tag: tag, content: base + "a:", meta: base + "meta", seen: base + "seen", bytes: base + "bytes", lineage: base + "l:"}
+	return tenantKeys{tag: tag, content: base + "a:", meta: base + "meta", seen: base + "seen", bytes: base + "bytes", lineage: base + "l:", verified: base + "verified"}
 }
 
 func (t tenantKeys) artifact(hexDigest string) string { return t.content + hexDigest }

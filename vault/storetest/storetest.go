@@ -52,6 +52,9 @@ const (
 	// Recovery: the backend implements Reader (Resolve and Search, what
 	// recovery reads) with the rules of Badger's vault/search.go.
 	Recovery Capability = "recovery"
+	// TenantRate: VerifyTenant's cap on new tenants per minute is kept,
+	// counted in minutes of Now's clock.
+	TenantRate Capability = "tenant rate"
 )
 
 // Opener opens a fresh, empty store for one test. Called again within the
@@ -79,6 +82,9 @@ func Run(t *testing.T, open Opener, caps ...Capability) {
 		{"ConcurrentPersist", "", s.concurrentPersist},
 		{"Closed", "", s.closed},
 		{"TenantKey", "", s.tenantKey},
+		{"VerifiedTenants", "", s.verifiedTenants},
+		{"VerifiedSurvivesReopen", Persistent, s.verifiedReopen},
+		{"NewTenantRate", TenantRate, s.newTenantRate},
 		{"Reopen", Persistent, s.reopen},
 		{"RetentionEviction", Capacity, s.retentionEviction},
 		{"TooLarge", Capacity, s.tooLarge},

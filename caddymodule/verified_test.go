@@ -1,0 +1,269 @@
+package caddymodule
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/tokenterminator/caddy-token-terminator/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/vault"
+)
+
+// verifyCredential has the provider accept one request of credential
+// (Authorization) through h, as a client's first request would be: it
+// passes through as unverified_tenant, and the 2xx answer verifies the
+// tenant, so the next request of credential is compiled.
+func verifyCredential(t testing.TB, h *Handler, credential string) {
+	t.Helper()
+	r := newRequest(http.MethodPost, chatPath, strings.NewReader(`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`))
+	r.Header.Set("Authorization", credential)
+	w := httptest.NewRecorder()
+	if err := h.ServeHTTP(w, r, answerStatus(http.StatusOK)); err != nil {
+		t.Fatal(err)
+	}
+	if tt := w.Header().Get(HeaderName); !strings.HasPrefix(tt, "passthrough=unverified_tenant;") {
+		t.Fatalf("first request of a new credential: %q, want passthrough=unverified_tenant", tt)
+	}
+}
+
+// answerStatus is a provider that reads the body and answers code.
+func answerStatus(code int) caddyhttp.Handler {
+	return caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+		_, _ = new(bytes.Buffer).ReadFrom(r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		_, err := w.Write([]byte(`{}`))
+		return err
+	})
+}
+
+// gatedHandler is a provisioned handler on a fresh Badger vault.
+func gatedHandler(t *testing.T, mutate func(*Handler)) (*Handler, vault.Backend) {
+	t.Helper()
+	app, ctx := newApp(t)
+	h := &Handler{VaultDir: t.TempDir()}
+	if mutate != nil {
+		mutate(h)
+	}
+	if err := provisionHandler(t, app, ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	return h, h.gate.store.(vault.Backend)
+}
+
+func dupBody() []byte {
+	turn := compilertest.ChatTurn{Tool: "bash", Args: `{"command":"cat a"}`, Output: compilertest.ToolOutput(7, 9000)}
+	return compilertest.ChatBody("gpt-4o", []compilertest.ChatTurn{turn, turn}, "")
+}
+
+func send(t *testing.T, h *Handler, credential string, body []byte, status int) string {
+	t.Helper()
+	r := newRequest(http.MethodPost, chatPath, bytes.NewReader(body))
+	r.Header.Set("Authorization", credential)
+	w := httptest.NewRecorder()
+	if err := h.ServeHTTP(w, r, answerStatus(status)); err != nil {
+		t.Fatal(err)
+	}
+	return w.Header().Get(HeaderName)
+}
+
+// A credential holds vault state only after a 2xx: a provider answering
+// 401 leaves it unverified (nothing stored, every request passes
+// through); a 2xx verifies it (the next request compiles); a later 401
+// revokes it (pass-through again, the artifact API refuses it).
+func TestTenantVerification(t *testing.T) {
+	h, store := gatedHandler(t, nil)
+	body := dupBody()
+	for range 3 {
+		if tt := send(t, h, "Bearer sk-refused", body, http.StatusUnauthorized); !strings.HasPrefix(tt, "passthrough=unverified_tenant;") {
+			t.Fatalf("refused credential: %q", tt)
+		}
+	}
+	refused := h.tenants("Bearer sk-refused")
+	if ok, _ := store.TenantVerified(context.Background(), refused); ok {
+		t.Fatal("a credential the provider answered 401 is verified")
+	}
+	if st := store.(*vault.Store).Stats(); st.Artifacts != 0 || st.Lineage != 0 {
+		t.Fatalf("unverified requests stored %d artifacts, %d lineage bytes", st.Artifacts, st.Lineage)
+	}
+	if tt := send(t, h, "Bearer sk-good", body, http.StatusOK); !strings.HasPrefix(tt, "passthrough=unverified_tenant;") {
+		t.Fatalf("first request of a new credential: %q", tt)
+	}
+	if tt := send(t, h, "Bearer sk-good", body, http.StatusOK); !strings.HasPrefix(tt, "accepted;") {
+		t.Fatalf("after a 2xx: %q, want accepted", tt)
+	}
+	good := h.tenants("Bearer sk-good")
+	if ok, _ := store.TenantVerified(context.Background(), good); !ok {
+		t.Fatal("a 2xx did not verify the tenant in the vault")
+	}
+	api := func() int {
+		r := newRequest(http.MethodGet, "/token-terminator/artifacts?q=", nil)
+		r.Header.Set("Authorization", "Bearer sk-good")
+		w := httptest.NewRecorder()
+		if err := h.ServeHTTP(w, r, answerStatus(http.StatusTeapot)); err != nil {
+			t.Fatal(err)
+		}
+		return w.Code
+	}
+	if c := api(); c != http.StatusOK {
+		t.Fatalf("verified tenant's API search: %d", c)
+	}
+	// The provider refuses the credential now (revoked key).
+	if tt := send(t, h, "Bearer sk-good", body, http.StatusForbidden); !strings.HasPrefix(tt, "accepted;") {
+		t.Fatalf("request of a verified tenant: %q", tt)
+	}
+	if ok, _ := store.TenantVerified(context.Background(), good); ok {
+		t.Fatal("a 403 did not revoke the tenant")
+	}
+	if c := api(); c != http.StatusUnauthorized {
+		t.Fatalf("revoked tenant's API search: %d, want 401", c)
+	}
+	if tt := send(t, h, "Bearer sk-good", body, http.StatusOK); !strings.HasPrefix(tt, "passthrough=unverified_tenant;") {
+		t.Fatalf("revoked tenant's next request: %q", tt)
+	}
+}
+
+// Past max_new_tenants_per_minute, unverified tenants pass through as
+// tenant_rate and are not verified by their 2xx; verified ones compile.
+func TestNewTenantRate(t *testing.T) {
+	// The vault counts new tenants by its own clock's minute: start well
+	// inside one.
+	if s := time.Now().Second(); s > 50 {
+		time.Sleep(time.Duration(61-s) * time.Second)
+	}
+	h, store := gatedHandler(t, func(h *Handler) { h.MaxNewTenantsPerMinute = intp(2) })
+	minute := time.Now().Truncate(time.Minute)
+	h.gate.now = func() time.Time { return minute.Add(10 * time.Second) }
+	body := dupBody()
+	for _, c := range []string{"Bearer a", "Bearer b"} {
+		verifyCredential(t, h, c)
+	}
+	// The third new tenant's 2xx is refused by the cap (vault clock: now).
+	send(t, h, "Bearer c", body, http.StatusOK)
+	if tt := send(t, h, "Bearer d", body, http.StatusOK); !strings.HasPrefix(tt, "passthrough=tenant_rate;") {
+		t.Fatalf("a new tenant past the cap: %q", tt)
+	}
+	for _, c := range []string{"Bearer c", "Bearer d"} {
+		if ok, _ := store.TenantVerified(context.Background(), h.tenants(c)); ok {
+			t.Fatalf("%s verified past the cap", c)
+		}
+	}
+	if tt := send(t, h, "Bearer a", body, http.StatusOK); !strings.HasPrefix(tt, "accepted;") {
+		t.Fatalf("a verified tenant at the cap: %q", tt)
+	}
+	// The next minute admits new tenants again.
+	h.gate.now = func() time.Time { return minute.Add(70 * time.Second) }
+	if tt := send(t, h, "Bearer d", body, http.StatusOK); !strings.HasPrefix(tt, "passthrough=unverified_tenant;") {
+		t.Fatalf("next minute: %q", tt)
+	}
+}
+
+// Only verified tenants' requests reach the ledger, and its identifiers
+// are keyed: the conversation id is 128 bits of a keyed hash (the old
+// construction, an unkeyed hash over the printed tenant, is gone).
+func TestLedgerOnlyVerifiedKeyedIDs(t *testing.T) {
+	h, store := gatedHandler(t, nil)
+	body := dupBody()
+	send(t, h, "Bearer sk-new", body, http.StatusOK) // unverified: verifies, no record
+	r := newRequest(http.MethodPost, chatPath, bytes.NewReader(body))
+	r.Header.Del("Authorization")
+	serve(t, h, r) // no tenant: no record
+	if tt := send(t, h, "Bearer sk-new", body, http.StatusOK); !strings.HasPrefix(tt, "accepted;") {
+		t.Fatalf("verified: %q", tt)
+	}
+	h.ledger.flush(context.Background())
+	recs, err := store.(vault.Ledger).ReadLedger(context.Background(), vault.LedgerQuery{})
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("%d ledger records, want only the verified tenant's one (err %v)", len(recs), err)
+	}
+	rec := recs[0]
+	if rec.Tenant != h.tenants("Bearer sk-new") || rec.Reason != "" {
+		t.Fatalf("record %+v", rec)
+	}
+	c := rec.Conversation
+	if len(c) != 2+32 || !strings.HasPrefix(c, "c_") || strings.Trim(c[2:], "0123456789abcdef") != "" {
+		t.Fatalf("conversation id %q: want c_ and 32 hex digits", c)
+	}
+	// The same opening under another tenant key is another id.
+	other := &Handler{}
+	other.tenants = tenantHasher([]byte("another tenant key, 32 bytes ok"))
+	var opening compiler.Digest
+	opening[0] = 1
+	if a, b := h.conversationID(rec.Tenant, opening), other.conversationID(rec.Tenant, opening); a == b || a == "" {
+		t.Fatalf("conversation ids %q and %q do not depend on the key", a, b)
+	}
+}
+
+// The artifact API finds the tenant the request path finds: the provider's
+// header order per format on the request path, and on the API (which has
+// no format) a request whose credential headers disagree has no tenant.
+func TestCredentialHeadersAgree(t *testing.T) {
+	hdr := func(kv ...string) http.Header {
+		h := http.Header{}
+		for i := 0; i < len(kv); i += 2 {
+			h.Set(kv[i], kv[i+1])
+		}
+		return h
+	}
+	for _, c := range []struct {
+		h                    http.Header
+		chat, anthropic, api string
+	}{
+		{hdr("Authorization", "Bearer a"), "Bearer a", "Bearer a", "Bearer a"},
+		{hdr("X-Api-Key", "k"), "k", "k", "k"},
+		{hdr("Api-Key", "z"), "z", "", "z"},
+		{hdr("X-Api-Key", "k", "Authorization", "Bearer a"), "Bearer a", "k", ""},
+		{hdr("X-Api-Key", "same", "Authorization", "same"), "same", "same", "same"},
+		{hdr(), "", "", ""},
+	} {
+		if got := credential(c.h, "openai_chat"); got != c.chat {
+			t.Errorf("%v chat: %q, want %q", c.h, got, c.chat)
+		}
+		if got := credential(c.h, "anthropic_messages"); got != c.anthropic {
+			t.Errorf("%v anthropic: %q, want %q", c.h, got, c.anthropic)
+		}
+		api := credential(c.h, "")
+		if api != c.api {
+			t.Errorf("%v api: %q, want %q", c.h, api, c.api)
+		}
+		// Whatever the API finds, every format finds too.
+		if api != "" && (credential(c.h, "openai_chat") != api || credential(c.h, "anthropic_messages") != api && credential(c.h, "anthropic_messages") != "") {
+			t.Errorf("%v: the API's credential %q disagrees with a format's", c.h, api)
+		}
+	}
+}
+
+// A configured identity decides the tenant: the credential never
+// overrides it, and without the identity there is no tenant.
+func TestConfiguredIdentityDecides(t *testing.T) {
+	h := &Handler{Tenant: "{http.request.header.X-User}"}
+	h.tenants = tenantHasher([]byte("0123456789abcdef0123456789abcdef"))
+	req := func(user, cred string) *http.Request {
+		r := newRequest(http.MethodPost, chatPath, nil)
+		r.Header.Set("Authorization", cred)
+		if user != "" {
+			r.Header.Set("X-User", user)
+		}
+		return r
+	}
+	a, b := h.tenant(req("alice", "Bearer shared"), "openai_chat"), h.tenant(req("bob", "Bearer shared"), "openai_chat")
+	if a == "" || a == b {
+		t.Fatalf("alice %q, bob %q with a shared key", a, b)
+	}
+	if a2 := h.tenant(req("alice", "Bearer other"), "anthropic_messages"); a2 != a {
+		t.Fatal("the credential changed a configured identity's tenant")
+	}
+	if api := h.tenant(req("alice", "Bearer other"), ""); api != a {
+		t.Fatal("the API found another tenant than the request path")
+	}
+	if n := h.tenant(req("", "Bearer shared"), "openai_chat"); n != "" {
+		t.Fatalf("no identity but a credential: tenant %q, want none", n)
+	}
+}
