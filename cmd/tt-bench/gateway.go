@@ -35,6 +35,8 @@ const defaultCaddyfile = `{
 http://$LISTEN {
 	token_terminator {
 		vault_dir $VAULT
+		# Cold and first runs make a tenant per conversation.
+		max_new_tenants_per_minute 1000000
 	}
 	reverse_proxy $UPSTREAM
 }
