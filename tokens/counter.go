@@ -25,10 +25,10 @@ const (
 	DefaultCacheBytes = 64 << 20
 )
 
-// maxBacklog bounds the bytes being tokenized at once. Work a request gave up
-// on (past its budget) keeps running so that the resent body is warm next
-// time; under a flood of new content, requests that would queue behind more
-// than this skip counting at once instead of piling up goroutines.
+// maxBacklog bounds the bytes being tokenized at once: under a flood of new
+// content, requests that would queue behind more than this skip counting at
+// once instead of piling up goroutines. Work a request gave up on (past its
+// budget) stops (job.abandon); only the pieces being counted then finish.
 const maxBacklog = 16 << 20
 
 // Config configures a Counter. Zero values mean defaults.
@@ -52,6 +52,8 @@ type state struct {
 	cache   *cache
 	memos   []*memo      // by encoding id
 	backlog atomic.Int64 // bytes queued or being tokenized
+	// tokenized counts the bytes of pieces the workers counted (tests)
+	tokenized atomic.Int64
 	// maxBacklog, but for tests
 	backlogMax int64
 
@@ -142,8 +144,9 @@ func EncodingFor(model string) string {
 
 // Count counts the tokens of body as the tokenizer for model sees it. It
 // returns within the budget (or when ctx is done) with Status "budget" if
-// counting has not finished; the unfinished work still completes in the
-// background and fills the cache, so a resent body is counted next time.
+// counting has not finished; the unfinished work stops there (the pieces
+// being counted finish), and what was counted stays cached, so a resent
+// body goes on from there.
 func (c *Counter) Count(ctx context.Context, model string, body []byte) compiler.TokenCount {
 	return c.CountHinted(ctx, model, body, nil)
 }
@@ -207,9 +210,10 @@ func (c *Counter) count(ctx context.Context, enc *encoding, body []byte, hints [
 	var mine map[key]*flight // pieces repeated inside this body are counted once
 	var segs []segMiss
 	var j *job // made at the first missing piece: a warm count needs none
+	finished := false
 	defer func() {
-		if j != nil {
-			j.close() // also on a panic: the workers return, the hold is given back
+		if j != nil && !finished {
+			j.abandon() // also on a panic: the workers return, the hold is given back
 		}
 	}()
 	full := false // the backlog refused a piece: no count
@@ -265,6 +269,7 @@ func (c *Counter) count(ctx context.Context, enc *encoding, body []byte, hints [
 		return 0, false
 	}
 	if len(waits) == 0 {
+		finished = true
 		c.landSegments(segs, waits)
 		return total, true
 	}
@@ -290,6 +295,7 @@ func (c *Counter) count(ctx context.Context, enc *encoding, body []byte, hints [
 			return 0, false
 		}
 	}
+	finished = true // every flight landed: nothing is left to drop
 	if time.Now().After(deadline) {
 		return 0, false
 	}
