@@ -85,6 +85,7 @@ func testHandler(t *testing.T, fc *fakeCompiler, mutate func(*Handler)) (*Handle
 		t.Fatal(err)
 	}
 	h.buffered = new(atomic.Int64)
+	h.reading = new(atomic.Int64)
 	h.slots = newCompileSlots(*h.MaxConcurrentCompiles)
 	h.stats = new(Stats)
 	h.logger = zap.New(core)
@@ -224,7 +225,7 @@ func (c *countingReader) Read(p []byte) (int, error) {
 
 func TestTooLargeChunkedStreams(t *testing.T) {
 	const limit = 1000
-	full := bytes.Repeat([]byte("0123456789"), 10000) // 100 KB
+	full := bytes.Repeat([]byte("0123456789"), 100000) // 1 MB
 	fc := &fakeCompiler{}
 	h, _ := testHandler(t, fc, func(h *Handler) { h.MaxBodySize = int64p(limit) })
 	body := &countingReader{r: bytes.NewReader(full)}
@@ -233,8 +234,10 @@ func TestTooLargeChunkedStreams(t *testing.T) {
 	w := httptest.NewRecorder()
 	var s seen
 	next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
-		if body.n != limit+1 {
-			t.Errorf("handler read %d bytes before forwarding, want exactly %d", body.n, limit+1)
+		// limit+1 bytes, and what the pump of body_read_timeout (on by
+		// default) read ahead: the chunk in hand, one queued, one read.
+		if body.n < limit+1 || body.n > limit+1+3*pumpChunk {
+			t.Errorf("handler read %d bytes before forwarding, want %d and at most the pump's read-ahead", body.n, limit+1)
 		}
 		return recordNext(&s).ServeHTTP(w, r)
 	})

@@ -207,6 +207,7 @@ type segMiss struct {
 func (c *Counter) count(ctx context.Context, enc *encoding, body []byte, hints []int, hold compiler.Hold, deadline time.Time) (int, bool) {
 	total := 0
 	var waits []*flight      // missing pieces in body order, repeats included
+	var waitPieces [][]byte  // their bytes
 	var mine map[key]*flight // pieces repeated inside this body are counted once
 	var segs []segMiss
 	var j *job // made at the first missing piece: a warm count needs none
@@ -244,6 +245,7 @@ func (c *Counter) count(ctx context.Context, enc *encoding, body []byte, hints [
 			mine[k] = f
 		}
 		waits = append(waits, f)
+		waitPieces = append(waitPieces, p)
 	}
 	if len(hints) == 0 {
 		split(body, minPiece, avgBits, piece)
@@ -282,9 +284,18 @@ func (c *Counter) count(ctx context.Context, enc *encoding, body []byte, hints [
 	}
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
-	for _, f := range waits {
+	for i, f := range waits {
 		select {
 		case <-f.done:
+			if !f.ok && f.dropped && time.Now().Before(deadline) {
+				// Another request's job gave up on this piece: count it here.
+				n, ok := c.countHere(enc, f.k, waitPieces[i])
+				if !ok {
+					return 0, false
+				}
+				total += n
+				continue
+			}
 			if !f.ok {
 				return 0, false
 			}
@@ -318,10 +329,25 @@ func (c *Counter) landSegments(segs []segMiss, waits []*flight) {
 // flight is the counting of one piece, shared by every request that needs
 // it meanwhile, so a resent or concurrent body never doubles the work.
 type flight struct {
-	k    key
-	done chan struct{} // closed when n and ok are set
-	n    int
-	ok   bool
+	k       key
+	done    chan struct{} // closed when n and ok are set
+	n       int
+	ok      bool
+	dropped bool // not counted: the request whose job owned it gave up (set before done)
+}
+
+// countHere counts piece p (key k) on the caller's goroutine: a piece
+// another request's abandoned job dropped while this one waited for it.
+func (c *Counter) countHere(enc *encoding, k key, p []byte) (int, bool) {
+	r, err := enc.load()
+	if err != nil {
+		return 0, false
+	}
+	n, ok := c.memos[enc.id].count(enc, r, nil, p)
+	if ok {
+		c.cache.put(k, n)
+	}
+	return n, ok
 }
 
 // join returns the flight counting k and whether the caller must count it

@@ -140,6 +140,7 @@ func (j *job) take() ([]byte, *flight, bool) {
 		j.next = len(j.pieces)
 		j.mu.Unlock()
 		for i, f := range flights {
+			f.dropped = true
 			j.c.land(f, 0, false)
 			j.c.backlog.Add(-int64(len(pieces[i])))
 		}
