@@ -223,6 +223,7 @@ type exchange struct {
 	commit func()            // lineage record, run once the provider accepted the body
 	body   *bodyBuffer       // the client's body read whole (bodybuf.go); nil when not read
 	rec    *recoveryExchange // set when the forwarded body carries the recovery tool
+	held   *heldBytes        // the recovery loop's buffers in max_buffered_bytes (recovery.go)
 	// observe hands the provider's usage for this request to the compiler
 	// (cost calibration); nil when the request was not compiled.
 	observe  func(response.Usage)
