@@ -196,8 +196,8 @@ func TestTooLargeDeclared(t *testing.T) {
 	w := httptest.NewRecorder()
 	var s seen
 	next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
-		if body.n != 0 {
-			t.Errorf("handler read %d bytes of a body declared too large", body.n)
+		if body.n.Load() != 0 {
+			t.Errorf("handler read %d bytes of a body declared too large", body.n.Load())
 		}
 		return recordNext(&s).ServeHTTP(w, r)
 	})
@@ -212,14 +212,16 @@ func TestTooLargeDeclared(t *testing.T) {
 	}
 }
 
+// countingReader counts what was read of r; the pump of body_read_timeout
+// reads it on a goroutine of its own.
 type countingReader struct {
 	r io.Reader
-	n int
+	n atomic.Int64
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
-	c.n += n
+	c.n.Add(int64(n))
 	return n, err
 }
 
@@ -236,8 +238,8 @@ func TestTooLargeChunkedStreams(t *testing.T) {
 	next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
 		// limit+1 bytes, and what the pump of body_read_timeout (on by
 		// default) read ahead: the chunk in hand, one queued, one read.
-		if body.n < limit+1 || body.n > limit+1+3*pumpChunk {
-			t.Errorf("handler read %d bytes before forwarding, want %d and at most the pump's read-ahead", body.n, limit+1)
+		if n := body.n.Load(); n < limit+1 || n > limit+1+3*pumpChunk {
+			t.Errorf("handler read %d bytes before forwarding, want %d and at most the pump's read-ahead", n, limit+1)
 		}
 		return recordNext(&s).ServeHTTP(w, r)
 	})
