@@ -29,7 +29,12 @@ type pumpedBody struct {
 	deadline time.Time
 }
 
-const pumpChunk = 32 << 10
+// pumpChunk is what one read of the pump takes at most: large enough that
+// a fast client's body crosses from the pump to the handler in few
+// handoffs (a goroutine switch each), from a pool shared by requests.
+const pumpChunk = 128 << 10
+
+var pumpChunks = sync.Pool{New: func() any { return new([pumpChunk]byte) }}
 
 func pump(src io.ReadCloser, deadline time.Time) *pumpedBody {
 	p := &pumpedBody{src: src, chunks: make(chan []byte, 1), free: make(chan []byte, 2), done: make(chan struct{}), deadline: deadline}
@@ -44,7 +49,7 @@ func (p *pumpedBody) loop() {
 		select {
 		case buf = <-p.free:
 		default:
-			buf = make([]byte, pumpChunk)
+			buf = pumpChunks.Get().(*[pumpChunk]byte)[:]
 		}
 		n, err := p.src.Read(buf)
 		if n > 0 {
@@ -70,6 +75,7 @@ func (p *pumpedBody) Read(b []byte) (int, error) {
 		select {
 		case p.free <- p.cur[:cap(p.cur)]:
 		default:
+			pumpChunks.Put((*[pumpChunk]byte)(p.cur[:pumpChunk]))
 		}
 		p.cur = nil
 	}
@@ -104,6 +110,17 @@ func (p *pumpedBody) stream() { p.deadline = time.Time{} }
 
 // Close stops the pump and closes the original body.
 func (p *pumpedBody) Close() error {
-	p.once.Do(func() { close(p.done) })
+	p.once.Do(func() {
+		close(p.done)
+		for { // the chunks no one holds go back to the pool
+			select {
+			case c := <-p.free:
+				pumpChunks.Put((*[pumpChunk]byte)(c[:pumpChunk]))
+				continue
+			default:
+			}
+			break
+		}
+	})
 	return p.src.Close()
 }
