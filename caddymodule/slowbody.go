@@ -29,10 +29,10 @@ type pumpedBody struct {
 	deadline time.Time
 }
 
-// pumpChunk is what one read of the pump takes at most: large enough that
-// a fast client's body crosses from the pump to the handler in few
-// handoffs (a goroutine switch each), from a pool shared by requests.
-const pumpChunk = 128 << 10
+// pumpChunk is what one read of the pump takes at most, from a pool
+// shared by requests. It is what an idle body holds besides its buffer
+// (the pump waits in a read with it), so it stays small.
+const pumpChunk = 32 << 10
 
 var pumpChunks = sync.Pool{New: func() any { return new([pumpChunk]byte) }}
 
