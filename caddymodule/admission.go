@@ -11,25 +11,23 @@ import (
 // for the validity check and counts both bodies' tokens. Admitting only the
 // bodies let 8 concurrent 30 MB compiles reach 1.6 GB against a 256 MiB
 // bound. So a candidate also reserves its compile's working memory,
-// compileWorkFactor times its body, and it does so at the door, with the
-// body, in one step: a body for which there is no room for both streams
-// through uncompiled (passthrough=busy) at once.
+// compileWorkFactor times its body.
 //
-// Reserving the working memory later, when the compile starts, starved
-// compiles under a burst: bodies waiting for a compile slot filled the
-// budget, every slot holder then found no room for its working memory and
-// passed through, and handed its slot on while its body was still held, so
-// the next one found none either. Sixteen concurrent 9 MB candidates under
-// 96 MiB all went upstream uncompiled (TestCompileMemoryAdmitted, in CI). A
-// candidate that waits for a slot now holds the reservation of memory it
-// does not use yet; that is what guarantees it can compile when its turn
-// comes, and it caps the queue at what the budget can compile. The price:
-// a body that arrives slowly holds the whole reservation while it does
-// (body_read_timeout bounds that). Reserving the working memory once the
-// body is whole, before the slot wait, also ends the slot-wait starvation,
-// and measured no worse on bursts; it was not kept because bodies still
-// arriving could then hold the whole budget, so that none that completes
-// finds room, where a candidate admitted at the door always compiles.
+// The body is reserved as it arrives, never for what its Content-Length
+// declares: the buffer grows with the bytes received (body.go), so a
+// client holds what it sent, and an idle socket declaring 32 MiB holds one
+// small buffer. Bodies being read share at most 1/(1+compileWorkFactor) of
+// the budget (readShare); the working memory is reserved when the body is
+// whole, before the wait for a compile slot, and a body for which there is
+// no room then goes upstream uncompiled (passthrough=busy). The share
+// keeps bodies still arriving from filling the budget, so that a body that
+// completes finds room for its working memory (in CI, 16 concurrent 9 MB
+// candidates under 96 MiB all passed through when reading bodies could
+// take it all). A candidate that waits for a slot holds its working
+// memory's reservation, so the slot, when it comes, is used
+// (TestWaitingCandidatesHoldTheirWorkingMemory), and the queue is capped at
+// what the budget can compile. body_read_timeout (default 30s) bounds how
+// long a slow client holds what it sent.
 
 // compileWorkFactor is a compile's peak working memory (live heap, beyond
 // the body itself) as a multiple of its body's size, measured with
@@ -38,50 +36,72 @@ const compileWorkFactor = 4
 
 // A reservation is one candidate's share of max_buffered_bytes: the
 // capacity of its body buffer and its compile's working memory. The body's
-// share is taken while the body is read (one goroutine); the working
-// memory's share is returned by endWork when the compile stops or is not
+// share is taken while the body is read (one goroutine), within the
+// reading share; the working memory's share is taken by admitWork when the
+// body is whole and returned by endWork when the compile stops or is not
 // run, which may be on the compile's goroutine after the handler moved on.
 type reservation struct {
-	budget *atomic.Int64
-	max    int64
-	factor int64        // compileWorkFactor, or 0 for a candidate that will not be compiled
-	body   int64        // bytes of body buffer reserved; read-side only
-	work   atomic.Int64 // bytes of working memory still reserved
+	budget  *atomic.Int64
+	reading *atomic.Int64 // the bytes of bodies being read
+	max     int64
+	readMax int64        // the reading share of max
+	factor  int64        // compileWorkFactor, or 0 for a candidate that will not be compiled
+	body    int64        // bytes of body buffer reserved; read-side only
+	inRead  int64        // of body, what still counts in reading
+	work    atomic.Int64 // bytes of working memory still reserved
 }
+
+// readShare is the part of max_buffered_bytes bodies being read may hold.
+func readShare(max int64) int64 { return max / (1 + compileWorkFactor) }
 
 // reserve starts a candidate's reservation; compiles is false when it is
 // known from the headers that the body will only be forwarded (no tenant,
 // no vault), so that it reserves no working memory.
 func (h *Handler) reserve(compiles bool) *reservation {
-	r := &reservation{budget: h.buffered, max: *h.MaxBufferedBytes}
+	r := &reservation{budget: h.buffered, reading: h.reading, max: *h.MaxBufferedBytes, readMax: readShare(*h.MaxBufferedBytes)}
 	if compiles {
 		r.factor = compileWorkFactor
 	}
 	return r
 }
 
-// grow reserves n more bytes of body buffer and the working memory of
-// compiling them, or nothing when both do not fit.
+// grow reserves n more bytes of body buffer, or nothing when they do not
+// fit the reading share or the budget.
 func (r *reservation) grow(n int64) bool {
-	work := n * r.factor
-	if r.budget.Add(n+work) > r.max {
-		r.budget.Add(-n - work)
+	if r.reading.Add(n) > r.readMax {
+		r.reading.Add(-n)
+		return false
+	}
+	if r.budget.Add(n) > r.max {
+		r.budget.Add(-n)
+		r.reading.Add(-n)
 		return false
 	}
 	r.body += n
-	r.work.Add(work)
+	r.inRead += n
 	return true
 }
 
-// fit sets the working memory to that of compiling an n-byte body: a
-// buffer grown by doubling, or sized by a longer declared length, reserved
-// it for its capacity. Called on the reading goroutine, before the compile.
-func (r *reservation) fit(n int) {
+// doneReading leaves the reading share: the body is whole, or its reading
+// stopped. The body stays counted in the budget until release.
+func (r *reservation) doneReading() {
+	r.reading.Add(-r.inRead)
+	r.inRead = 0
+}
+
+// admitWork reserves the working memory of compiling an n-byte body,
+// false when it does not fit. Called on the reading goroutine, once.
+func (r *reservation) admitWork(n int) bool {
 	work := int64(n) * r.factor
-	if d := r.work.Load() - work; d > 0 {
-		r.work.Add(-d)
-		r.budget.Add(-d)
+	if work == 0 {
+		return true
 	}
+	if r.budget.Add(work) > r.max {
+		r.budget.Add(-work)
+		return false
+	}
+	r.work.Store(work)
+	return true
 }
 
 // endWork returns the working memory's share; later calls do nothing.
@@ -95,6 +115,7 @@ func (r *reservation) endWork() {
 // with the body; the working memory's share is endWork's, which a compile
 // abandoned at compile_timeout calls when it stops, maybe later.
 func (r *reservation) release() {
+	r.doneReading()
 	r.budget.Add(-r.body)
 	r.body = 0
 }

@@ -301,7 +301,7 @@ func TestWaitingCandidatesHoldTheirWorkingMemory(t *testing.T) {
 	}
 	h, _ := testHandler(t, &fakeCompiler{}, func(h *Handler) {
 		h.MaxConcurrentCompiles = intp(1)
-		h.MaxBufferedBytes = int64p(3 * door) // the compiling one and two waiting
+		h.MaxBufferedBytes = int64p(3 * (door + 1)) // the compiling one and two waiting (a body's buffer has a byte more, to see EOF)
 		h.CompileTimeout = caddy.Duration(time.Minute)
 	})
 	h.comp = compile
@@ -365,23 +365,32 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 	return b.Reader.Read(p)
 }
 
-// What a candidate reserves while its body arrives: the body and its
-// compile's working memory when it will be compiled, only the body when the
-// headers already say it will only be forwarded (no tenant).
+// What a candidate reserves: while its body arrives, the buffer it was
+// read into (a declared length is not reserved up front); once the body is
+// whole, when it will be compiled, its compile's working memory too, held
+// while it compiles; only the body when the headers already say it will
+// only be forwarded (no tenant).
 func TestReservationWhileTheBodyIsRead(t *testing.T) {
 	body := `{"messages":[` + strings.Repeat(" ", 985) + `]}` // 1000 bytes
 	for _, tc := range []struct {
 		name       string
 		credential bool
-		want       int64
+		want       int64 // reserved while the body is read
+		compiling  int64 // reserved while it is compiled; 0: not compiled
 		header     string
 	}{
-		{"compiled", true, int64(len(body)) * (1 + compileWorkFactor), "passthrough=no_slots"},
-		{"no tenant", false, int64(len(body)), "passthrough=no_tenant"},
+		{"compiled", true, int64(len(body)) + 1, int64(len(body)) + 1 + int64(len(body))*compileWorkFactor, "passthrough=no_slots"},
+		{"no tenant", false, int64(len(body)) + 1, 0, "passthrough=no_tenant"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fc := &fakeCompiler{}
 			h, _ := testHandler(t, fc, nil)
+			var compiling int64
+			inner := h.comp
+			h.comp = func(ctx context.Context, req compiler.Request) compiler.Result {
+				compiling = h.buffered.Load()
+				return inner(ctx, req)
+			}
 			wb := &watchedBody{Reader: strings.NewReader(body), h: h}
 			r := newRequest(http.MethodPost, chatPath, wb)
 			r.ContentLength = int64(len(body))
@@ -394,6 +403,9 @@ func TestReservationWhileTheBodyIsRead(t *testing.T) {
 			}
 			if wb.seen != tc.want {
 				t.Fatalf("%d bytes reserved while the body was read, want %d", wb.seen, tc.want)
+			}
+			if compiling != tc.compiling {
+				t.Fatalf("%d bytes reserved while the body was compiled, want %d", compiling, tc.compiling)
 			}
 			if n := h.buffered.Load(); n != 0 {
 				t.Fatalf("%d bytes still reserved", n)

@@ -26,24 +26,19 @@ func (h *Handler) refuseUnread(r *http.Request) (compiler.Reason, bool) {
 }
 
 // readBody reads a candidate's body within max_body_size, holding no more
-// than max_buffered_bytes at once: a declared length is reserved whole, an
-// unknown one as it grows, each with its compile's working memory
+// than max_buffered_bytes at once: the buffer grows with the bytes that
+// arrive (a declared length sizes its last step, never a reservation up
+// front), and each step is reserved within the share of bodies being read
 // (admission.go). On a non-empty reason the body (what was read, then the
 // rest) streams through untouched. res is the reservation; its release is
-// due when the upstream is done with the body, its endWork when the
-// compile stops or is not run; compiles is false for a body that will
-// only be forwarded, which reserves no working memory. The body read whole
-// is held by ex.body (bodybuf.go); its reference is dropped by the caller.
+// due when the upstream is done with the body; the working memory is
+// reserved later, by admitWork, once the body is whole; compiles is false
+// for a body that will only be forwarded, which never reserves any. The
+// body read whole is held by ex.body (bodybuf.go); its reference is
+// dropped by the caller.
 func (h *Handler) readBody(r *http.Request, ex *exchange, compiles bool) (buf []byte, reason compiler.Reason, res *reservation) {
 	rep := &ex.rep
 	res = h.reserve(compiles)
-	if r.ContentLength >= 0 && !res.grow(r.ContentLength) {
-		return nil, compiler.ReasonBusy, res
-	}
-	grow := res.grow
-	if r.ContentLength >= 0 {
-		grow = nil // reserved whole; a lying length only sizes the buffer
-	}
 
 	orig := r.Body
 	if orig == nil {
@@ -54,17 +49,18 @@ func (h *Handler) readBody(r *http.Request, ex *exchange, compiles bool) (buf []
 		pumped = pump(orig, ex.start.Add(time.Duration(h.BodyReadTimeout)))
 		orig = pumped
 	}
-	var first []byte
+	ex.body = newBodyBuffer(0) // replaced by the pooled buffer of a declared length, once the body reaches it
+	var whole func(size int64) []byte
 	if r.ContentLength >= 0 && r.ContentLength <= *h.MaxBodySize {
-		ex.body = newBodyBuffer(r.ContentLength + 1) // as readAtMost sizes it
-		first = ex.body.b
-	} else {
-		ex.body = newBodyBuffer(0) // grows as it is read: not pooled
+		whole = func(size int64) []byte {
+			ex.body = newBodyBuffer(size)
+			return ex.body.b
+		}
 	}
-	buf, over, busy, readErr := readAtMostInto(orig, *h.MaxBodySize, r.ContentLength, grow, first)
+	buf, over, busy, readErr := readAtMostInto(orig, *h.MaxBodySize, r.ContentLength, res.grow, whole)
+	res.doneReading()
 	rep.read = time.Since(ex.start)
 	ex.body.keep(buf)
-	res.fit(len(buf))
 	if readErr != nil || over || busy {
 		// Handed on below through readers that take no reference.
 		ex.body.abandon()
@@ -144,28 +140,52 @@ func readAtMost(body io.Reader, limit, hint int64, grow func(n int64) bool) (buf
 	return readAtMostInto(body, limit, hint, grow, nil)
 }
 
-// readAtMostInto is readAtMost into first when it has room for the size
-// readAtMost would make (nil: a new buffer).
-func readAtMostInto(body io.Reader, limit, hint int64, grow func(n int64) bool, first []byte) (buf []byte, over, busy bool, err error) {
+// firstChunk is the buffer a body with a longer declared length starts
+// in: what one read of the pump (pumpChunk) delivers.
+const firstChunk = pumpChunk
+
+// readAtMostInto is readAtMost that grows its buffer with the bytes read:
+// a body with a declared length starts in firstChunk bytes (or its length
+// + 1, if less; +1 so that EOF is seen without growing) and grows fourfold
+// up to that, so its capacity stays within four times what arrived, and a
+// client that declares a large body and sends nothing holds one chunk. The
+// last step, to exactly the declared length + 1, is whole's buffer (nil:
+// a new one). Past the declared length (a lying one), or without one, the
+// buffer grows as append grows it.
+func readAtMostInto(body io.Reader, limit, hint int64, grow func(n int64) bool, whole func(size int64) []byte) (buf []byte, over, busy bool, err error) {
+	declared := hint >= 0 && hint <= limit
+	alloc := func(n int64) []byte {
+		if declared && n == hint+1 && whole != nil {
+			if b := whole(n); int64(cap(b)) >= n {
+				return b[:0]
+			}
+		}
+		return make([]byte, 0, n)
+	}
 	size := int64(512)
-	if hint >= 0 && hint <= limit {
-		size = hint + 1 // +1 so that EOF is seen without growing
+	if declared {
+		size = min(hint+1, firstChunk)
 	}
 	if grow != nil && !grow(size) {
 		return nil, false, true, nil
 	}
-	if int64(cap(first)) >= size {
-		buf = first[:0]
-	} else {
-		buf = make([]byte, 0, size)
-	}
+	buf = alloc(size)
 	lr := io.LimitReader(body, limit+1)
 	for {
 		if len(buf) == cap(buf) {
-			old := cap(buf)
-			next := append(buf, 0)[:len(buf)]
-			if grow != nil && !grow(int64(cap(next)-old)) {
-				return buf, false, true, nil
+			old := int64(cap(buf))
+			var next []byte
+			if declared && old < hint+1 {
+				n := min(hint+1, 4*old)
+				if grow != nil && !grow(n-old) {
+					return buf, false, true, nil
+				}
+				next = append(alloc(n), buf...)
+			} else {
+				next = append(buf, 0)[:len(buf)]
+				if grow != nil && !grow(int64(cap(next))-old) {
+					return buf, false, true, nil
+				}
 			}
 			buf = next
 		}

@@ -37,6 +37,7 @@ const (
 	DefaultInlineRecentTurns    = 5
 	DefaultCompileTimeout       = compiler.DefaultTimeout
 	DefaultMaxBufferedBytes     = 256 << 20
+	DefaultBodyReadTimeout      = 30 * time.Second
 
 	// DefaultVaultSubdir is the vault's directory under Caddy's data
 	// directory when none is configured.
@@ -125,9 +126,10 @@ type Handler struct {
 	CompileTimeout caddy.Duration `json:"compile_timeout,omitempty"`
 
 	// Upper bound of the memory this handler's requests hold at once: each
-	// candidate's body and its compile's working memory, a small multiple
-	// of the body, reserved together at the door (a body of unknown length
-	// reserves both as it grows) and held until the compile ends. This
+	// candidate's body, reserved as it arrives (bodies being read hold at
+	// most a fifth of the bound together), and its compile's working
+	// memory, a small multiple of the body, reserved when the body is
+	// whole and held until the compile ends. This
 	// bounds the module's memory under a burst of large requests; a
 	// candidate that does not fit streams through untouched
 	// (passthrough=busy). Default: 256MiB.
@@ -142,7 +144,7 @@ type Handler struct {
 
 	// Longest the handler waits for a candidate's body; past it, what has
 	// arrived and the rest stream through untouched (passthrough=slow_body),
-	// so a slow client holds no buffer budget. Default: 0, no limit.
+	// so a slow client holds no buffer budget. Default: 30s.
 	BodyReadTimeout caddy.Duration `json:"body_read_timeout,omitempty"`
 
 	// The vault backend, a module of the token_terminator.vaults namespace
@@ -273,6 +275,9 @@ func (h *Handler) applyDefaults() {
 	}
 	if h.MaxBufferedBytes == nil {
 		h.MaxBufferedBytes = int64p(DefaultMaxBufferedBytes)
+	}
+	if h.BodyReadTimeout == 0 {
+		h.BodyReadTimeout = caddy.Duration(DefaultBodyReadTimeout)
 	}
 	if h.MaxConcurrentCompiles == nil {
 		h.MaxConcurrentCompiles = intp(runtime.GOMAXPROCS(0))

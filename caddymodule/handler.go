@@ -44,6 +44,7 @@ type handlerState struct {
 	tenants   tenantFunc
 	formatFor func(method, path string) (string, bool)
 	buffered  *atomic.Int64 // bytes of bodies held now
+	reading   *atomic.Int64 // of them, bodies being read (admission.go)
 	slots     compileSlots  // max_concurrent_compiles (admission.go)
 	stats     *Stats        // the App's counters
 	metrics   *metrics      // the App's Prometheus series (metrics.go)
@@ -101,6 +102,7 @@ func (h *Handler) provision(ctx caddy.Context, app *App) error {
 	}
 	h.formatFor = compiler.FormatFor
 	h.buffered = new(atomic.Int64)
+	h.reading = new(atomic.Int64)
 	h.slots = newCompileSlots(*h.MaxConcurrentCompiles)
 	h.stats = app.Stats()
 	h.metrics = app.shared.metrics
@@ -231,6 +233,7 @@ type exchange struct {
 	commit func()            // lineage record, run once the provider accepted the body
 	body   *bodyBuffer       // the client's body read whole (bodybuf.go); nil when not read
 	rec    *recoveryExchange // set when the forwarded body carries the recovery tool
+	held   *heldBytes        // the recovery loop's buffers in max_buffered_bytes (recovery.go)
 	// observe hands the provider's usage for this request to the compiler
 	// (cost calibration); nil when the request was not compiled.
 	observe  func(response.Usage)
@@ -312,6 +315,11 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 			return passOn(compiler.ReasonVaultError, "the vault's tenant key is not readable yet")
 		}
 		return passOn(compiler.ReasonNoTenant, "")
+	}
+	// The body is whole: its compile's working memory is reserved now,
+	// before the wait for a slot (admission.go).
+	if !reserved.admitWork(len(buf)) {
+		return passOn(compiler.ReasonBusy, "no room in max_buffered_bytes for the compile's working memory")
 	}
 
 	mode := compiler.Mode(h.Mode)

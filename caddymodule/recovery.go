@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
@@ -180,7 +181,10 @@ func (h *Handler) serveRecovering(w http.ResponseWriter, r *http.Request, next c
 	// rest of the tenant's: anything else answers as an unknown id.
 	arts := &recordingArtifacts{Artifacts: recovery.Within(rt.arts, rx.reachable)}
 	defer markRecovered(ex, arts)
-	c := &firstRound{w: w, header: http.Header{}, max: int(*h.MaxBodySize), cfg: rt.cfg, format: rx.format,
+	held := &heldBytes{budget: h.buffered, max: *h.MaxBufferedBytes}
+	defer held.release()
+	ex.held = held
+	c := &firstRound{w: w, header: http.Header{}, max: int(*h.MaxBodySize), hold: held.take, cfg: rt.cfg, format: rx.format,
 		onStream: func() {
 			// The rounds of a stream are not known when its header goes
 			// out: the header omits them (the log has them).
@@ -204,8 +208,11 @@ func (h *Handler) serveRecovering(w http.ResponseWriter, r *http.Request, next c
 func (h *Handler) loopJSON(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, ex *exchange, arts *recordingArtifacts, c *firstRound) error {
 	rx, rep := ex.rec, &ex.rep
 	send := func(ctx context.Context, body []byte) (io.ReadCloser, error) {
+		if !ex.held.take(len(body)) {
+			return nil, errRecoveryBusy
+		}
 		var buf bytes.Buffer
-		if err := h.sendFollowUp(ctx, r, next, ex.body, body, &boundedWriter{b: &buf, max: c.max}); err != nil {
+		if err := h.sendFollowUp(ctx, r, next, ex.body, body, &boundedWriter{b: &buf, max: c.max, hold: ex.held.take}); err != nil {
 			return nil, err
 		}
 		return io.NopCloser(&buf), nil
@@ -256,6 +263,9 @@ func (h *Handler) loopStream(w http.ResponseWriter, r *http.Request, next caddyh
 		body, err := recovery.FollowUp(rx.format, request, round.Answer, round.Calls)
 		if err != nil {
 			return fail(fallbackRoundFailed, err)
+		}
+		if !ex.held.take(len(body)) {
+			return fail(fallbackRoundFailed, errRecoveryBusy)
 		}
 		rep.recovery.rounds++
 		markRecovered(ex, arts)
@@ -333,6 +343,7 @@ type firstRound struct {
 	kind     roundKind
 	buf      bytes.Buffer
 	max      int
+	hold     func(n int) bool // counts buffered bytes in max_buffered_bytes
 	cfg      recovery.Config
 	format   string
 	st       *recovery.Stitcher
@@ -393,8 +404,8 @@ func (c *firstRound) Write(p []byte) (int, error) {
 	}
 	switch c.kind {
 	case roundJSON:
-		if c.buf.Len()+len(p) > c.max {
-			c.passOn() // too large to hold: it goes out unread
+		if c.buf.Len()+len(p) > c.max || (c.hold != nil && !c.hold(len(p))) {
+			c.passOn() // too large to hold, or no room: it goes out unread
 			return c.w.Write(p)
 		}
 		return c.buf.Write(p)
@@ -506,15 +517,49 @@ func (a *recordingArtifacts) Get(ctx context.Context, tenant string, d compiler.
 	return art, ok, err
 }
 
-// boundedWriter buffers at most max bytes; past it, writes fail.
+// boundedWriter buffers at most max bytes, each counted by hold (nil:
+// not counted); past it, or when hold refuses, writes fail.
 type boundedWriter struct {
-	b   *bytes.Buffer
-	max int
+	b    *bytes.Buffer
+	max  int
+	hold func(n int) bool
 }
 
 func (b *boundedWriter) Write(p []byte) (int, error) {
 	if b.b.Len()+len(p) > b.max {
 		return 0, recovery.ErrAnswerTooLarge
 	}
+	if b.hold != nil && !b.hold(len(p)) {
+		return 0, errRecoveryBusy
+	}
 	return b.b.Write(p)
+}
+
+// errRecoveryBusy: a recovery buffer (an answer, a follow-up body) found
+// no room in max_buffered_bytes.
+var errRecoveryBusy = errors.New("recovery: no room in max_buffered_bytes")
+
+// heldBytes counts one exchange's recovery buffers in max_buffered_bytes:
+// the first answer while it is held for the loop, each follow-up body and
+// each buffered follow-up answer, until the exchange ends (release). Only
+// the handler's goroutine takes.
+type heldBytes struct {
+	budget *atomic.Int64
+	max    int64
+	n      int64
+}
+
+// take counts n more bytes, false (nothing counted) when they do not fit.
+func (h *heldBytes) take(n int) bool {
+	if h.budget.Add(int64(n)) > h.max {
+		h.budget.Add(-int64(n))
+		return false
+	}
+	h.n += int64(n)
+	return true
+}
+
+func (h *heldBytes) release() {
+	h.budget.Add(-h.n)
+	h.n = 0
 }

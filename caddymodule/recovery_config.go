@@ -22,6 +22,7 @@ const (
 	DefaultRecovery          = RecoveryTool
 	DefaultRecoveryPath      = recovery.DefaultPath
 	DefaultMaxRecoveryRounds = recovery.DefaultMaxRounds
+	DefaultMaxRecoveryCalls  = recovery.DefaultMaxCalls
 	DefaultMaxPageChars      = recovery.DefaultMaxPageChars
 	DefaultMaxSearchResults  = recovery.DefaultMaxSearchResults
 )
@@ -40,6 +41,10 @@ type RecoveryConfig struct {
 	// Follow-up requests one client request may cause. Default: 3.
 	MaxRecoveryRounds *int `json:"max_recovery_rounds,omitempty"`
 
+	// Tool calls answered in one round; the model's calls past it get an
+	// error result (too_many_calls) and read nothing. Default: 8.
+	MaxRecoveryCalls *int `json:"max_recovery_calls,omitempty"`
+
 	// Characters of one page the API or the tool returns. Default: 20000.
 	MaxPageChars *int `json:"max_page_chars,omitempty"`
 
@@ -56,6 +61,9 @@ func (c *RecoveryConfig) applyRecoveryDefaults() {
 	}
 	if c.MaxRecoveryRounds == nil {
 		c.MaxRecoveryRounds = intp(DefaultMaxRecoveryRounds)
+	}
+	if c.MaxRecoveryCalls == nil {
+		c.MaxRecoveryCalls = intp(DefaultMaxRecoveryCalls)
 	}
 	if c.MaxPageChars == nil {
 		c.MaxPageChars = intp(DefaultMaxPageChars)
@@ -78,6 +86,9 @@ func (c *RecoveryConfig) checkRecovery() error {
 	if *c.MaxRecoveryRounds < 1 {
 		return fmt.Errorf("max_recovery_rounds must be at least 1, got %d", *c.MaxRecoveryRounds)
 	}
+	if *c.MaxRecoveryCalls < 1 {
+		return fmt.Errorf("max_recovery_calls must be at least 1, got %d", *c.MaxRecoveryCalls)
+	}
 	if *c.MaxPageChars < 1 {
 		return fmt.Errorf("max_page_chars must be at least 1, got %d", *c.MaxPageChars)
 	}
@@ -94,6 +105,7 @@ func (c *RecoveryConfig) recoveryConfig() recovery.Config {
 		MaxPageChars:     *c.MaxPageChars,
 		MaxSearchResults: *c.MaxSearchResults,
 		MaxRounds:        *c.MaxRecoveryRounds,
+		MaxCalls:         *c.MaxRecoveryCalls,
 	}.WithDefaults()
 }
 
@@ -130,6 +142,7 @@ func init() {
 	}
 	subdirectives["recovery_path"] = func(t *Handler, v string) error { t.RecoveryPath = v; return nil }
 	subdirectives["max_recovery_rounds"] = func(t *Handler, v string) error { return setInt(&t.MaxRecoveryRounds, v, 1) }
+	subdirectives["max_recovery_calls"] = func(t *Handler, v string) error { return setInt(&t.MaxRecoveryCalls, v, 1) }
 	subdirectives["max_page_chars"] = func(t *Handler, v string) error { return setInt(&t.MaxPageChars, v, 1) }
 	subdirectives["max_search_results"] = func(t *Handler, v string) error { return setInt(&t.MaxSearchResults, v, 1) }
 }

@@ -20,8 +20,9 @@ func TestRecoveryCaddyfile(t *testing.T) {
 	tests := []struct {
 		name, input, want, err string
 	}{
-		{name: "every recovery subdirective", input: "token_terminator {\nrecovery api\nrecovery_path /tt/\nmax_recovery_rounds 5\nmax_page_chars 100\nmax_search_results 7\n}",
-			want: `{"recovery":"api","recovery_path":"/tt/","max_recovery_rounds":5,"max_page_chars":100,"max_search_results":7}`},
+		{name: "every recovery subdirective", input: "token_terminator {\nrecovery api\nrecovery_path /tt/\nmax_recovery_rounds 5\nmax_recovery_calls 4\nmax_page_chars 100\nmax_search_results 7\n}",
+			want: `{"recovery":"api","recovery_path":"/tt/","max_recovery_rounds":5,"max_recovery_calls":4,"max_page_chars":100,"max_search_results":7}`},
+		{name: "zero calls", input: "token_terminator {\nmax_recovery_calls 0\n}", err: "max_recovery_calls: must be at least 1, got 0"},
 		{name: "recovery off", input: "token_terminator {\nrecovery off\n}", want: `{"recovery":"off"}`},
 		{name: "recovery tool", input: "token_terminator {\nrecovery tool\n}", want: `{"recovery":"tool"}`},
 		{name: "unknown recovery", input: "token_terminator {\nrecovery maybe\n}", err: "recovery: want tool, api or off, got 'maybe'"},

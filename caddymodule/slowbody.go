@@ -18,8 +18,10 @@ var errSlowBody = errors.New("body read timeout")
 type pumpedBody struct {
 	src    io.ReadCloser
 	chunks chan []byte
+	free   chan []byte // chunks read out, for the loop to fill again
 	done   chan struct{}
 	once   sync.Once
+	cur    []byte // the chunk pending is in
 
 	err     error // the source's final error; written before chunks is closed
 	pending []byte
@@ -27,10 +29,15 @@ type pumpedBody struct {
 	deadline time.Time
 }
 
+// pumpChunk is what one read of the pump takes at most, from a pool
+// shared by requests. It is what an idle body holds besides its buffer
+// (the pump waits in a read with it), so it stays small.
 const pumpChunk = 32 << 10
 
+var pumpChunks = sync.Pool{New: func() any { return new([pumpChunk]byte) }}
+
 func pump(src io.ReadCloser, deadline time.Time) *pumpedBody {
-	p := &pumpedBody{src: src, chunks: make(chan []byte, 1), done: make(chan struct{}), deadline: deadline}
+	p := &pumpedBody{src: src, chunks: make(chan []byte, 1), free: make(chan []byte, 2), done: make(chan struct{}), deadline: deadline}
 	go p.loop()
 	return p
 }
@@ -38,7 +45,12 @@ func pump(src io.ReadCloser, deadline time.Time) *pumpedBody {
 func (p *pumpedBody) loop() {
 	defer close(p.chunks)
 	for {
-		buf := make([]byte, pumpChunk)
+		var buf []byte
+		select {
+		case buf = <-p.free:
+		default:
+			buf = pumpChunks.Get().(*[pumpChunk]byte)[:]
+		}
 		n, err := p.src.Read(buf)
 		if n > 0 {
 			select {
@@ -57,6 +69,16 @@ func (p *pumpedBody) loop() {
 // Read returns errSlowBody once the deadline (if set) has passed without
 // data; a later Read (after stream) continues where it stopped.
 func (p *pumpedBody) Read(b []byte) (int, error) {
+	if len(p.pending) == 0 && p.cur != nil {
+		// Read out: the loop may fill it again (a body is read by one
+		// goroutine at a time, the handler's and then the transport's).
+		select {
+		case p.free <- p.cur[:cap(p.cur)]:
+		default:
+			pumpChunks.Put((*[pumpChunk]byte)(p.cur[:pumpChunk]))
+		}
+		p.cur = nil
+	}
 	if len(p.pending) == 0 {
 		var timeout <-chan time.Time
 		if !p.deadline.IsZero() {
@@ -73,7 +95,7 @@ func (p *pumpedBody) Read(b []byte) (int, error) {
 			if !ok {
 				return 0, p.err
 			}
-			p.pending = c
+			p.pending, p.cur = c, c
 		case <-timeout:
 			return 0, errSlowBody
 		}
@@ -88,6 +110,17 @@ func (p *pumpedBody) stream() { p.deadline = time.Time{} }
 
 // Close stops the pump and closes the original body.
 func (p *pumpedBody) Close() error {
-	p.once.Do(func() { close(p.done) })
+	p.once.Do(func() {
+		close(p.done)
+		for { // the chunks no one holds go back to the pool
+			select {
+			case c := <-p.free:
+				pumpChunks.Put((*[pumpChunk]byte)(c[:pumpChunk]))
+				continue
+			default:
+			}
+			break
+		}
+	})
 	return p.src.Close()
 }

@@ -28,6 +28,7 @@ const (
 	DefaultMaxPageChars     = 20000
 	DefaultMaxSearchResults = 50
 	DefaultMaxRounds        = 3
+	DefaultMaxCalls         = 8
 	// DefaultPageChars is the page size when a caller gives no limit.
 	DefaultPageChars = 8000
 	// DefaultSearchResults is the result count when a caller gives no limit.
@@ -46,6 +47,10 @@ type Config struct {
 	// MaxRounds caps the follow-up requests one client request may cause
 	// (max_recovery_rounds).
 	MaxRounds int
+	// MaxCalls caps the tool calls answered in one round
+	// (max_recovery_calls); the model's calls past it get an error result
+	// without touching the vault.
+	MaxCalls int
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -64,6 +69,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxRounds <= 0 {
 		c.MaxRounds = DefaultMaxRounds
+	}
+	if c.MaxCalls <= 0 {
+		c.MaxCalls = DefaultMaxCalls
 	}
 	return c
 }

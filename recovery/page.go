@@ -125,11 +125,21 @@ func byteOffset(s string, from, n int) int {
 	return i
 }
 
+// MaxQueryChars bounds a search query, in characters: a longer one is
+// refused (400 invalid_request), never cut short. The vault backends
+// enforce the same bound (vault.MaxSearchQueryChars).
+const MaxQueryChars = 256
+
+var errQueryTooLong = badRequest("query must be at most " + strconv.Itoa(MaxQueryChars) + " characters")
+
 // search lists tenant's artifacts matching query; limit 0 means the
 // default, and a limit over MaxSearchResults is capped.
 func (r reader) search(ctx context.Context, tenant, query string, limit int) (*Hits, *Error) {
 	if limit < 0 {
 		return nil, badRequest("limit must be a positive integer")
+	}
+	if utf8.RuneCountInString(query) > MaxQueryChars {
+		return nil, errQueryTooLong
 	}
 	if limit == 0 {
 		limit = DefaultSearchResults

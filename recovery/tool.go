@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"strconv"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler/jsonv"
@@ -113,11 +114,24 @@ func OwnCalls(calls []response.ToolCall) []Call {
 	return out
 }
 
-// Run executes every call, filling in its Result.
+// Run executes the calls, filling in their Results: the first
+// cfg.MaxCalls are run; every call past them gets errTooManyCalls, so that
+// the model has an answer for each (the providers require one) and the
+// vault is read at most MaxCalls times a round.
 func Run(ctx context.Context, cfg Config, arts Artifacts, tenant string, calls []Call) {
+	cfg = cfg.WithDefaults()
 	for i := range calls {
+		if i >= cfg.MaxCalls {
+			calls[i].Result = errorJSON(tooManyCalls(cfg.MaxCalls))
+			continue
+		}
 		calls[i].Result = ExecuteWith(ctx, cfg, arts, tenant, calls[i].Args)
 	}
+}
+
+func tooManyCalls(n int) *Error {
+	return &Error{Status: http.StatusTooManyRequests, Type: "too_many_calls",
+		Message: "at most " + strconv.Itoa(n) + " calls are answered per turn; call again for the rest"}
 }
 
 // toolArgs is the tool's input. Numbers are taken as written so that 1.5

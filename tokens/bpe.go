@@ -171,12 +171,26 @@ type part struct {
 
 const noRank = math.MaxUint32
 
+// maxQuadraticMerge is the longest pre-token merged by the quadratic scan
+// (merge): below it the scan is faster than the heap; above it mergeLong
+// keeps the cost per byte bounded (n log n), so a long run of spaces or
+// punctuation costs about as much as any text of its length.
+const maxQuadraticMerge = 256
+
 // merge runs tiktoken's byte-pair merge on piece (not itself a token):
 // repeatedly join the adjacent pair whose joint bytes have the lowest rank,
 // the leftmost one on a tie, until no pair is a token. It returns the
 // starts of the final tokens followed by len(piece), in buf's storage.
-// Like tiktoken-go's, it is quadratic in len(piece); callers bound it.
+// Like tiktoken-go's it is quadratic in len(piece), fast on short pieces;
+// longer ones go to mergeLong, which gives the same parts.
 func (r *ranks) merge(piece []byte, buf []part) []part {
+	if len(piece) > maxQuadraticMerge {
+		return r.mergeLong(piece, buf)
+	}
+	return r.mergeQuadratic(piece, buf)
+}
+
+func (r *ranks) mergeQuadratic(piece []byte, buf []part) []part {
 	parts := buf[:0]
 	for i := range len(piece) + 1 {
 		parts = append(parts, part{start: i, rank: noRank})
@@ -211,6 +225,117 @@ func (r *ranks) merge(piece []byte, buf []part) []part {
 		parts = append(parts[:at+1], parts[at+2:]...)
 	}
 	return parts
+}
+
+// mergeLong is merge in O(n log n): the candidate pairs sit in a min-heap
+// keyed by (rank, start), so the lowest rank, leftmost on a tie, comes
+// first, exactly the pair the quadratic scan picks. The parts are a linked
+// list by start. An entry goes stale when its part was merged away or its
+// pair changed; a pair only changes by growing (its part or the next one
+// took a neighbour), so its bytes, hence its rank, differ from the stale
+// entry's, and a (rank, start) that no longer matches the part is skipped.
+func (r *ranks) mergeLong(piece []byte, buf []part) []part {
+	n := len(piece)
+	next := make([]int32, n) // start of the part after the one at i; n for the last
+	prev := make([]int32, n) // start of the part before; -1 for the first
+	rk := make([]uint32, n)  // rank of the part at i joined with the next, noRank if none
+	gone := make([]bool, n)  // i no longer starts a part
+	h := make(pairHeap, 0, n)
+	pairRank := func(i int32) uint32 {
+		j := next[i]
+		if int(j) >= n {
+			return noRank
+		}
+		if id, ok := r.rank(piece[i:next[j]]); ok {
+			return id
+		}
+		return noRank
+	}
+	for i := range n {
+		next[i], prev[i] = int32(i+1), int32(i-1)
+	}
+	for i := range int32(n) {
+		if rk[i] = pairRank(i); rk[i] != noRank {
+			h = append(h, uint64(rk[i])<<32|uint64(i))
+		}
+	}
+	h.init()
+	for len(h) > 0 {
+		e := h.pop()
+		i, rank := int32(uint32(e)), uint32(e>>32)
+		if gone[i] || rk[i] != rank {
+			continue // stale
+		}
+		j := next[i]
+		gone[j] = true
+		next[i] = next[j]
+		if int(next[i]) < n {
+			prev[next[i]] = i
+		}
+		if rk[i] = pairRank(i); rk[i] != noRank {
+			h.push(uint64(rk[i])<<32 | uint64(i))
+		}
+		if p := prev[i]; p >= 0 {
+			if rk[p] = pairRank(p); rk[p] != noRank {
+				h.push(uint64(rk[p])<<32 | uint64(p))
+			}
+		}
+	}
+	parts := buf[:0]
+	for i := int32(0); int(i) < n; i = next[i] {
+		parts = append(parts, part{start: int(i), rank: noRank})
+	}
+	return append(parts, part{start: n, rank: noRank})
+}
+
+// pairHeap is a binary min-heap of rank<<32 | start.
+type pairHeap []uint64
+
+func (h pairHeap) init() {
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
+func (h *pairHeap) push(v uint64) {
+	*h = append(*h, v)
+	s := *h
+	for i := len(s) - 1; i > 0; {
+		p := (i - 1) / 2
+		if s[p] <= s[i] {
+			break
+		}
+		s[p], s[i] = s[i], s[p]
+		i = p
+	}
+}
+
+func (h *pairHeap) pop() uint64 {
+	s := *h
+	v := s[0]
+	last := len(s) - 1
+	s[0] = s[last]
+	*h = s[:last]
+	h.down(0)
+	return v
+}
+
+func (h pairHeap) down(i int) {
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			return
+		}
+		m := l
+		if r := l + 1; r < len(h) && h[r] < h[l] {
+			m = r
+		}
+		if h[i] <= h[m] {
+			return
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
 }
 
 // encode appends the token ids of one pre-token to out.

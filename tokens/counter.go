@@ -25,10 +25,10 @@ const (
 	DefaultCacheBytes = 64 << 20
 )
 
-// maxBacklog bounds the bytes being tokenized at once. Work a request gave up
-// on (past its budget) keeps running so that the resent body is warm next
-// time; under a flood of new content, requests that would queue behind more
-// than this skip counting at once instead of piling up goroutines.
+// maxBacklog bounds the bytes being tokenized at once: under a flood of new
+// content, requests that would queue behind more than this skip counting at
+// once instead of piling up goroutines. Work a request gave up on (past its
+// budget) stops (job.abandon); only the pieces being counted then finish.
 const maxBacklog = 16 << 20
 
 // Config configures a Counter. Zero values mean defaults.
@@ -52,6 +52,8 @@ type state struct {
 	cache   *cache
 	memos   []*memo      // by encoding id
 	backlog atomic.Int64 // bytes queued or being tokenized
+	// tokenized counts the bytes of pieces the workers counted (tests)
+	tokenized atomic.Int64
 	// maxBacklog, but for tests
 	backlogMax int64
 
@@ -142,8 +144,9 @@ func EncodingFor(model string) string {
 
 // Count counts the tokens of body as the tokenizer for model sees it. It
 // returns within the budget (or when ctx is done) with Status "budget" if
-// counting has not finished; the unfinished work still completes in the
-// background and fills the cache, so a resent body is counted next time.
+// counting has not finished; the unfinished work stops there (the pieces
+// being counted finish), and what was counted stays cached, so a resent
+// body goes on from there.
 func (c *Counter) Count(ctx context.Context, model string, body []byte) compiler.TokenCount {
 	return c.CountHinted(ctx, model, body, nil)
 }
@@ -204,12 +207,14 @@ type segMiss struct {
 func (c *Counter) count(ctx context.Context, enc *encoding, body []byte, hints []int, hold compiler.Hold, deadline time.Time) (int, bool) {
 	total := 0
 	var waits []*flight      // missing pieces in body order, repeats included
+	var waitPieces [][]byte  // their bytes
 	var mine map[key]*flight // pieces repeated inside this body are counted once
 	var segs []segMiss
 	var j *job // made at the first missing piece: a warm count needs none
+	finished := false
 	defer func() {
-		if j != nil {
-			j.close() // also on a panic: the workers return, the hold is given back
+		if j != nil && !finished {
+			j.abandon() // also on a panic: the workers return, the hold is given back
 		}
 	}()
 	full := false // the backlog refused a piece: no count
@@ -240,6 +245,7 @@ func (c *Counter) count(ctx context.Context, enc *encoding, body []byte, hints [
 			mine[k] = f
 		}
 		waits = append(waits, f)
+		waitPieces = append(waitPieces, p)
 	}
 	if len(hints) == 0 {
 		split(body, minPiece, avgBits, piece)
@@ -265,6 +271,7 @@ func (c *Counter) count(ctx context.Context, enc *encoding, body []byte, hints [
 		return 0, false
 	}
 	if len(waits) == 0 {
+		finished = true
 		c.landSegments(segs, waits)
 		return total, true
 	}
@@ -277,9 +284,18 @@ func (c *Counter) count(ctx context.Context, enc *encoding, body []byte, hints [
 	}
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
-	for _, f := range waits {
+	for i, f := range waits {
 		select {
 		case <-f.done:
+			if !f.ok && f.dropped && time.Now().Before(deadline) {
+				// Another request's job gave up on this piece: count it here.
+				n, ok := c.countHere(enc, f.k, waitPieces[i])
+				if !ok {
+					return 0, false
+				}
+				total += n
+				continue
+			}
 			if !f.ok {
 				return 0, false
 			}
@@ -290,6 +306,7 @@ func (c *Counter) count(ctx context.Context, enc *encoding, body []byte, hints [
 			return 0, false
 		}
 	}
+	finished = true // every flight landed: nothing is left to drop
 	if time.Now().After(deadline) {
 		return 0, false
 	}
@@ -312,10 +329,25 @@ func (c *Counter) landSegments(segs []segMiss, waits []*flight) {
 // flight is the counting of one piece, shared by every request that needs
 // it meanwhile, so a resent or concurrent body never doubles the work.
 type flight struct {
-	k    key
-	done chan struct{} // closed when n and ok are set
-	n    int
-	ok   bool
+	k       key
+	done    chan struct{} // closed when n and ok are set
+	n       int
+	ok      bool
+	dropped bool // not counted: the request whose job owned it gave up (set before done)
+}
+
+// countHere counts piece p (key k) on the caller's goroutine: a piece
+// another request's abandoned job dropped while this one waited for it.
+func (c *Counter) countHere(enc *encoding, k key, p []byte) (int, bool) {
+	r, err := enc.load()
+	if err != nil {
+		return 0, false
+	}
+	n, ok := c.memos[enc.id].count(enc, r, nil, p)
+	if ok {
+		c.cache.put(k, n)
+	}
+	return n, ok
 }
 
 // join returns the flight counting k and whether the caller must count it

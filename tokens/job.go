@@ -9,9 +9,12 @@ import (
 
 // job tokenizes the pieces one request found neither cached nor in flight.
 // The caller queues them while it is still splitting the body (add), and
-// the workers take them in order until the queue is closed and empty. The
-// workers outlive the request if it gives up and finish filling the cache,
-// so the resent body is counted next time.
+// the workers take them in order until the queue is closed and empty. When
+// the request gives up (its budget or context ended) the job is abandoned:
+// the pieces no worker took yet are not counted (their flights fail), so
+// no work goes on past the budget but the pieces the workers are counting
+// (one per worker, each a bounded cost: mergeLong). What was counted stays
+// in the cache, so a resent body starts from there.
 //
 // So a worker may read a piece after the count returned, when the caller
 // may reuse the body. The job either holds the body (compiler.Hold: the
@@ -38,6 +41,7 @@ type job struct {
 	pieces  [][]byte
 	next    int  // the first piece no worker took
 	closed  bool // no piece comes any more
+	dropped bool // abandoned: the pieces not taken are not counted
 	workers int  // started
 	running int  // started and not yet returned
 	release func()
@@ -113,13 +117,34 @@ func (j *job) close() {
 	j.more.Broadcast()
 }
 
+// abandon closes the queue and drops the pieces no worker took: the
+// request stopped waiting for them.
+func (j *job) abandon() {
+	j.mu.Lock()
+	j.dropped = true
+	j.mu.Unlock()
+	j.close()
+}
+
 // take returns the next queued piece and its flight, waiting for one;
 // false once the queue is closed and empty. The last worker to see that
-// gives back the hold on the body.
+// gives back the hold on the body. A worker that finds the job abandoned
+// fails the flights of the pieces left.
 func (j *job) take() ([]byte, *flight, bool) {
 	j.mu.Lock()
 	for j.next == len(j.pieces) && !j.closed {
 		j.more.Wait()
+	}
+	if j.dropped && j.next < len(j.pieces) {
+		pieces, flights := j.pieces[j.next:], j.flights[j.next:]
+		j.next = len(j.pieces)
+		j.mu.Unlock()
+		for i, f := range flights {
+			f.dropped = true
+			j.c.land(f, 0, false)
+			j.c.backlog.Add(-int64(len(pieces[i])))
+		}
+		j.mu.Lock()
 	}
 	if i := j.next; i < len(j.pieces) {
 		j.next++
@@ -169,6 +194,7 @@ func (j *job) work() {
 		}
 		j.c.land(f, n, ok)
 		j.c.backlog.Add(-int64(len(p)))
+		j.c.tokenized.Add(int64(len(p)))
 		// A piece takes a millisecond or less; yielding between them lets
 		// timers fire and waiting requests go on at once rather than at
 		// the next preemption (10 ms) when all Ps are tokenizing.

@@ -94,7 +94,11 @@ func tenantMetaPrefix(tenant string) []byte {
 // newest first: by creation time, then last-seen time, then digest, so the
 // order is deterministic. The artifacts carry Digest, Tool and Chars, never
 // Text, Raw or Args. At most maxSearchScan of the tenant's newest artifacts
-// are considered. A record that does not decode is skipped: Get reports it.
+// are considered, and of those at most SearchScanBytes of stored bytes
+// read; a query of more than MaxSearchQueryChars characters is refused
+// (ErrSearchQueryTooLong). The scan is linear in the bytes read and stops
+// with ctx's error when ctx ends. A record that does not decode is
+// skipped: Get reports it.
 func (s *Store) Search(ctx context.Context, tenant, query string, limit int) ([]compiler.Artifact, error) {
 	if limit <= 0 {
 		return nil, nil
@@ -107,8 +111,11 @@ func (s *Store) Search(ctx context.Context, tenant, query string, limit int) ([]
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	scan, err := NewSearchScan(ctx, query)
+	if err != nil {
+		return nil, err
+	}
 	base := tenantMetaPrefix(tenant)
-	q := strings.ToLower(query)
 	var out []compiler.Artifact
 	err = s.db.View(func(txn *badger.Txn) error {
 		var metas []meta
@@ -130,9 +137,12 @@ func (s *Store) Search(ctx context.Context, tenant, query string, limit int) ([]
 		metas = metas[:min(len(metas), maxSearchScan)]
 		for i, m := range metas {
 			if i%64 == 0 {
-				if err := ctx.Err(); err != nil {
+				if err := scan.Err(); err != nil {
 					return err
 				}
+			}
+			if !scan.Charge(m.size()) {
+				return nil // SearchScanBytes read: older artifacts are not searched
 			}
 			item, err := txn.Get(artKey(tenant, m.Digest))
 			if err != nil {
@@ -140,15 +150,19 @@ func (s *Store) Search(ctx context.Context, tenant, query string, limit int) ([]
 			}
 			var tool string
 			match := false
+			var gone error // the caller went away during the scan
 			_ = item.Value(func(v []byte) error {
 				c, err := contentFields(v)
 				if err != nil {
-					return err
+					return err // skipped: Get reports it
 				}
 				tool = string(c.tool)
-				match = SearchMatches(c.text, tool, q)
+				match, gone = scan.Match(c.text, tool)
 				return nil
 			})
+			if gone != nil {
+				return gone
+			}
 			if match {
 				out = append(out, compiler.Artifact{Digest: m.Digest, Tool: tool, Chars: m.Chars})
 				if len(out) == limit {
@@ -165,32 +179,8 @@ func (s *Store) Search(ctx context.Context, tenant, query string, limit int) ([]
 }
 
 // containsFold reports whether text contains lower (already lower-cased),
-// ignoring case. ASCII text is folded in place of a full copy when the
-// query is ASCII; otherwise the text is lower-cased as a whole.
+// ignoring case as strings.ToLower does, in time linear in text.
 func containsFold(text []byte, lower string) bool {
-	ascii := true
-	for i := 0; i < len(lower); i++ {
-		if lower[i] >= 0x80 {
-			ascii = false
-			break
-		}
-	}
-	if !ascii {
-		return strings.Contains(strings.ToLower(string(text)), lower)
-	}
-	n := len(lower)
-outer:
-	for i := 0; i+n <= len(text); i++ {
-		for j := 0; j < n; j++ {
-			c := text[i+j]
-			if c >= 'A' && c <= 'Z' {
-				c += 'a' - 'A'
-			}
-			if c != lower[j] {
-				continue outer
-			}
-		}
-		return true
-	}
-	return false
+	ok, _ := newScan(context.Background(), lower).contains(text)
+	return ok
 }

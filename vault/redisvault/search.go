@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/vault"
@@ -69,6 +68,7 @@ func (s *Store) Resolve(ctx context.Context, tenant, id string) (compiler.Digest
 type searchRecord struct {
 	hex               string
 	digest            compiler.Digest
+	size              int64 // stored bytes, charged against vault.SearchScanBytes
 	chars             int
 	created, lastSeen int64
 }
@@ -77,11 +77,19 @@ type searchRecord struct {
 // contains query, ignoring case (an empty query matches every artifact),
 // newest first: by creation time, then last-seen time, then digest. Hits
 // carry Digest, Tool and Chars, never Text, Raw or Args. At most
-// vault.SearchScanLimit of the tenant's newest artifacts are considered; a
-// record that does not decode is skipped (Get reports it).
+// vault.SearchScanLimit of the tenant's newest artifacts are considered, of
+// them at most vault.SearchScanBytes read, and a query longer than
+// vault.MaxSearchQueryChars is refused; the scan is linear and stops when
+// ctx ends. A record that does not decode is skipped (Get reports it).
 func (s *Store) Search(ctx context.Context, tenant, query string, limit int) ([]compiler.Artifact, error) {
 	if limit <= 0 {
 		return nil, nil
+	}
+	// The scan looks at the caller's context: a client that hangs up
+	// stops it (the op timeouts bound the Redis reads).
+	scan, err := vault.NewSearchScan(ctx, query)
+	if err != nil {
+		return nil, err
 	}
 	ctx, done, err := s.callWithin(ctx, searchTimeoutFactor*s.opTimeout)
 	if err != nil {
@@ -97,10 +105,20 @@ func (s *Store) Search(ctx context.Context, tenant, query string, limit int) ([]
 		return cmp.Or(cmp.Compare(b.created, a.created), cmp.Compare(b.lastSeen, a.lastSeen), bytes.Compare(a.digest[:], b.digest[:]))
 	})
 	recs = recs[:min(len(recs), vault.SearchScanLimit)]
-	q := strings.ToLower(query)
 	var out []compiler.Artifact
 	for start := 0; start < len(recs); start += contentBatch {
 		batch := recs[start:min(start+contentBatch, len(recs))]
+		// The batch is what vault.SearchScanBytes still allows: older
+		// artifacts past it are not read.
+		for i, r := range batch {
+			if !scan.Charge(r.size) {
+				batch = batch[:i]
+				break
+			}
+		}
+		if len(batch) == 0 {
+			return out, nil
+		}
 		ks := make([]string, len(batch))
 		for i, r := range batch {
 			ks[i] = tk.artifact(r.hex)
@@ -118,7 +136,11 @@ func (s *Store) Search(ctx context.Context, tenant, query string, limit int) ([]
 			if vault.DecodeContent(vault.StringBytes(str), &a) != nil {
 				continue
 			}
-			if vault.SearchMatches(vault.StringBytes(a.Text), a.Tool, q) {
+			match, err := scan.Match(vault.StringBytes(a.Text), a.Tool)
+			if err != nil {
+				return nil, fmt.Errorf("redisvault: search: %w", err)
+			}
+			if match {
 				out = append(out, compiler.Artifact{Digest: a.Digest, Tool: a.Tool, Chars: batch[i].chars})
 				if len(out) == limit {
 					return out, nil
@@ -163,7 +185,7 @@ func (s *Store) searchRecords(ctx context.Context, tk tenantKeys) ([]searchRecor
 				continue
 			}
 			var err error
-			if _, r.chars, r.created, err = parseMetaCreated(kv[i+1]); err != nil {
+			if r.size, r.chars, r.created, err = parseMetaCreated(kv[i+1]); err != nil {
 				continue
 			}
 			last, ok := seen[r.hex]

@@ -2,7 +2,11 @@ package storetest
 
 import (
 	"context"
+	"errors"
+	"runtime"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -135,5 +139,79 @@ func (s suite) search(t *testing.T) {
 	}
 	if got, err := r.Search(ctx, "t3", "", 10); err != nil || len(got) != 0 {
 		t.Fatalf("search of an empty tenant: %d hits, %v", len(got), err)
+	}
+}
+
+// scanCancel is a context that is cancelled by the first look at it made
+// from inside the text scan of a search (vault.SearchScan), that is, by a
+// client hanging up while a large artifact is being read. It counts the
+// looks the scan makes, so that a test sees the scan stop at the next one.
+type scanCancel struct {
+	context.Context
+	cancel  context.CancelFunc
+	inScan  atomic.Int32 // looks from inside the scan
+	stopped atomic.Bool
+}
+
+func newScanCancel() *scanCancel {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &scanCancel{Context: ctx, cancel: cancel}
+}
+
+func (c *scanCancel) Err() error {
+	pcs := make([]uintptr, 32)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs)])
+	for {
+		f, more := frames.Next()
+		if strings.Contains(f.Function, "SearchScan).") {
+			c.inScan.Add(1)
+			c.cancel()
+			break
+		}
+		if !more {
+			break
+		}
+	}
+	return c.Context.Err()
+}
+
+// searchBounded: a query longer than vault.MaxSearchQueryChars is refused
+// (vault.ErrSearchQueryTooLong), whatever the artifacts; a query at the
+// bound is answered; a search whose caller goes away while it reads a large
+// artifact stops at the next look at the context, inside that artifact.
+func (s suite) searchBounded(t *testing.T) {
+	st := s.open(t, Config{})
+	r := reader(t, st)
+	ctx := context.Background()
+	big := func(fill byte, n int) compiler.Artifact {
+		a := art(strings.Repeat(string(fill), n))
+		a.Tool = "bash"
+		return a
+	}
+	persist(t, st, "t1", big('a', 700_000), big('b', 700_000))
+
+	if _, err := r.Search(ctx, "t1", strings.Repeat("a", 16<<10), 10); !errors.Is(err, vault.ErrSearchQueryTooLong) {
+		t.Fatalf("a 16 KB query: %v, want vault.ErrSearchQueryTooLong", err)
+	}
+	if _, err := r.Search(ctx, "t1", strings.Repeat("é", vault.MaxSearchQueryChars+1), 10); !errors.Is(err, vault.ErrSearchQueryTooLong) {
+		t.Fatalf("a query of %d two-byte characters: %v, want vault.ErrSearchQueryTooLong", vault.MaxSearchQueryChars+1, err)
+	}
+	// The worst case of a naive scan: every position matches all but the
+	// query's last character.
+	q := strings.Repeat("A", vault.MaxSearchQueryChars-1) + "c"
+	if hits, err := r.Search(ctx, "t1", q, 10); err != nil || len(hits) != 0 {
+		t.Fatalf("a query at the bound: %d hits, %v", len(hits), err)
+	}
+	if hits, err := r.Search(ctx, "t1", q[1:len(q)-1], 10); err != nil || len(hits) != 1 {
+		t.Fatalf("a query of %d characters found %d artifacts, %v; want 1", len(q)-2, len(hits), err)
+	}
+
+	hang := newScanCancel()
+	hits, err := r.Search(hang, "t1", "absent", 10)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("the caller went away during the scan: %d hits, %v; want context.Canceled (looks at the context from the scan: %d)", len(hits), err, hang.inScan.Load())
+	}
+	if n := hang.inScan.Load(); n != 1 {
+		t.Fatalf("the scan looked at the cancelled context %d times, want 1: it went on reading after the caller left", n)
 	}
 }

@@ -92,6 +92,7 @@ func Run(t *testing.T, open Opener, caps ...Capability) {
 		{"LineageTTL", LineageTTL, s.lineageTTL},
 		{"Resolve", Recovery, s.resolve},
 		{"Search", Recovery, s.search},
+		{"SearchBounded", Recovery, s.searchBounded},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
