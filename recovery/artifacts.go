@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/vault"
 )
 
 // Artifacts is what recovery reads: the vault, seen by tenant. *vault.Store
@@ -127,10 +128,15 @@ func (w *within) Resolve(ctx context.Context, tenant, id string) (compiler.Diges
 	return d, true, nil
 }
 
-// Search matches query as the vault does: the tool name or the text
-// contains it, ignoring case; an empty query matches every artifact.
+// Search matches query as the vault does (vault.SearchScan: the tool name
+// or the text contains it, ignoring case, in time linear in the text, the
+// caller's context looked at inside the scan); an empty query matches
+// every artifact.
 func (w *within) Search(ctx context.Context, tenant, query string, limit int) ([]compiler.Artifact, error) {
-	q := strings.ToLower(query)
+	scan, err := vault.NewSearchScan(ctx, query)
+	if err != nil {
+		return nil, err
+	}
 	var out []compiler.Artifact
 	scanned := 0
 	for _, d := range w.order {
@@ -148,7 +154,11 @@ func (w *within) Search(ctx context.Context, tenant, query string, limit int) ([
 			continue // evicted
 		}
 		scanned += len(a.Text)
-		if q == "" || strings.Contains(strings.ToLower(a.Tool), q) || strings.Contains(strings.ToLower(a.Text), q) {
+		match, err := scan.Match([]byte(a.Text), a.Tool)
+		if err != nil {
+			return nil, err
+		}
+		if match {
 			out = append(out, compiler.Artifact{Digest: d, Tool: a.Tool, Chars: a.Chars})
 		}
 	}
