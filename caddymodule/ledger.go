@@ -181,7 +181,7 @@ func ledgerRecord(rep *report, ob *observation, at time.Time) vault.LedgerRecord
 		Conversation: ob.conversation,
 		Format:       rep.format,
 		Model:        ob.family,
-		Status:       rep.status,
+		Status:       rep.written,
 		Decision:     string(rep.decisionWord()),
 		Reason:       string(rep.reason),
 		RawBytes:     max(rep.rawBytes, 0),
@@ -275,7 +275,9 @@ func (h *Handler) account(r *http.Request, ex *exchange) {
 	ob.usage = h.usageFigures(&ex.rep, ob)
 	h.metrics.observe(&ex.rep, ob)
 	if h.ledger != nil {
-		h.ledger.add(ledgerRecord(&ex.rep, ob, ex.start))
+		rec := ledgerRecord(&ex.rep, ob, ex.start)
+		rec.Price, rec.Currency = h.priceOf(ex.rep.format, ob.model)
+		h.ledger.add(rec)
 	}
 }
 
