@@ -41,6 +41,13 @@ type App struct {
 	// handlers of one config cannot configure one storage two ways.
 	mu     *sync.Mutex
 	claims map[string]string
+	// starts is what this config does when it goes live (Start): open the
+	// vaults its handlers name, apply their limits and attach the handlers.
+	// Nothing opens a vault before, so `caddy validate`, which provisions
+	// a config but never starts it, leaves the vaults alone.
+	starts []func() error
+	// used names the vaults this config uses, for the start-up lines.
+	used []VaultBackend
 }
 
 // shared is the state that outlives a config. Each pool is keyed by what
@@ -96,8 +103,44 @@ func (a *App) Provision(ctx caddy.Context) error {
 	return a.registerMetrics(ctx)
 }
 
-// Start implements caddy.App.
-func (a *App) Start() error { return nil }
+// Start implements caddy.App: the config goes live. It opens the vaults
+// the handlers name (those a previous config has open are shared), applies
+// this config's limits to them and attaches the handlers; a handler whose
+// vault does not open passes candidates through, unless it requires the
+// vault (require_vault), which refuses to start the config.
+func (a *App) Start() error {
+	a.mu.Lock()
+	starts := a.starts
+	a.starts = nil
+	a.mu.Unlock()
+	for _, f := range starts {
+		if err := f(); err != nil {
+			return err
+		}
+	}
+	for _, m := range a.used {
+		a.logVault(m)
+	}
+	return nil
+}
+
+// onStart adds f to what Start does.
+func (a *App) onStart(f func() error) {
+	a.mu.Lock()
+	a.starts = append(a.starts, f)
+	a.mu.Unlock()
+}
+
+// logVault writes the start-up line of one vault: backend, location,
+// capacity and whether it is open.
+func (a *App) logVault(m VaultBackend) {
+	fields := append([]zap.Field{zap.String("vault", m.VaultKey())}, m.VaultInfo()...)
+	if ov := a.peekVault(m.VaultKey()); ov != nil {
+		a.logger.Info("vault open", fields...)
+		return
+	}
+	a.logger.Warn("vault not open; its handlers pass candidates through (passthrough=vault_error)", fields...)
+}
 
 // Stop implements caddy.App.
 func (a *App) Stop() error { return nil }
@@ -117,8 +160,11 @@ func (a *App) Stats() *Stats { return &a.shared.stats }
 
 // openVault is one open backend and the configuration it was opened with.
 type openVault struct {
-	backend vault.Backend
-	config  string
+	backend  vault.Backend
+	identity string // VaultIdentity: what cannot change while it is open
+
+	cfgMu  sync.Mutex
+	config string // VaultConfig of the limits in force
 
 	// The tenant key, once read; see tenantKey.
 	keyMu    sync.Mutex
@@ -178,53 +224,113 @@ func (o *openVault) readKeyLocked() ([]byte, error) {
 	return o.key, o.keyErr
 }
 
-// errVaultConfig is a configuration the operator must fix.
-type errVaultConfig struct{ key, have, want string }
+// errVaultConfig is a configuration the operator must fix: two handlers of
+// one config configure one storage two ways, or (open) a reload changes
+// what the open vault cannot change.
+type errVaultConfig struct {
+	key, have, want string
+	open            bool
+}
 
 func (e errVaultConfig) Error() string {
-	return fmt.Sprintf("vault %s is configured twice: %s and %s; one storage has one configuration (changing it needs a restart while a loaded config uses it)",
+	if e.open {
+		return fmt.Sprintf("vault %s is open with %s and the new config asks for %s; that cannot change while a loaded config uses it (restart to change it; its limits change on reload)",
+			e.key, e.have, e.want)
+	}
+	return fmt.Sprintf("vault %s is configured twice: %s and %s; one storage has one configuration",
 		e.key, e.have, e.want)
 }
 
-// vault returns the shared backend m names, opening it on first use, and
-// the function that releases this user's share. A configuration that
-// conflicts with the open one is an errVaultConfig; any other error is the
-// backend failing to open (a damaged database, an unreachable server),
-// which the caller reports per request and retries on the next load.
-func (a *App) vault(m VaultBackend, maxArtifactBytes int64) (*openVault, func(), error) {
-	key, cfg := m.VaultKey(), m.VaultConfig()
+// claim records m's configuration in this config: two handlers that name
+// one storage must configure it alike, and its identity must be the one
+// the storage is open with, if it is. It opens nothing.
+func (a *App) claim(m VaultBackend) error {
+	key, cfg := m.VaultKey(), m.VaultIdentity()+" "+m.VaultConfig()
 	a.mu.Lock()
-	if have, ok := a.claims[key]; ok && have != cfg {
+	have, ok := a.claims[key]
+	if ok && have != cfg {
 		a.mu.Unlock()
-		return nil, nil, errVaultConfig{key, have, cfg}
+		return errVaultConfig{key: key, have: have, want: cfg}
 	}
-	a.claims[key] = cfg
+	if !ok {
+		a.claims[key] = cfg
+		a.used = append(a.used, m)
+	}
 	a.mu.Unlock()
+	if ov := a.peekVault(key); ov != nil && ov.identity != m.VaultIdentity() {
+		return errVaultConfig{key: key, have: ov.identity, want: m.VaultIdentity(), open: true}
+	}
+	return nil
+}
 
+// peekVault returns the open vault named key, or nil, without taking a
+// share of it.
+func (a *App) peekVault(key string) *openVault {
+	var found *openVault
+	a.shared.vaults.Range(func(k, v any) bool {
+		if k == key {
+			found = v.(*openVault)
+			return false
+		}
+		return true
+	})
+	return found
+}
+
+// setLimits applies m's limits to the open vault ov when they differ from
+// those in force (a reload that resized it).
+func (a *App) setLimits(ov *openVault, m VaultBackend) error {
+	cfg := m.VaultConfig()
+	ov.cfgMu.Lock()
+	defer ov.cfgMu.Unlock()
+	if ov.config == cfg {
+		return nil
+	}
+	if err := m.SetVaultLimits(ov.backend); err != nil {
+		return fmt.Errorf("vault %s: changing its limits to %s: %w", m.VaultKey(), cfg, err)
+	}
+	a.logger.Info("vault limits changed", zap.String("vault", m.VaultKey()),
+		zap.String("from", ov.config), zap.String("to", cfg))
+	ov.config = cfg
+	return nil
+}
+
+// vault returns the shared backend m names, opening it on first use, and
+// the function that releases this user's share; with onlyOpen it opens
+// nothing and reports ok false when the backend is not open already. An
+// identity that conflicts with the open one is an errVaultConfig; any
+// other error is the backend failing to open (a damaged database, an
+// unreachable server), which the caller reports per request and retries
+// on the next load. Limits are applied by Start (setLimits).
+func (a *App) vault(m VaultBackend, maxArtifactBytes int64, onlyOpen bool) (ov *openVault, release func(), ok bool, err error) {
+	key, id := m.VaultKey(), m.VaultIdentity()
+	if onlyOpen && a.peekVault(key) == nil {
+		return nil, nil, false, nil
+	}
 	v, _, err := a.shared.vaults.LoadOrNew(key, func() (caddy.Destructor, error) {
 		b, err := m.OpenVault(a.logger.Named("vault"), maxArtifactBytes)
 		if err != nil {
 			return nil, err
 		}
-		return &openVault{backend: b, config: cfg}, nil
+		return &openVault{backend: b, identity: id, config: m.VaultConfig()}, nil
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
-	ov := v.(*openVault)
+	ov = v.(*openVault)
 	// Releases hold the shared state itself: Caddy may clean up the App
 	// before its handlers.
 	sh, log := a.shared, a.logger
-	release := func() {
+	release = func() {
 		if _, err := sh.vaults.Delete(key); err != nil {
 			log.Error("closing vault", zap.String("vault", key), zap.Error(err))
 		}
 	}
-	if ov.config != cfg {
+	if ov.identity != id {
 		release()
-		return nil, nil, errVaultConfig{key, ov.config, cfg}
+		return nil, nil, false, errVaultConfig{key: key, have: ov.identity, want: id, open: true}
 	}
-	return ov, release, nil
+	return ov, release, true, nil
 }
 
 // counter returns the shared token counter of cfg's tokenizer and cache

@@ -77,6 +77,9 @@ func provisionedHandler(b *testing.B) *Handler {
 	if err := h.provision(ctx, app); err != nil {
 		b.Fatal(err)
 	}
+	if err := app.Start(); err != nil {
+		b.Fatal(err)
+	}
 	h.logger = zap.NewNop()
 	b.Cleanup(func() {
 		cancel()

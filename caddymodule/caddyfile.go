@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -32,6 +33,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    }
 //	    vault_dir               <path>    # shorthand: vault badger { dir <path> }
 //	    vault_max_bytes         <size>    # shorthand: vault badger { max_bytes <size> }
+//	    require_vault           on|off    # refuse to start when the vault cannot open
 //	    tenant_key              <key>     # e.g. {env.TT_TENANT_KEY}
 //	    tenant                  <placeholder>
 //	    max_new_tenants_per_minute <n>
@@ -242,6 +244,7 @@ var subdirectives = map[string]func(t *Handler, v string) error{
 		return nil
 	},
 	"context_compaction": func(t *Handler, v string) error { return setOnOff(&t.ContextCompaction, v) },
+	"require_vault":      func(t *Handler, v string) error { return setOnOff(&t.RequireVault, v) },
 }
 
 func setInt(dst **int, v string, min int) error {
@@ -257,9 +260,18 @@ func setInt(dst **int, v string, min int) error {
 }
 
 func setSize(dst **int64, v string) error {
-	n, err := humanize.ParseBytes(v)
+	t := strings.TrimSpace(v)
+	if t == "" {
+		return fmt.Errorf("empty size; want a positive size such as 512MiB")
+	}
+	if strings.HasPrefix(t, "-") {
+		return fmt.Errorf("size must be positive, got '%s'", v)
+	}
+	n, err := humanize.ParseBytes(t)
 	if err != nil {
-		return fmt.Errorf("bad size '%s': %v", v, err)
+		// humanize's own message ("strconv.ParseFloat: …") names neither
+		// the value nor what would be right.
+		return fmt.Errorf("bad size '%s': want a number with an optional unit, such as 512MiB or 2GB", v)
 	}
 	if n == 0 || n > math.MaxInt64 {
 		return fmt.Errorf("size must be positive and fit in 63 bits, got '%s'", v)

@@ -152,6 +152,11 @@ type Handler struct {
 	// Default: badger in Caddy's data directory + "/token-terminator".
 	VaultRaw json.RawMessage `json:"vault,omitempty" caddy:"namespace=token_terminator.vaults inline_key=backend"`
 
+	// Refuse to start (or reload) when the vault cannot open, naming it,
+	// instead of passing candidates through (passthrough=vault_error)
+	// until a reload opens it. Default: off (fail open).
+	RequireVault *bool `json:"require_vault,omitempty"`
+
 	// Key of the tenant hash, usually a placeholder such as
 	// {env.TT_TENANT_KEY} or {file./etc/tt/tenant.key}, resolved once when
 	// the config loads; every gateway of a fleet that shares it computes

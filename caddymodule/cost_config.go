@@ -41,6 +41,10 @@ type CostSettings struct {
 	// Price and cache figures per provider family: anthropic, openai or
 	// other. Unset figures keep the published defaults.
 	CostPrices map[string]CostPrices `json:"cost_prices,omitempty"`
+	// Currency of the families' input_price, e.g. USD; with it the
+	// ledger and the savings page show costs as money. Required with any
+	// input_price.
+	CostCurrency string `json:"cost_currency,omitempty"`
 }
 
 // CostPrices overrides one family's figures (cost.Overrides).
@@ -55,6 +59,23 @@ type CostPrices struct {
 	Granularity *int `json:"granularity,omitempty"`
 	// How long an unused cache entry survives (positive).
 	TTL *caddy.Duration `json:"ttl,omitempty"`
+	// Price of one million input tokens at the base (uncached) price, in
+	// cost_currency (positive). Only for showing costs as money: the
+	// decisions use the multipliers alone.
+	InputPrice *float64 `json:"input_price,omitempty"`
+}
+
+// priceOf is the money of one base-price input token of a request's
+// family and the currency, or 0 and "" when no price is configured.
+func (c *CostSettings) priceOf(format, model string) (float64, string) {
+	if c.CostCurrency == "" {
+		return 0, ""
+	}
+	p, ok := c.CostPrices[string(cost.FamilyOf(format, model))]
+	if !ok || p.InputPrice == nil {
+		return 0, ""
+	}
+	return *p.InputPrice / 1e6, c.CostCurrency
 }
 
 // costConfig maps the settings onto cost.Config, or names the first bad
@@ -86,6 +107,14 @@ func (c *CostSettings) costConfig() (cost.Config, error) {
 		cfg.BytesPerToken = *c.CostBytesPerToken
 	}
 	for name, p := range c.CostPrices {
+		if p.InputPrice != nil {
+			if v := *p.InputPrice; !(v > 0) || math.IsInf(v, 0) {
+				return cfg, fmt.Errorf("cost_prices %s input_price must be positive, got %v", name, v)
+			}
+			if c.CostCurrency == "" {
+				return cfg, fmt.Errorf("cost_prices %s input_price needs cost_currency (e.g. cost_currency USD)", name)
+			}
+		}
 		o := cost.Overrides{CacheRead: p.CacheRead, CacheWrite: p.CacheWrite, CacheWrite1h: p.CacheWrite1h,
 			MinPrefix: p.MinPrefix, Granularity: p.Granularity}
 		if p.TTL != nil {
@@ -116,6 +145,13 @@ func init() {
 	subdirectives["cost_horizon"] = func(t *Handler, v string) error { return setInt(&t.CostHorizon, v, 1) }
 	subdirectives["cost_lease_min_chars"] = func(t *Handler, v string) error { return setInt(&t.CostLeaseMinChars, v, 1) }
 	subdirectives["cost_bytes_per_token"] = func(t *Handler, v string) error { return setPositiveFloat(&t.CostBytesPerToken, v) }
+	subdirectives["cost_currency"] = func(t *Handler, v string) error {
+		if len(v) < 1 || len(v) > 8 || strings.ContainsAny(v, " \t\"<>&") {
+			return fmt.Errorf("want a currency code such as USD, got '%s'", v)
+		}
+		t.CostCurrency = v
+		return nil
+	}
 }
 
 // unmarshalCostPrices reads `cost_prices <family> { … }`, once per family.
@@ -144,6 +180,7 @@ func (t *Handler) unmarshalCostPrices(outer *caddyfile.Dispenser) error {
 		"cache_write_1h": func(v string) error { return setFloat(&p.CacheWrite1h, v) },
 		"min_prefix":     func(v string) error { return setInt(&p.MinPrefix, v, 0) },
 		"granularity":    func(v string) error { return setInt(&p.Granularity, v, 1) },
+		"input_price":    func(v string) error { return setPositiveFloat(&p.InputPrice, v) },
 		"ttl": func(v string) error {
 			var dur caddy.Duration
 			if err := setDuration(&dur, v); err != nil {

@@ -52,6 +52,10 @@ type handlerState struct {
 	// vaultErr is set when the vault failed to open: candidates then pass
 	// through with passthrough=vault_error and this detail.
 	vaultErr string
+	// opening is set from Provision until the config's Start has opened
+	// the vault and set the fields above (a first start, not a reload):
+	// meanwhile requests pass on untouched.
+	opening *atomic.Bool
 	// tenantKeyPending reports that the vault's own tenant key could not
 	// be read yet (nil: it was read); see backendTenants.
 	tenantKeyPending func() bool
@@ -114,31 +118,21 @@ func (h *Handler) provision(ctx caddy.Context, app *App) error {
 	if err != nil {
 		return err
 	}
-	ov, release, err := app.vault(backend, *h.MaxBodySize)
-	if cfgErr := (errVaultConfig{}); errors.As(err, &cfgErr) || errors.As(err, new(errVaultRefused)) {
+	if err := app.claim(backend); err != nil {
 		return err // the operator fixes this in the config
 	}
-	if err != nil {
-		h.vaultErr = "vault did not open: " + err.Error()
-		h.logger.Error("vault did not open; candidates pass through (passthrough=vault_error) until a reload opens it; its files are left as they are",
-			zap.String("vault", backend.VaultKey()), zap.Error(err))
-		return nil
-	}
-	h.releases = append(h.releases, release)
-	h.ledger = ov.startLedger(h.ledgerLimits(), h.metrics, h.logger.Named("ledger"))
-
-	if h.TenantKey == "" {
-		h.tenants, h.tenantKeyPending = h.backendTenants(ov, backend.VaultKey())
-	} else {
-		key, err := h.resolveTenantKey(ov)
-		if err != nil {
+	var operatorKey []byte
+	if h.TenantKey != "" {
+		if operatorKey, err = h.resolveTenantKey(nil); err != nil {
 			return err
 		}
-		h.tenants = tenantHasher(key)
 	}
-	h.gate = newTenantGate(ov.backend, *h.MaxNewTenantsPerMinute, h.logger)
 	h.warnClientIdentity()
-
+	// The compiler's options are checked now: the compiler itself needs
+	// the vault, which opens only when the config starts.
+	if _, err := compiler.New(h.compilerOptions(), checkOnlyStore{}, nil); err != nil {
+		return err
+	}
 	tcfg := tokensConfig(h)
 	counter, release, err := app.counter(tcfg)
 	if err != nil {
@@ -146,15 +140,88 @@ func (h *Handler) provision(ctx caddy.Context, app *App) error {
 	}
 	h.releases = append(h.releases, release)
 
-	h.provisionRecovery(ov.backend)
-	comp, release, err := app.compiler(backend.VaultKey(), counterKey(tcfg), h.compilerOptions(), ov.backend, counter)
-	if err != nil {
+	attach := func(ov *openVault, release func()) error {
+		h.releases = append(h.releases, release)
+		h.ledger = ov.startLedger(h.ledgerLimits(), h.metrics, h.logger.Named("ledger"))
+		h.gate = newTenantGate(ov.backend, *h.MaxNewTenantsPerMinute, h.logger)
+		if operatorKey == nil {
+			h.tenants, h.tenantKeyPending = h.backendTenants(ov, backend.VaultKey())
+		} else {
+			h.tenants = tenantHasher(operatorKey)
+		}
+		h.provisionRecovery(ov.backend)
+		comp, release, err := app.compiler(backend.VaultKey(), counterKey(tcfg), h.compilerOptions(), ov.backend, counter)
+		if err != nil {
+			return err
+		}
+		h.releases = append(h.releases, release)
+		h.comp = comp.Compile
+		h.observe = comp.ObserveUsage
+		return nil
+	}
+	// A reload: the vault a previous config has open is shared now, so the
+	// new handler is ready before its config serves. Its limits change
+	// when the config starts.
+	if ov, release, ok, err := app.vault(backend, *h.MaxBodySize, true); err != nil {
+		return err
+	} else if ok {
+		if err := attach(ov, release); err != nil {
+			return err
+		}
+		app.onStart(func() error {
+			h.logStart(backend)
+			return app.setLimits(ov, backend)
+		})
+		return nil
+	}
+	// Otherwise the vault opens when the config starts, never while it is
+	// only validated; until then candidates pass through.
+	if err := backend.CheckVault(h.logger); err != nil {
 		return err
 	}
-	h.releases = append(h.releases, release)
-	h.comp = comp.Compile
-	h.observe = comp.ObserveUsage
+	opening := new(atomic.Bool)
+	opening.Store(true)
+	h.opening = opening
+	app.onStart(func() error {
+		defer opening.Store(false)
+		ov, release, _, err := app.vault(backend, *h.MaxBodySize, false)
+		if err == nil {
+			err = attach(ov, release)
+			if err == nil {
+				err = app.setLimits(ov, backend)
+			}
+		}
+		if cfgErr := (errVaultConfig{}); errors.As(err, &cfgErr) || errors.As(err, new(errVaultRefused)) {
+			return err // the operator fixes this in the config
+		}
+		if err != nil {
+			if h.RequireVault != nil && *h.RequireVault {
+				return fmt.Errorf("vault %s did not open and require_vault is on: %w", backend.VaultKey(), err)
+			}
+			h.vaultErr = "vault did not open: " + err.Error()
+			h.logger.Error("vault did not open; candidates pass through (passthrough=vault_error) until a reload opens it; its files are left as they are",
+				zap.String("vault", backend.VaultKey()), zap.Error(err))
+		}
+		h.logStart(backend)
+		return nil
+	})
 	return nil
+}
+
+// checkOnlyStore lets compiler.New check the options before the vault
+// opens; the compiler it returns is never used.
+type checkOnlyStore struct{ compiler.Store }
+
+// logStart writes the handler's start-up line: its mode, vault, recovery,
+// compaction and whether it needs its vault.
+func (h *Handler) logStart(backend VaultBackend) {
+	fields := []zap.Field{zap.String("mode", h.Mode), zap.String("vault", backend.VaultKey()),
+		zap.Bool("vault_open", h.vaultErr == ""), zap.String("recovery", h.Recovery),
+		zap.Bool("context_compaction", *h.ContextCompaction), zap.Bool("require_vault", h.RequireVault != nil && *h.RequireVault)}
+	if h.recovery == nil && h.Recovery != RecoveryOff {
+		fields = append(fields, zap.String("recovery_effective", RecoveryOff))
+	}
+	h.logger.Info("token_terminator handler ready", fields...)
 }
 
 func tokensConfig(h *Handler) tokens.Config {
@@ -195,7 +262,7 @@ func (h *Handler) Cleanup() error {
 
 // ServeHTTP compiles candidate requests and passes everything on to next.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	if h.Mode == string(compiler.ModeOff) || (h.comp == nil && h.vaultErr == "") {
+	if (h.opening != nil && h.opening.Load()) || h.Mode == string(compiler.ModeOff) || (h.comp == nil && h.vaultErr == "") {
 		return next.ServeHTTP(w, r)
 	}
 	if h.serveRecoveryAPI(w, r) {

@@ -657,3 +657,36 @@ func serve(t *testing.T, h *Handler, r *http.Request) (*httptest.ResponseRecorde
 	}
 	return w, s
 }
+
+// The log line's status is the one the client got: an upstream that cannot
+// be reached is logged as reverse_proxy's 502 (Caddy's error handling
+// writes it after the handler returns), not as 0.
+func TestUpstreamFailureStatusLogged(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		err  error
+		want int64
+	}{
+		{"unreachable upstream", caddyhttp.Error(http.StatusBadGateway, errors.New("dial tcp: connection refused")), 502},
+		{"timeout", caddyhttp.Error(http.StatusGatewayTimeout, errors.New("i/o timeout")), 504},
+		{"plain error", errors.New("boom"), 500},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h, logs := testHandler(t, &fakeCompiler{}, nil)
+			next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+				_, _ = io.ReadAll(r.Body)
+				return tt.err
+			})
+			if err := h.ServeHTTP(httptest.NewRecorder(), newRequest(http.MethodPost, chatPath, strings.NewReader("{}")), next); err == nil {
+				t.Fatal("the next handler's error was not returned")
+			}
+			entries := logs.FilterMessage("request").All()
+			if len(entries) != 1 {
+				t.Fatalf("%d request lines", len(entries))
+			}
+			if got := entries[0].ContextMap()["status"]; got != tt.want {
+				t.Fatalf("logged status %v, want %d", got, tt.want)
+			}
+		})
+	}
+}

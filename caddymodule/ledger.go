@@ -172,7 +172,7 @@ func ledgerRecord(rep *report, ob *observation, at time.Time) vault.LedgerRecord
 		Conversation: ob.conversation,
 		Format:       rep.format,
 		Model:        ob.family,
-		Status:       rep.status,
+		Status:       rep.written,
 		Decision:     string(rep.decisionWord()),
 		Reason:       string(rep.reason),
 		RawBytes:     max(rep.rawBytes, 0),
@@ -255,7 +255,9 @@ func (h *Handler) account(r *http.Request, ex *exchange) {
 	// tenant or of one the provider has not accepted would let anyone push
 	// the history out with cheap requests.
 	if h.ledger != nil && ex.rep.tenant != "" {
-		h.ledger.add(ledgerRecord(&ex.rep, ob, ex.start))
+		rec := ledgerRecord(&ex.rep, ob, ex.start)
+		rec.Price, rec.Currency = h.priceOf(ex.rep.format, ob.model)
+		h.ledger.add(rec)
 	}
 }
 

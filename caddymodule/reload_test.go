@@ -36,6 +36,9 @@ func TestReloadsReleaseCountersAndCompilers(t *testing.T) {
 		if err := h.provision(ctx, app); err != nil {
 			t.Fatal(err)
 		}
+		if err := app.Start(); err != nil {
+			t.Fatal(err)
+		}
 		return config{app, h, cancel}
 	}
 	unload := func(c config) {

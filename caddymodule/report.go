@@ -40,7 +40,8 @@ type report struct {
 	queue                                    time.Duration // waiting for a compile slot
 
 	// The provider's answer, known once next has returned.
-	status        int   // final status; 0 when none was written
+	status        int   // the status the client got (clientStatus)
+	written       int   // the status written through the handler, 0 when none: the provider's answer
 	responseBytes int64 // body bytes the client was sent
 	upstream      time.Duration
 	outcome       string // "" when next returned no error; "error" or "client_abort"

@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -67,6 +68,28 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 	return err
 }
 
+// clientStatus is the status the client got: the one written, or, when
+// nothing was written and the next handler failed (reverse_proxy cannot
+// reach the upstream), the one Caddy's error handling answers with: the
+// error's status (502 for an unreachable upstream), else 500.
+func clientStatus(written int, err error) int {
+	if written != 0 || err == nil || err == errAborted {
+		return written
+	}
+	var he caddyhttp.HandlerError
+	if errors.As(err, &he) && he.StatusCode != 0 {
+		return he.StatusCode
+	}
+	if errors.Is(err, context.Canceled) {
+		return statusClientClosedRequest // the client left; reverse_proxy's code
+	}
+	return http.StatusInternalServerError
+}
+
+// statusClientClosedRequest is what reverse_proxy answers (and logs) for
+// a client that went away.
+const statusClientClosedRequest = 499
+
 // errAborted stands for a response aborted with a panic.
 var errAborted = errors.New("response aborted")
 
@@ -75,7 +98,7 @@ var errAborted = errors.New("response aborted")
 func (h *Handler) finish(r *http.Request, ex *exchange, tap *responseTap, upstart time.Time, err error) {
 	rep := &ex.rep
 	rep.upstream = time.Since(upstart)
-	rep.status = tap.status
+	rep.status, rep.written = clientStatus(tap.status, err), tap.status
 	rep.responseBytes = tap.n
 	ex.observeUsage(tap.reader)
 

@@ -50,11 +50,11 @@ func TestCommitOnlyWhenProviderAccepts(t *testing.T) {
 		{"500", func(w http.ResponseWriter, r *http.Request) error { w.WriteHeader(500); return nil }, false, false, 500, ""},
 		{"reset", func(w http.ResponseWriter, r *http.Request) error {
 			return caddyhttp.Error(http.StatusBadGateway, errors.New("connection reset by peer"))
-		}, false, false, 0, "error"},
+		}, false, false, 502, "error"}, // the status the client got (issue 31)
 		{"client abort", func(w http.ResponseWriter, r *http.Request) error {
 			<-r.Context().Done()
 			return r.Context().Err()
-		}, true, false, 0, string(compiler.ReasonClientAbort)},
+		}, true, false, 499, string(compiler.ReasonClientAbort)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

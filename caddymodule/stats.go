@@ -44,6 +44,13 @@ type savings struct {
 	CostExpectedJudged float64 `json:"cost_expected_judged"`
 	Receipts           int64   `json:"receipts"`
 	Folded             int64   `json:"folded"`
+	// The cost figures as money, from the records' prices; meaningful
+	// when stats.Currency is set (every judged record priced in it).
+	CostRawMoney            float64 `json:"cost_raw_money,omitempty"`
+	CostSavedMoney          float64 `json:"cost_saved_money,omitempty"`
+	CostActualMoney         float64 `json:"cost_actual_money,omitempty"`
+	CostActualJudgedMoney   float64 `json:"cost_actual_judged_money,omitempty"`
+	CostExpectedJudgedMoney float64 `json:"cost_expected_judged_money,omitempty"`
 }
 
 func (s *savings) add(r *vault.LedgerRecord) {
@@ -64,6 +71,8 @@ func (s *savings) add(r *vault.LedgerRecord) {
 	if r.CostRaw > 0 {
 		// CostSent is of what went: the original on pass-through.
 		s.CostSent += r.CostSent
+		s.CostRawMoney += r.CostRaw * r.Price
+		s.CostSavedMoney += (r.CostRaw - r.CostSent) * r.Price
 	}
 	s.CostHorizonRaw += r.CostHorizonRaw
 	s.CostHorizonSent += r.CostHorizonSent
@@ -73,12 +82,15 @@ func (s *savings) add(r *vault.LedgerRecord) {
 		s.UsageCacheRead += int64(u.CacheRead)
 		s.UsageCacheWrite += int64(u.CacheWrite)
 		s.CostActual += u.Cost
+		s.CostActualMoney += u.Cost * r.Price
 		if r.CostRaw > 0 && u.RecoveryRounds == 0 {
 			// The expected figures are of one request; recovery rounds'
 			// usage sums several.
 			s.JudgedRequests++
 			s.CostActualJudged += u.Cost
 			s.CostExpectedJudged += r.CostSent
+			s.CostActualJudgedMoney += u.Cost * r.Price
+			s.CostExpectedJudgedMoney += r.CostSent * r.Price
 		}
 	}
 	s.SavedBytes = s.RawBytes - s.SentBytes
@@ -122,6 +134,10 @@ type stats struct {
 	Days          []daySavings          `json:"days"`
 	Conversations []conversationSavings `json:"top_conversations"`
 	Vault         *vaultSummary         `json:"vault,omitempty"`
+	// Currency of the *_money figures: set only when every record with
+	// cost figures or usage was priced, all in this one currency (a
+	// partly priced sum would be no total); "" otherwise.
+	Currency string `json:"currency,omitempty"`
 }
 
 // summarize adds up records: totals, per tenant and model family (most
@@ -133,8 +149,17 @@ func summarize(recs []vault.LedgerRecord) stats {
 	models := map[string]*modelSavings{}
 	days := map[string]*daySavings{}
 	convs := map[string]*conversationSavings{}
+	currency, priced := "", true
 	for i := range recs {
 		r := &recs[i]
+		if r.CostRaw > 0 || r.Usage != nil {
+			switch {
+			case r.Price <= 0 || r.Currency == "" || (currency != "" && r.Currency != currency):
+				priced = false
+			default:
+				currency = r.Currency
+			}
+		}
 		st.Totals.add(r)
 		st.Decisions[r.Decision]++
 		if r.Reason != "" {
@@ -185,6 +210,9 @@ func summarize(recs []vault.LedgerRecord) stats {
 		st.Days = append(st.Days, *d)
 	}
 	sort.Slice(st.Days, func(i, j int) bool { return st.Days[i].Day < st.Days[j].Day })
+	if priced {
+		st.Currency = currency
+	}
 	return st
 }
 

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
@@ -55,10 +54,12 @@ func (BadgerVault) CaddyModule() caddy.ModuleInfo {
 
 func defaultVaultDir() string { return filepath.Join(caddy.AppDataDir(), DefaultVaultSubdir) }
 
-// Provision applies the defaults and prepares the directory. What the
-// operator can fix in the config (the path is a file, it cannot be created
-// or restricted to 0700) is refused here; a database that fails to open is
-// not: the handler then passes requests through (see App.vault).
+// Provision applies the defaults and checks the directory without
+// creating it (the config may only be validated): a path that exists and
+// is not a directory is refused here. The directory is created (mode
+// 0700) when the vault opens; a database that fails to open then does not
+// stop Caddy: the handler passes requests through (see App.vault), unless
+// require_vault is on.
 func (b *BadgerVault) Provision(caddy.Context) error {
 	if b.Dir == "" {
 		b.Dir = defaultVaultDir()
@@ -74,8 +75,8 @@ func (b *BadgerVault) Provision(caddy.Context) error {
 		return fmt.Errorf("vault dir '%s': %v", b.Dir, err)
 	}
 	b.Dir = filepath.Clean(dir)
-	if err := ensurePrivateDir(b.Dir); err != nil {
-		return fmt.Errorf("vault dir '%s': %v", b.Dir, err)
+	if fi, err := os.Stat(b.Dir); err == nil && !fi.IsDir() {
+		return fmt.Errorf("vault dir '%s': not a directory", b.Dir)
 	}
 	return nil
 }
@@ -100,7 +101,12 @@ func (b *BadgerVault) Validate() error {
 // VaultKey implements VaultBackend.
 func (b *BadgerVault) VaultKey() string { return "badger:" + b.Dir }
 
-// VaultConfig implements VaultBackend.
+// VaultIdentity implements VaultBackend: the directory is the key, and
+// nothing else binds an open database.
+func (b *BadgerVault) VaultIdentity() string { return "" }
+
+// VaultConfig implements VaultBackend. move_aside_damaged applies when the
+// vault next opens.
 func (b *BadgerVault) VaultConfig() string {
 	return fmt.Sprintf("max_bytes=%d tenant_max_bytes=%d move_aside_damaged=%v", *b.MaxBytes, b.tenantMax(), b.MoveAsideDamaged)
 }
@@ -125,6 +131,27 @@ func (b *BadgerVault) OpenVault(log *zap.Logger, maxArtifactBytes int64) (vault.
 	})
 }
 
+// SetVaultLimits implements VaultBackend.
+func (b *BadgerVault) SetVaultLimits(v vault.Backend) error {
+	st, ok := v.(*vault.Store)
+	if !ok {
+		return fmt.Errorf("not a badger vault (%T)", v)
+	}
+	st.SetLimits(*b.MaxBytes, b.tenantMax())
+	return nil
+}
+
+// CheckVault implements VaultBackend: Provision checked the path; the
+// database itself is only opened by a config that starts.
+func (b *BadgerVault) CheckVault(*zap.Logger) error { return nil }
+
+// VaultInfo implements VaultBackend.
+func (b *BadgerVault) VaultInfo() []zap.Field {
+	return []zap.Field{zap.String("backend", "badger"), zap.String("dir", b.Dir),
+		zap.Int64("max_bytes", *b.MaxBytes), zap.Int64("tenant_max_bytes", b.tenantMax()),
+		zap.Bool("move_aside_damaged", b.MoveAsideDamaged)}
+}
+
 // UnmarshalCaddyfile reads the block after `vault badger`.
 func (b *BadgerVault) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return parseBlock(d, "vault badger", map[string]func(string) error{
@@ -140,27 +167,6 @@ func (b *BadgerVault) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return nil
 		},
 	})
-}
-
-// ensurePrivateDir creates dir with mode 0700 and tightens an existing
-// directory that is readable by group or others.
-func ensurePrivateDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	fi, err := os.Stat(dir)
-	if err != nil {
-		return err
-	}
-	if !fi.IsDir() {
-		return fmt.Errorf("not a directory")
-	}
-	if runtime.GOOS != "windows" && fi.Mode().Perm()&0o077 != 0 {
-		if err := os.Chmod(dir, 0o700); err != nil {
-			return fmt.Errorf("directory is accessible by other users and cannot be restricted to 0700: %v", err)
-		}
-	}
-	return nil
 }
 
 // Interface guards

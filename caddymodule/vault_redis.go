@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/tokenterminator/caddy-token-terminator/vault"
@@ -17,6 +19,21 @@ import (
 
 func init() {
 	caddy.RegisterModule(RedisVault{})
+}
+
+// go-redis logs (a refused dial, a bad connection dropped from the pool)
+// through one process-wide logger that writes plain text to stderr, which
+// would break Caddy's JSON log. The first Redis vault provisioned sends it
+// to Caddy's logger instead, as warnings of "token_terminator.vault.redis".
+var (
+	redisLogOnce sync.Once
+	redisLogger  = func() *zap.Logger { return caddy.Log().Named("token_terminator.vault.redis") }
+)
+
+type caddyRedisLogger struct{}
+
+func (caddyRedisLogger) Printf(_ context.Context, format string, v ...any) {
+	redisLogger().Warn(strings.TrimSpace(fmt.Sprintf(format, v...)))
 }
 
 // RedisVault is the fleet's vault: Redis (or Valkey) shared by every
@@ -69,6 +86,7 @@ func (RedisVault) CaddyModule() caddy.ModuleInfo {
 // URL, an unknown placeholder, bad sizes). A server that is down is not
 // refused: see OpenVault.
 func (r *RedisVault) Provision(caddy.Context) error {
+	redisLogOnce.Do(func() { redis.SetLogger(caddyRedisLogger{}) })
 	if r.MaxBytes == nil {
 		r.MaxBytes = int64p(DefaultVaultMaxBytes)
 	}
@@ -154,10 +172,50 @@ func (r *RedisVault) VaultKey() string {
 	return "redis:" + redactedURL(r.url) + "|" + r.KeyPrefix
 }
 
+// VaultIdentity implements VaultBackend: whether the URL names a cluster
+// decides the client the open vault has.
+func (r *RedisVault) VaultIdentity() string { return fmt.Sprintf("cluster=%v", r.Cluster) }
+
 // VaultConfig implements VaultBackend.
 func (r *RedisVault) VaultConfig() string {
-	return fmt.Sprintf("cluster=%v max_bytes=%d tenant_max_bytes=%d min_replicas=%d op_timeout=%s",
-		r.Cluster, *r.MaxBytes, *r.TenantMaxBytes, *r.MinReplicas, time.Duration(r.OpTimeout))
+	return fmt.Sprintf("max_bytes=%d tenant_max_bytes=%d min_replicas=%d op_timeout=%s",
+		*r.MaxBytes, *r.TenantMaxBytes, *r.MinReplicas, time.Duration(r.OpTimeout))
+}
+
+// SetVaultLimits implements VaultBackend.
+func (r *RedisVault) SetVaultLimits(v vault.Backend) error {
+	st, ok := v.(*redisvault.Store)
+	if !ok {
+		return fmt.Errorf("not a redis vault (%T)", v)
+	}
+	return st.SetLimits(redisvault.Limits{MaxBytes: *r.MaxBytes, TenantMaxBytes: *r.TenantMaxBytes,
+		MinReplicas: *r.MinReplicas, OpTimeout: time.Duration(r.OpTimeout)})
+}
+
+// CheckVault implements VaultBackend: one connection that reads the
+// server's eviction policy and writes nothing. A server that answers and
+// refuses (an evicting policy, rejected credentials) is an error; one that
+// cannot be reached is a warning naming it: the config loads, and its
+// requests pass through until the server answers.
+func (r *RedisVault) CheckVault(log *zap.Logger) error {
+	err := redisvault.Check(context.Background(), r.storeConfig(nil, 0))
+	if err == nil {
+		return nil
+	}
+	if redisvault.Refused(err) {
+		return fmt.Errorf("vault redis %s: %w", redactedURL(r.url), err)
+	}
+	log.Warn("vault redis not reachable; requests pass through (passthrough=vault_error) until it answers",
+		zap.String("vault", r.VaultKey()), zap.String("url", redactedURL(r.url)), zap.Error(err))
+	return nil
+}
+
+// VaultInfo implements VaultBackend.
+func (r *RedisVault) VaultInfo() []zap.Field {
+	return []zap.Field{zap.String("backend", "redis"), zap.String("url", redactedURL(r.url)),
+		zap.String("key_prefix", r.KeyPrefix), zap.Bool("cluster", r.Cluster),
+		zap.Int64("max_bytes", *r.MaxBytes), zap.Int64("tenant_max_bytes", *r.TenantMaxBytes),
+		zap.Int("min_replicas", *r.MinReplicas), zap.Duration("op_timeout", time.Duration(r.OpTimeout))}
 }
 
 func (r *RedisVault) storeConfig(log *zap.Logger, maxArtifactBytes int64) redisvault.Config {

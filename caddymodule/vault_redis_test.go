@@ -12,6 +12,9 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/tokenterminator/caddy-token-terminator/vault/redisvault/redistest"
 )
@@ -153,4 +156,32 @@ func TestRedisVaultOpen(t *testing.T) {
 			t.Fatalf("replicas disagree on the tenant: %q and %q", a, b)
 		}
 	})
+}
+
+// go-redis's own lines (here: the refused dials of a server that is down)
+// go to Caddy's logger, not as plain text to stderr.
+func TestRedisLogsThroughCaddy(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	old := redisLogger
+	redisLogger = func() *zap.Logger { return zap.New(core) }
+	t.Cleanup(func() { redisLogger = old })
+	srv := redistest.Start(t)
+	srv.Kill()
+	app, ctx := newApp(t)
+	h := &Handler{VaultRaw: json.RawMessage(`{"backend":"redis","url":"` + srv.URL() + `","op_timeout":"200ms"}`)}
+	if err := provisionHandler(t, app, ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for logs.Len() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("go-redis wrote nothing to Caddy's logger")
+		}
+		h.tenants("sk-test") // a call that dials
+		time.Sleep(50 * time.Millisecond)
+	}
+	e := logs.All()[0]
+	if e.Level != zapcore.WarnLevel || e.Message == "" {
+		t.Fatalf("go-redis line: %+v", e)
+	}
 }

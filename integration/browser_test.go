@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -179,7 +180,8 @@ func TestBrowser_SavingsPage(t *testing.T) {
 		t.Fatal("the site route and the admin API serve different pages")
 	}
 	t.Run("site route", func(t *testing.T) {
-		checkRenderedPage(t, string(runChromium(t, bin, url, "--dump-dom")), ct, what)
+		// 1280 px wide: no section may scroll sideways.
+		checkRenderedPage(t, string(runChromium(t, bin, url, "--dump-dom", "--window-size=1280,900")), ct, what)
 	})
 	adminPage := o.admin + "/token-terminator/"
 	t.Run("admin API, default origins", func(t *testing.T) {
@@ -223,9 +225,53 @@ func checkRenderedPage(t *testing.T, dom string, ct clientTotals, what string) {
 	if got := domValue(t, dom, "kpi-saved-tokens"); got != strconv.FormatInt(ct.savedToks, 10) {
 		t.Errorf("page shows %s tokens saved, client saw %d", got, ct.savedToks)
 	}
-	// Net over the horizon: the headers round raw and sent each.
-	if got, _ := strconv.ParseFloat(domValue(t, dom, "kpi-horizon-saved"), 64); !near(got, ct.horizonRaw-ct.horizonSent, 2*ct.judged) || got <= 0 {
-		t.Errorf("page shows %v net saved over the horizon, client saw %d - %d", got, ct.horizonRaw, ct.horizonSent)
+	// The net saving with the cache is a ratio of the horizon figures
+	// (each prices a prompt once per later read, so their sum is no count
+	// of what was sent), shown with its basis. The headers round raw and
+	// sent each.
+	hs := regexp.MustCompile(`id="kpi-horizon-saved" data-value="([^"]*)" data-saved="([^"]*)" data-raw="([^"]*)"[^>]*>([^<]*)<`).FindStringSubmatch(dom)
+	if hs == nil {
+		t.Fatal("no net saving on the page")
+	}
+	pctShown, _ := strconv.ParseFloat(hs[1], 64)
+	saved, _ := strconv.ParseFloat(hs[2], 64)
+	want := 100 * float64(ct.horizonRaw-ct.horizonSent) / float64(ct.horizonRaw)
+	if !near(saved, ct.horizonRaw-ct.horizonSent, 2*ct.judged) || math.Abs(pctShown-want) > 0.2 || pctShown <= 0 || pctShown > 100 || hs[4] != hs[1]+"%" {
+		t.Errorf("page shows %q (%v%%, %v saved), client saw %d - %d (%.1f%%)", hs[4], pctShown, saved, ct.horizonRaw, ct.horizonSent, want)
+	}
+	if !strings.Contains(dom, `id="kpi-horizon-basis"`) || !regexp.MustCompile(`id="kpi-horizon-basis"[^>]*>[^<]*cost_horizon[^<]*not a count of tokens`).MatchString(dom) {
+		t.Error("the net saving's basis is not shown")
+	}
+	// No absolute figure saved exceeds what it is part of.
+	if tok, _ := strconv.ParseFloat(domValue(t, dom, "kpi-saved-tokens"), 64); ct.rawTokens > 0 && tok > float64(ct.rawTokens) {
+		t.Errorf("tokens saved %v exceed the %d raw tokens", tok, ct.rawTokens)
+	}
+	// One unit per axis: each chart is of one unit and draws only its
+	// series; costs name their unit.
+	for chart, spec := range map[string]struct {
+		unit string
+		bars []string
+	}{
+		"chart-days":   {"bytes", []string{"bar-raw_bytes", "bar-sent_bytes"}},
+		"chart-tokens": {"tokens", []string{"bar-saved_tokens"}},
+		"chart-cost":   {"base-price input tokens", []string{"bar-cost_saved"}},
+	} {
+		m := regexp.MustCompile(`<svg id="` + chart + `" data-unit="([^"]*)"[^>]*>(.*?)</svg>`).FindStringSubmatch(strings.ReplaceAll(dom, "\n", " "))
+		if m == nil || m[1] != spec.unit {
+			t.Errorf("%s: unit %v, want %q", chart, m, spec.unit)
+			continue
+		}
+		for _, c := range regexp.MustCompile(`class="(bar-[a-z_]+)"`).FindAllStringSubmatch(m[2], -1) {
+			if !slices.Contains(spec.bars, c[1]) {
+				t.Errorf("%s (%s) draws %s", chart, spec.unit, c[1])
+			}
+		}
+	}
+	if n := strings.Count(dom, `class="cost-unit" data-unit="base-price input tokens"`); n < 2 {
+		t.Errorf("%d cost figures name their unit", n)
+	}
+	if strings.Contains(dom, `data-scrolls="true"`) {
+		t.Errorf("a section scrolls sideways: %s", regexp.MustCompile(`<section[^>]*data-scrolls="true"[^>]*>\s*<h2>[^<]*`).FindAllString(dom, -1))
 	}
 	if got, _ := strconv.ParseFloat(domValue(t, dom, "kpi-actual"), 64); math.Abs(got-ct.actualJudged) > 1e-6 || got <= 0 {
 		t.Errorf("page shows %v billed by the provider, the stats say %v", got, ct.actualJudged)

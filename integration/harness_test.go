@@ -44,6 +44,13 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// The tests that build cmd/caddy keep the user's Go build cache:
+	// HOME changes below, and a cold cache rebuilds Caddy from scratch.
+	if os.Getenv("GOCACHE") == "" {
+		if c, err := os.UserCacheDir(); err == nil {
+			os.Setenv("GOCACHE", filepath.Join(c, "go-build"))
+		}
+	}
 	os.Setenv("XDG_DATA_HOME", filepath.Join(dir, "data"))
 	os.Setenv("XDG_CONFIG_HOME", filepath.Join(dir, "config"))
 	os.Setenv("HOME", dir)

@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -386,5 +387,116 @@ func TestReliabilityKill9(t *testing.T) {
 	t.Logf("%d receipts recovered from the vault after 3 kills", checked)
 	if checked == 0 || res.accepted.Load() == 0 {
 		t.Fatal("no receipt went out: the test checks nothing")
+	}
+}
+
+// Reloads that resize the open vault (issue 25, item 4): the admin API
+// loads configs alternating max_bytes and tenant_max_bytes every 150 ms
+// while 16 clients send requests; every reload succeeds (the limits change
+// on the open vault, no restart), no request fails, and the last, lower
+// tenant quota is in force at once: a tenant already over it gets its next
+// new artifact refused (passthrough=vault_full; inside the retention
+// window nothing of it may be evicted, and past it the vault evicts the
+// tenant's own oldest down to the quota: vault.TestSetLimitsLowered).
+func TestReliabilityReloadResizesVault(t *testing.T) {
+	if testing.Short() {
+		t.Skip("load")
+	}
+	up := newUpstream(t)
+	g := startGateway(t, defaultSnippet, up)
+	admin := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	config := func(maxBytes, tenantMax string) string {
+		snippet := fmt.Sprintf(`
+	token_terminator {
+		vault badger {
+			dir $VAULT
+			max_bytes %s
+			tenant_max_bytes %s
+		}
+	}
+	reverse_proxy $UPSTREAM
+`, maxBytes, tenantMax)
+		return strings.Replace(gatewayConfig(g.port, g.LogFile, snippet, up.addr(), g.VaultDir), "admin off", "admin "+admin, 1)
+	}
+	sizes := [][2]string{{"512MiB", "128MiB"}, {"256MiB", "64MiB"}, {"384MiB", "96MiB"}}
+	g.load(config(sizes[0][0], sizes[0][1]))
+	g.client.Timeout = 30 * time.Second
+	client := &http.Client{Timeout: 20 * time.Second}
+	post := func(cfg string) error {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+admin+"/load", strings.NewReader(cfg))
+		req.Header.Set("Content-Type", "text/caddyfile")
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("status %d: %s", resp.StatusCode, b)
+		}
+		return nil
+	}
+
+	stop := make(chan struct{})
+	var reloads, failed atomic.Int64
+	var firstErr atomic.Value
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 1; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(150 * time.Millisecond):
+			}
+			s := sizes[i%len(sizes)]
+			if err := post(config(s[0], s[1])); err != nil {
+				failed.Add(1)
+				firstErr.CompareAndSwap(nil, err.Error())
+				continue
+			}
+			reloads.Add(1)
+		}
+	}()
+	res := runLoad(g, 16, 4*time.Second, true)
+	close(stop)
+	<-done
+	t.Logf("%d reloads, %d failed", reloads.Load(), failed.Load())
+	if n := failed.Load(); n > 0 {
+		t.Fatalf("%d reloads failed; first: %v", n, firstErr.Load())
+	}
+	if reloads.Load() < 5 {
+		t.Fatalf("only %d reloads during the load", reloads.Load())
+	}
+	reportLoad(t, res)
+	checkLoadForwarded(t, up, res)
+
+	// The load's tenants hold tens of KB each; a quota of 16 KiB is below
+	// that: their next new artifact does not fit.
+	if err := post(config("256MiB", "16KiB")); err != nil {
+		t.Fatalf("reload to a lower quota: %v", err)
+	}
+	var r response
+	for attempt := 0; ; attempt++ {
+		// A result sent again is vaulted (as in runLoad's odd steps).
+		conv := newConversation("You are a coding agent. Use tools.", "Task 0: fix the build.")
+		out := bigOutput(fmt.Sprintf("after-resize-%d", attempt), 9000)
+		conv.tool("bash", `{"cmd":"cat fresh"}`, out)
+		conv.tool("bash", `{"cmd":"cat fresh again"}`, out)
+		body := conv.body()
+		var err error
+		r, err = g.try(http.MethodPost, chatPath, bytes.NewReader(body), int64(len(body)), "Authorization: Bearer sk-load-0")
+		if err == nil || attempt == 2 || !listenerReset(err) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	if !strings.Contains(r.TT, "passthrough="+string(compiler.ReasonVaultFull)) {
+		t.Fatalf("a tenant over the lowered quota: header %q, want passthrough=%s", r.TT, compiler.ReasonVaultFull)
+	}
+	if data, _ := os.ReadFile(g.LogFile); !bytes.Contains(data, []byte(`"msg":"vault limits changed"`)) {
+		t.Error("no log line says the vault's limits changed")
 	}
 }

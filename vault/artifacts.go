@@ -518,13 +518,14 @@ const parallelEncodeBytes = 256 << 10
 // tenant's own expired artifacts first when its quota is reached. Other
 // tenants' artifacts are only evicted for the cap, never for a quota.
 func (s *Store) reserve(tenant string, n int64) error {
-	if !s.tenants.tryReserve(tenant, n, s.maxTenant) {
-		if n > s.maxTenant {
-			return fmt.Errorf("%w: need %d bytes, tenant quota %d", ErrFull, n, s.maxTenant)
+	quota := s.maxTenant.Load()
+	if !s.tenants.tryReserve(tenant, n, quota) {
+		if n > quota {
+			return fmt.Errorf("%w: need %d bytes, tenant quota %d", ErrFull, n, quota)
 		}
 		s.evictTenant(tenant, n)
-		if !s.tenants.tryReserve(tenant, n, s.maxTenant) {
-			return fmt.Errorf("%w: tenant quota: need %d bytes, %d of %d in use", ErrFull, n, s.tenants.used(tenant), s.maxTenant)
+		if !s.tenants.tryReserve(tenant, n, quota) {
+			return fmt.Errorf("%w: tenant quota: need %d bytes, %d of %d in use", ErrFull, n, s.tenants.used(tenant), quota)
 		}
 	}
 	if err := s.reserveCap(n); err != nil {
@@ -539,22 +540,24 @@ func (s *Store) reserveCap(n int64) error {
 	if s.tryReserve(n) {
 		return nil
 	}
-	if n > s.maxBytes {
-		return fmt.Errorf("%w: need %d bytes, cap %d", ErrFull, n, s.maxBytes)
+	capacity := s.maxBytes.Load()
+	if n > capacity {
+		return fmt.Errorf("%w: need %d bytes, cap %d", ErrFull, n, capacity)
 	}
 	// Free a little more than needed so a nearly full vault does not evict
 	// on every request.
-	s.evict(n, s.maxBytes/20)
+	s.evict(n, capacity/20)
 	if s.tryReserve(n) {
 		return nil
 	}
-	return fmt.Errorf("%w: need %d bytes, %d of %d in use", ErrFull, n, s.bytes.Load(), s.maxBytes)
+	return fmt.Errorf("%w: need %d bytes, %d of %d in use", ErrFull, n, s.bytes.Load(), capacity)
 }
 
 func (s *Store) tryReserve(n int64) bool {
+	capacity := s.maxBytes.Load()
 	for {
 		cur := s.bytes.Load()
-		if cur+n > s.maxBytes {
+		if cur+n > capacity {
 			return false
 		}
 		if s.bytes.CompareAndSwap(cur, cur+n) {
@@ -575,7 +578,7 @@ type evictScope struct {
 
 // evict makes room under the cap for need more bytes, with slack to spare.
 func (s *Store) evict(need, slack int64) {
-	s.evictOldest(evictScope{[]byte("m/"), nil, s.bytes.Load, s.maxBytes - need - slack, &s.nextEvict})
+	s.evictOldest(evictScope{[]byte("m/"), nil, s.bytes.Load, s.maxBytes.Load() - need - slack, &s.nextEvict})
 }
 
 // evictTenant makes room under tenant's quota for need more bytes, from
@@ -583,7 +586,8 @@ func (s *Store) evict(need, slack int64) {
 func (s *Store) evictTenant(tenant string, need int64) {
 	prefix := append([]byte("m/"+tenant), '/')
 	used := func() int64 { return s.tenants.used(tenant) }
-	s.evictOldest(evictScope{prefix, &tenant, used, s.maxTenant - need - s.maxTenant/20, s.tenants.next(tenant)})
+	quota := s.maxTenant.Load()
+	s.evictOldest(evictScope{prefix, &tenant, used, quota - need - quota/20, s.tenants.next(tenant)})
 }
 
 // evictOldest deletes artifacts in scope whose last-seen time is outside the

@@ -47,6 +47,12 @@ type LedgerRecord struct {
 	// Usage is what the provider reported it billed for the input; nil
 	// when its answer carried no usage (and in older records).
 	Usage *LedgerUsage `json:"usage,omitempty"`
+	// Price is one base-price input token of the request's provider
+	// family in Currency, when the operator configured it (cost_prices
+	// input_price, cost_currency): the cost figures times Price are
+	// money. 0 when not configured.
+	Price    float64 `json:"price,omitempty"`
+	Currency string  `json:"currency,omitempty"`
 }
 
 // LedgerUsage is the provider's own account of a request's input tokens,

@@ -94,8 +94,8 @@ func TestTenantQuotaConfig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		s := openTest(t, Config{MaxBytes: tt.max, TenantMaxBytes: tt.tenant})
-		if s.maxTenant != tt.want {
-			t.Errorf("MaxBytes %d TenantMaxBytes %d: quota %d, want %d", tt.max, tt.tenant, s.maxTenant, tt.want)
+		if s.maxTenant.Load() != tt.want {
+			t.Errorf("MaxBytes %d TenantMaxBytes %d: quota %d, want %d", tt.max, tt.tenant, s.maxTenant.Load(), tt.want)
 		}
 	}
 }
@@ -122,5 +122,49 @@ func TestTenantQuotaPrefix(t *testing.T) {
 	}
 	if _, ok, _ := s.Get(ctx, "a", art("a", 0).Digest); ok {
 		t.Error(`tenant "a" kept its oldest artifact past its quota`)
+	}
+}
+
+// Limits lowered on the open vault (a reload) are in force on the next
+// write: a tenant over its new quota evicts its own expired artifacts down
+// to it, and one over the new capacity gets ErrFull while nothing has
+// expired.
+func TestSetLimitsLowered(t *testing.T) {
+	clk := newClock()
+	const retention = time.Hour
+	art := func(tenant string, i int) compiler.Artifact { return mkArt(text(fmt.Sprint(tenant, i), 2000)) }
+	size := func() int64 { a := art("x", 0); return ArtifactSize(&a) }()
+	s := openTest(t, Config{MaxBytes: 40 * size, TenantMaxBytes: 20 * size, Retention: retention, now: clk.Now})
+	ctx := context.Background()
+	A := compiler.Scope{Tenant: "A"}
+	for i := range 6 {
+		must(t, s.Persist(ctx, A, []compiler.Artifact{art("A", i)}))
+		clk.Add(time.Minute)
+	}
+	s.SetLimits(40*size, 3*size)
+	if got := s.Stats().MaxBytes; got != 40*size {
+		t.Fatalf("MaxBytes %d, want %d", got, 40*size)
+	}
+	// Inside retention nothing may go: over the new quota is full.
+	if err := s.Persist(ctx, A, []compiler.Artifact{art("A", 6)}); !errors.Is(err, ErrFull) {
+		t.Fatalf("Persist over the lowered quota inside retention = %v, want ErrFull", err)
+	}
+	clk.Add(retention)
+	must(t, s.Persist(ctx, A, []compiler.Artifact{art("A", 6)}))
+	if used := s.tenants.used("A"); used > 3*size {
+		t.Errorf("tenant A holds %d bytes over its new quota of %d", used, 3*size)
+	}
+	if _, ok, _ := s.Get(ctx, "A", art("A", 0).Digest); ok {
+		t.Error("the oldest artifact survived the lowered quota")
+	}
+	// A quota of 0 takes the default, max/4.
+	s.SetLimits(size, 0)
+	if got := s.maxTenant.Load(); got != size/4 {
+		t.Errorf("default quota %d, want %d", got, size/4)
+	}
+	// A capacity lowered below one artifact refuses it.
+	s.SetLimits(size/2, size/2)
+	if err := s.Persist(ctx, compiler.Scope{Tenant: "B"}, []compiler.Artifact{art("B", 0)}); !errors.Is(err, ErrFull) {
+		t.Errorf("Persist over the lowered capacity = %v, want ErrFull", err)
 	}
 }

@@ -113,8 +113,8 @@ type Store struct {
 	dir        string
 	log        *zap.Logger
 	hmacKey    []byte
-	maxBytes   int64
-	maxTenant  int64
+	maxBytes   atomic.Int64 // capacity; SetLimits changes it while open
+	maxTenant  atomic.Int64 // tenant quota; SetLimits changes it while open
 	maxArt     int64
 	vlogSize   int64
 	retention  time.Duration
@@ -274,8 +274,6 @@ func Open(cfg Config) (*Store, error) {
 		db:         db,
 		dir:        cfg.Dir,
 		log:        cfg.Logger,
-		maxBytes:   cfg.MaxBytes,
-		maxTenant:  cfg.TenantMaxBytes,
 		maxArt:     cfg.MaxArtifactBytes,
 		vlogSize:   vlogSize,
 		disk:       disk,
@@ -291,6 +289,7 @@ func Open(cfg Config) (*Store, error) {
 		done:       make(chan struct{}),
 		checked:    verifiedSet{max: maxVerified},
 	}
+	s.SetLimits(cfg.MaxBytes, cfg.TenantMaxBytes)
 	if err := s.loadHMACKey(); err != nil {
 		db.Close()
 		return nil, err
@@ -302,6 +301,24 @@ func Open(cfg Config) (*Store, error) {
 	disk.fillBallast()
 	go s.maintain(cfg.maintainEvery)
 	return s, nil
+}
+
+// SetLimits changes the capacity and the tenant quota of the open vault,
+// with Open's defaults for values of 0 or less (a quota of max/4, at most
+// max). The new limits apply to the next reservation: a tenant or a vault
+// over a lowered limit evicts (outside Retention) or gets ErrFull on its
+// next write, and the periodic maintenance evicts down to 90% of the new
+// capacity. Nothing stored is lost by the change itself.
+func (s *Store) SetLimits(maxBytes, tenantMaxBytes int64) {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxBytes
+	}
+	if tenantMaxBytes <= 0 {
+		tenantMaxBytes = maxBytes / 4
+	}
+	tenantMaxBytes = min(tenantMaxBytes, maxBytes)
+	s.maxBytes.Store(maxBytes)
+	s.maxTenant.Store(tenantMaxBytes)
 }
 
 // scanSizes recomputes the in-memory totals from metadata and lineage keys
@@ -373,7 +390,7 @@ func (s *Store) Stats() Stats {
 		Artifacts: s.count.Load(),
 		Bytes:     s.bytes.Load(),
 		Lineage:   s.lineage.Load(),
-		MaxBytes:  s.maxBytes,
+		MaxBytes:  s.maxBytes.Load(),
 		Written:   s.written.Load(),
 		Verified:  s.verified.Load(),
 		Evicted:   s.evicted.Load(),
@@ -449,7 +466,7 @@ func (s *Store) maintain(every time.Duration) {
 		}
 		s.disk.fillBallast()
 		s.recountLineage()
-		s.evict(0, s.maxBytes/10)
+		s.evict(0, s.maxBytes.Load()/10)
 		if time.Since(scrubbed) >= s.scrubEvery {
 			s.scrub()
 			scrubbed = time.Now()

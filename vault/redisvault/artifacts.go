@@ -162,7 +162,7 @@ func (s *Store) touch(ctx context.Context, tk tenantKeys, arts []*compiler.Artif
 	}
 	var res []int64
 	var err error
-	if s.minRepl == 0 {
+	if s.lim().minRepl == 0 {
 		res, err = touchScript.Run(ctx, s.rdb, ks, args...).Int64Slice()
 	} else {
 		res, err = s.touchReplicated(ctx, tk, ks, args)
@@ -225,8 +225,8 @@ func (s *Store) write(ctx context.Context, tk tenantKeys, arts []*compiler.Artif
 	for _, a := range arts {
 		need += vault.ArtifactSize(a)
 	}
-	if need > s.tenantMax {
-		return fmt.Errorf("%w: need %d bytes, tenant quota %d", compiler.ErrFull, need, s.tenantMax)
+	if need > s.lim().tenantMax {
+		return fmt.Errorf("%w: need %d bytes, tenant quota %d", compiler.ErrFull, need, s.lim().tenantMax)
 	}
 	if err := s.reserve(ctx, tk, need); err != nil {
 		return err
@@ -248,7 +248,7 @@ func (s *Store) write(ctx context.Context, tk tenantKeys, arts []*compiler.Artif
 	ks := make([]string, 3, 3+len(arts))
 	ks[0], ks[1], ks[2] = tk.seen, tk.meta, tk.bytes
 	args := make([]any, 5, 5+4*len(arts))
-	args[0], args[1], args[2], args[3], args[4] = now, s.cutoff(now), s.tenantMax, s.tenantMax/20, tk.content
+	args[0], args[1], args[2], args[3], args[4] = now, s.cutoff(now), s.lim().tenantMax, s.lim().tenantMax/20, tk.content
 	for i, a := range arts {
 		h := hexOf(a.Digest)
 		ks = append(ks, tk.artifact(h))
@@ -274,7 +274,7 @@ func (s *Store) write(ctx context.Context, tk tenantKeys, arts []*compiler.Artif
 		s.log.Info("redis vault evicted within tenant quota", zap.Int64("artifacts", res[2]), zap.Int64("bytes", res[1]))
 	}
 	if res[0] == -1 {
-		return fmt.Errorf("%w: tenant quota of %d bytes reached (need %d)", compiler.ErrFull, s.tenantMax, need)
+		return fmt.Errorf("%w: tenant quota of %d bytes reached (need %d)", compiler.ErrFull, s.lim().tenantMax, need)
 	}
 	giveBack -= res[0]
 	if err := s.checkWait(wait); err != nil {
@@ -327,8 +327,8 @@ func (s *Store) cutoff(now int64) int64 { return now - s.retention.Milliseconds(
 // reserve claims n bytes under the fleet's cap, evicting once if they do
 // not fit.
 func (s *Store) reserve(ctx context.Context, tk tenantKeys, n int64) error {
-	if n > s.maxBytes {
-		return fmt.Errorf("%w: need %d bytes, cap %d", compiler.ErrFull, n, s.maxBytes)
+	if n > s.lim().maxBytes {
+		return fmt.Errorf("%w: need %d bytes, cap %d", compiler.ErrFull, n, s.lim().maxBytes)
 	}
 	ok, used, err := s.tryReserve(ctx, tk, n)
 	if err != nil || ok {
@@ -340,11 +340,11 @@ func (s *Store) reserve(ctx context.Context, tk tenantKeys, n int64) error {
 	if ok, used, err = s.tryReserve(ctx, tk, n); err != nil || ok {
 		return err
 	}
-	return fmt.Errorf("%w: need %d bytes, %d of %d in use", compiler.ErrFull, n, used, s.maxBytes)
+	return fmt.Errorf("%w: need %d bytes, %d of %d in use", compiler.ErrFull, n, used, s.lim().maxBytes)
 }
 
 func (s *Store) tryReserve(ctx context.Context, tk tenantKeys, n int64) (bool, int64, error) {
-	res, err := reserveScript.Run(ctx, s.rdb, []string{s.k.global("bytes"), s.k.global("tenants")}, n, s.maxBytes, tk.tag).Int64Slice()
+	res, err := reserveScript.Run(ctx, s.rdb, []string{s.k.global("bytes"), s.k.global("tenants")}, n, s.lim().maxBytes, tk.tag).Int64Slice()
 	if err == nil && len(res) != 2 {
 		err = errors.New("bad reply")
 	}
@@ -419,7 +419,7 @@ func (s *Store) evict(ctx context.Context, need int64) error {
 		}
 		s.log.Info("redis vault capacity recounted", zap.Int64("was", observed), zap.Int64("bytes", used))
 	}
-	target := s.maxBytes - need - s.maxBytes/20
+	target := s.lim().maxBytes - need - s.lim().maxBytes/20
 	if used <= target {
 		return nil
 	}

@@ -57,3 +57,44 @@ func TestCapacityCounterRecount(t *testing.T) {
 		t.Fatalf("fleet counter %d after recount, want about %d (%v)", got, want, err)
 	}
 }
+
+// Limits changed on the open store (a reload) are in force on the next
+// write: a tenant over its lowered quota evicts its own expired artifacts
+// down to it; bad limits are refused and change nothing.
+func TestSetLimitsLowered(t *testing.T) {
+	srv := startServer(t)
+	one := testArt(1, 20000)
+	size := int64(len(one.Text) + len(one.Raw))
+	const retention = 50 * time.Millisecond
+	st := srv.open(t, Config{KeyPrefix: "lim:", MaxBytes: 40 * size, TenantMaxBytes: 20 * size, Retention: retention, OpTimeout: suiteTimeout})
+	ctx := context.Background()
+	sc := compiler.Scope{Tenant: "t"}
+	for i := range 6 {
+		if err := st.Persist(ctx, sc, []compiler.Artifact{testArt(i+1, 20000)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.SetLimits(Limits{MaxBytes: size, TenantMaxBytes: 2 * size}); err == nil {
+		t.Fatal("a quota above the capacity was accepted")
+	}
+	if got := st.Stats().MaxBytes; got != 40*size {
+		t.Fatalf("a refused change changed the capacity to %d", got)
+	}
+	if err := st.SetLimits(Limits{MaxBytes: 40 * size, TenantMaxBytes: 3*size + size/2, OpTimeout: suiteTimeout}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * retention)
+	if err := st.Persist(ctx, sc, []compiler.Artifact{testArt(7, 20000)}); err != nil {
+		t.Fatalf("persist under the lowered quota: %v", err)
+	}
+	used, err := srv.Client().Get(ctx, st.k.tenant("t").bytes).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if used > 3*size+size/2 {
+		t.Errorf("tenant holds %d bytes over its new quota of %d", used, 3*size+size/2)
+	}
+	if _, ok, _ := st.Get(ctx, "t", testArt(1, 20000).Digest); ok {
+		t.Error("the oldest artifact survived the lowered quota")
+	}
+}

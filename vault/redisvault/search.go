@@ -91,7 +91,7 @@ func (s *Store) Search(ctx context.Context, tenant, query string, limit int) ([]
 	if err != nil {
 		return nil, err
 	}
-	ctx, done, err := s.callWithin(ctx, searchTimeoutFactor*s.opTimeout)
+	ctx, done, err := s.callWithin(ctx, searchTimeoutFactor*s.lim().opTimeout)
 	if err != nil {
 		return nil, err
 	}

@@ -52,7 +52,7 @@ type sizes struct {
 // dropped. LSMBytes and VlogBytes are Badger's and stay zero.
 func (s *Store) Stats() vault.Stats {
 	st := vault.Stats{
-		MaxBytes: s.maxBytes,
+		MaxBytes: s.lim().maxBytes,
 		Written:  s.counts.written.Load(),
 		Verified: s.counts.verified.Load(),
 		Evicted:  s.counts.evicted.Load(),
@@ -81,7 +81,7 @@ func (s *Store) fleetSizes() (artifacts, bytes int64) {
 // readSizes counts the fleet's artifacts (one HLEN of metadata per tenant
 // with artifacts) and reads its capacity counter.
 func (s *Store) readSizes(ctx context.Context) (artifacts, bytes int64, err error) {
-	ctx, done, err := s.callWithin(ctx, min(s.opTimeout, statsTimeout))
+	ctx, done, err := s.callWithin(ctx, min(s.lim().opTimeout, statsTimeout))
 	if err != nil {
 		return 0, 0, err
 	}

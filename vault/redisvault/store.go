@@ -55,11 +55,8 @@ type Store struct {
 	rdb        redis.UniversalClient // *redis.Client, or *redis.ClusterClient with Config.Cluster
 	k          keys
 	log        *zap.Logger
-	maxBytes   int64
-	tenantMax  int64
+	limits     atomic.Pointer[limits] // SetLimits changes them while open
 	maxArt     int64
-	minRepl    int
-	opTimeout  time.Duration
 	retention  time.Duration
 	touchAfter time.Duration
 	now        func() time.Time
@@ -103,15 +100,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		rdb:        rdb,
 		k:          keys{prefix: cfg.KeyPrefix},
 		log:        cfg.Logger,
-		maxBytes:   cfg.MaxBytes,
-		tenantMax:  cfg.TenantMaxBytes,
 		maxArt:     cfg.MaxArtifactBytes,
-		minRepl:    cfg.MinReplicas,
-		opTimeout:  cfg.OpTimeout,
 		retention:  cfg.Retention,
 		touchAfter: min(time.Minute, cfg.Retention/4), // as Badger: a coarse bump, well inside Retention
 		now:        cfg.Now,
 	}
+	s.limits.Store(&limits{maxBytes: cfg.MaxBytes, tenantMax: cfg.TenantMaxBytes, minRepl: cfg.MinReplicas, opTimeout: cfg.OpTimeout})
 	octx, cancel := context.WithTimeout(ctx, cfg.OpTimeout)
 	defer cancel()
 	if err := s.checkServer(octx); err != nil {
@@ -124,6 +118,43 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.log.Warn("redis vault not reachable at start; requests pass through until it is", zap.Error(err))
 	}
 	return s, nil
+}
+
+// limits are the settings an open Store may change (SetLimits).
+type limits struct {
+	maxBytes, tenantMax int64
+	minRepl             int
+	opTimeout           time.Duration
+}
+
+func (s *Store) lim() *limits { return s.limits.Load() }
+
+// Limits are the settings of an open Store that SetLimits changes; zero
+// fields take Open's defaults (TenantMaxBytes: MaxBytes/4).
+type Limits struct {
+	MaxBytes       int64
+	TenantMaxBytes int64
+	MinReplicas    int
+	OpTimeout      time.Duration
+}
+
+// SetLimits changes the fleet's capacity, the tenant quota, the replicas
+// WAIT asks for and the bound on each call, on the open store: the next
+// call uses them. The capacity is accounted in Redis and checked against
+// this store's own setting, so every replica of a fleet should be given
+// the same limits. A lowered quota or capacity evicts (outside retention)
+// or refuses on the next write; nothing stored is lost by the change
+// itself. The connection's dial, read and write timeouts keep the
+// op_timeout the store opened with (each round trip's bound); the new
+// OpTimeout bounds every call as a whole. Bad values are refused and
+// leave the limits as they were.
+func (s *Store) SetLimits(l Limits) error {
+	cfg, err := Config{URL: "-", MaxBytes: l.MaxBytes, TenantMaxBytes: l.TenantMaxBytes, MinReplicas: l.MinReplicas, OpTimeout: l.OpTimeout}.withDefaults()
+	if err != nil {
+		return err
+	}
+	s.limits.Store(&limits{maxBytes: cfg.MaxBytes, tenantMax: cfg.TenantMaxBytes, minRepl: cfg.MinReplicas, opTimeout: cfg.OpTimeout})
+	return nil
 }
 
 // newClient builds the client for cfg: every call bounded by its context,
@@ -255,7 +286,7 @@ func nodePolicy(ctx context.Context, c redis.Cmdable) (string, error) {
 // call guards a Store call: it fails after Close, bounds the call by
 // OpTimeout and checks the server before first use.
 func (s *Store) call(ctx context.Context) (context.Context, func(), error) {
-	return s.callWithin(ctx, s.opTimeout)
+	return s.callWithin(ctx, s.lim().opTimeout)
 }
 
 // callWithin is call with its own bound (Search reads many records).
@@ -333,10 +364,10 @@ func (s *Store) TenantKey(ctx context.Context) ([]byte, error) {
 // acknowledges the writes of its own connection, so it must share the
 // pipeline that wrote.
 func (s *Store) queueWait(ctx context.Context, p redis.Pipeliner) *redis.Cmd {
-	if s.minRepl == 0 {
+	if s.lim().minRepl == 0 {
 		return nil
 	}
-	return p.Do(ctx, "WAIT", s.minRepl, s.waitTimeout(ctx).Milliseconds())
+	return p.Do(ctx, "WAIT", s.lim().minRepl, s.waitTimeout(ctx).Milliseconds())
 }
 
 // checkWait reports whether the queued WAIT saw enough replicas.
@@ -348,8 +379,8 @@ func (s *Store) checkWait(wait *redis.Cmd) error {
 	if err != nil {
 		return fmt.Errorf("redisvault: wait: %w", err)
 	}
-	if n < int64(s.minRepl) {
-		return fmt.Errorf("%w: %d of %d", ErrNotReplicated, n, s.minRepl)
+	if n < int64(s.lim().minRepl) {
+		return fmt.Errorf("%w: %d of %d", ErrNotReplicated, n, s.lim().minRepl)
 	}
 	return nil
 }
@@ -359,7 +390,7 @@ func (s *Store) checkWait(wait *redis.Cmd) error {
 // a tick late: take half of what is left of ctx minus a tick, at least a
 // millisecond (0 would mean forever).
 func (s *Store) waitTimeout(ctx context.Context) time.Duration {
-	left := s.opTimeout
+	left := s.lim().opTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		left = time.Until(dl)
 	}

@@ -1,6 +1,7 @@
 package redisvault
 
 import (
+	"context"
 	"errors"
 
 	"github.com/redis/go-redis/v9"
@@ -33,4 +34,33 @@ func checkURL(cfg Config) error {
 		return ErrBadURL
 	}
 	return nil
+}
+
+// Check connects to cfg's server once, checks it as Open does and closes
+// the connection: it writes nothing, so a gateway can check a config (caddy
+// validate) without touching the vault. It returns nil when the server
+// answers and is fit, an error for which Refused is true when it answers
+// and refuses (an evicting policy, rejected credentials), and any other
+// error when it cannot be reached within OpTimeout.
+func Check(ctx context.Context, cfg Config) error {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return err
+	}
+	rdb, err := newClient(cfg)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	s := &Store{rdb: rdb, log: cfg.Logger}
+	ctx, cancel := context.WithTimeout(ctx, cfg.OpTimeout)
+	defer cancel()
+	return s.checkServer(ctx)
+}
+
+// Refused reports whether err (from Check or Open) is a server that
+// answered and refused the configuration, which the operator must fix,
+// rather than one that could not be reached.
+func Refused(err error) bool {
+	return errors.Is(err, ErrEvictingPolicy) || refusedCredentials(err)
 }

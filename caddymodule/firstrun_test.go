@@ -1,0 +1,93 @@
+package caddymodule
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/tokenterminator/caddy-token-terminator/vault"
+)
+
+// A negative, empty or malformed size is refused naming the subdirective
+// and the value, never with the size parser's own message.
+func TestSizeErrorsNamed(t *testing.T) {
+	tests := []struct{ input, err string }{
+		{"token_terminator {\nvault badger {\nmax_bytes -5\n}\n}", "max_bytes: size must be positive, got '-5'"},
+		{"token_terminator {\nvault badger {\ntenant_max_bytes -1GiB\n}\n}", "tenant_max_bytes: size must be positive, got '-1GiB'"},
+		{"token_terminator {\nvault badger {\nmax_bytes \"\"\n}\n}", "max_bytes: empty size; want a positive size such as 512MiB"},
+		{"token_terminator {\nvault badger {\nmax_bytes 12XB\n}\n}", "max_bytes: bad size '12XB': want a number with an optional unit"},
+		{"token_terminator {\nvault redis {\nmax_bytes -5\n}\n}", "max_bytes: size must be positive, got '-5'"},
+		{"token_terminator {\nvault_max_bytes -5\n}", "vault_max_bytes: size must be positive, got '-5'"},
+		{"token_terminator {\nmax_body_size -1MB\n}", "max_body_size: size must be positive, got '-1MB'"},
+		{"token_terminator {\ntoken_cache_size \" \"\n}", "token_cache_size: empty size"},
+		{"token_terminator {\nmax_buffered_bytes 0\n}", "max_buffered_bytes: size must be positive"},
+		{"token_terminator {\nrequire_vault yes\n}", "require_vault: want on or off, got 'yes'"},
+	}
+	for _, tt := range tests {
+		var h Handler
+		err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tt.input))
+		if err == nil || !strings.Contains(err.Error(), tt.err) || strings.Contains(err.Error(), "strconv") {
+			t.Errorf("%q: error %v, want %q", tt.input, err, tt.err)
+		}
+	}
+	var h Handler
+	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser("token_terminator {\nrequire_vault on\n}")); err != nil || h.RequireVault == nil || !*h.RequireVault {
+		t.Fatalf("require_vault on: %v, %v", err, h.RequireVault)
+	}
+}
+
+// Provisioning a config (all that `caddy validate` does) opens no vault:
+// no directory, no database, no ballast; the vault opens when the config
+// starts.
+func TestProvisionOpensNoVault(t *testing.T) {
+	app, ctx := newApp(t)
+	dir := filepath.Join(t.TempDir(), "vault")
+	h := &Handler{VaultDir: dir}
+	err := h.provision(ctx, app)
+	t.Cleanup(func() { _ = h.Cleanup() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("provisioning created the vault directory (%v)", err)
+	}
+	if app.peekVault("badger:"+dir) != nil {
+		t.Fatal("provisioning opened the vault")
+	}
+	if err := app.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "MANIFEST")); err != nil {
+		t.Fatalf("the started config has no vault: %v", err)
+	}
+	if h.comp == nil || h.opening.Load() {
+		t.Fatal("the handler is not attached to its vault after Start")
+	}
+}
+
+// require_vault on: a vault that cannot open refuses the config when it
+// starts, naming the vault; off (the default) passes candidates through.
+func TestRequireVault(t *testing.T) {
+	dir := t.TempDir()
+	st, err := vault.Open(vault.Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	if err := os.WriteFile(filepath.Join(dir, "MANIFEST"), []byte("junk"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	app, ctx := newApp(t)
+	err = provisionHandler(t, app, ctx, &Handler{VaultDir: dir, RequireVault: boolp(true)})
+	if err == nil || !strings.Contains(err.Error(), "vault badger:"+dir) || !strings.Contains(err.Error(), "require_vault is on") {
+		t.Fatalf("require_vault on with a damaged vault: %v", err)
+	}
+	app2, ctx2 := newApp(t)
+	h := &Handler{VaultDir: dir, RequireVault: boolp(false)}
+	if err := provisionHandler(t, app2, ctx2, h); err != nil || h.vaultErr == "" {
+		t.Fatalf("require_vault off: %v, vaultErr %q", err, h.vaultErr)
+	}
+}
