@@ -5,7 +5,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/tokenterminator/caddy-token-terminator/vault"
@@ -89,5 +91,47 @@ func TestRequireVault(t *testing.T) {
 	h := &Handler{VaultDir: dir, RequireVault: boolp(false)}
 	if err := provisionHandler(t, app2, ctx2, h); err != nil || h.vaultErr == "" {
 		t.Fatalf("require_vault off: %v, vaultErr %q", err, h.vaultErr)
+	}
+}
+
+// Caddy starts its apps in no fixed order, so the HTTP server may serve
+// before this app's Start has opened the vault: a candidate that arrives
+// meanwhile waits for the open (within compile_timeout) and is compiled,
+// instead of passing on with no decision; one that waits longer than
+// compile_timeout passes on untouched.
+func TestRequestBeforeStartWaitsForTheVault(t *testing.T) {
+	app, ctx := newApp(t)
+	h := &Handler{VaultDir: filepath.Join(t.TempDir(), "vault"), CompileTimeout: caddy.Duration(30 * time.Second)}
+	err := h.provision(ctx, app)
+	t.Cleanup(func() { _ = h.Cleanup() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 1)
+	go func() {
+		tt, _ := serveBody(h, largeBody(7, 200000))
+		got <- tt
+	}()
+	select {
+	case tt := <-got:
+		t.Fatalf("the request was answered before the vault opened: %q", tt)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := app.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if tt := <-got; tt == "" {
+		t.Fatal("the request that waited for the vault passed on with no decision")
+	}
+
+	app2, ctx2 := newApp(t)
+	h2 := &Handler{VaultDir: filepath.Join(t.TempDir(), "vault"), CompileTimeout: caddy.Duration(50 * time.Millisecond)}
+	err = h2.provision(ctx2, app2)
+	t.Cleanup(func() { _ = h2.Cleanup() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tt, err := serveBody(h2, largeBody(8, 200000)); err != nil || tt != "" {
+		t.Fatalf("a request past compile_timeout before Start: %q, %v (want passed on untouched)", tt, err)
 	}
 }

@@ -53,9 +53,13 @@ type handlerState struct {
 	// through with passthrough=vault_error and this detail.
 	vaultErr string
 	// opening is set from Provision until the config's Start has opened
-	// the vault and set the fields above (a first start, not a reload):
-	// meanwhile requests pass on untouched.
+	// the vault and set the fields above (a first start, not a reload);
+	// opened is closed then. Caddy starts its apps in no fixed order, so
+	// the HTTP server may serve before the vault is open: a request
+	// meanwhile waits for it, at most compile_timeout, then passes on
+	// untouched.
 	opening *atomic.Bool
+	opened  chan struct{}
 	// tenantKeyPending reports that the vault's own tenant key could not
 	// be read yet (nil: it was read); see backendTenants.
 	tenantKeyPending func() bool
@@ -181,9 +185,13 @@ func (h *Handler) provision(ctx caddy.Context, app *App) error {
 	}
 	opening := new(atomic.Bool)
 	opening.Store(true)
-	h.opening = opening
+	opened := make(chan struct{})
+	h.opening, h.opened = opening, opened
 	app.onStart(func() error {
-		defer opening.Store(false)
+		defer func() {
+			opening.Store(false)
+			close(opened)
+		}()
 		ov, release, _, err := app.vault(backend, *h.MaxBodySize, false)
 		if err == nil {
 			err = attach(ov, release)
@@ -260,9 +268,22 @@ func (h *Handler) Cleanup() error {
 	return nil
 }
 
+// awaitOpen waits, at most compile_timeout, for the config's Start to open
+// the vault; false when it is still opening.
+func (h *Handler) awaitOpen(r *http.Request) bool {
+	t := time.NewTimer(time.Duration(h.CompileTimeout))
+	defer t.Stop()
+	select {
+	case <-h.opened:
+	case <-t.C:
+	case <-r.Context().Done():
+	}
+	return !h.opening.Load()
+}
+
 // ServeHTTP compiles candidate requests and passes everything on to next.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	if (h.opening != nil && h.opening.Load()) || h.Mode == string(compiler.ModeOff) || (h.comp == nil && h.vaultErr == "") {
+	if (h.opening != nil && h.opening.Load() && !h.awaitOpen(r)) || h.Mode == string(compiler.ModeOff) || (h.comp == nil && h.vaultErr == "") {
 		return next.ServeHTTP(w, r)
 	}
 	if h.serveRecoveryAPI(w, r) {

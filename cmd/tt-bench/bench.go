@@ -106,13 +106,27 @@ type bench struct {
 	convs    int // conversations generated so far (each new content)
 }
 
-// verify sends a new tenant's first request, untimed: the gateway keeps no
-// state for a credential until the provider has answered it with a 2xx, so
-// this request goes out as sent (passthrough=unverified_tenant) and makes
-// the tenant's next requests candidates, as a real key's first request does.
-func (b *bench) verify(ctx context.Context, g *gateway, sh shape, tenant string, body []byte) error {
-	_, err := b.cl.post(ctx, g.url, sh.path, "Bearer "+tenant, body)
-	return err
+// verify sends a new tenant's first requests, untimed: the gateway keeps
+// no state for a credential until the provider has answered it with a 2xx,
+// so a new tenant's first request goes out as sent
+// (passthrough=unverified_tenant), as a real key's first request does. The
+// verification is recorded as the answer ends, so it is sent again until
+// the gateway has it. Its body is a small request of the shape, which
+// leaves no lineage behind.
+func (b *bench) verify(ctx context.Context, g *gateway, sh shape, tenant string) error {
+	for i := 0; ; i++ {
+		a, err := b.cl.post(ctx, g.url, sh.path, "Bearer "+tenant, sh.small())
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(a.tt, "unverified_tenant") {
+			return nil
+		}
+		if i == 100 {
+			return fmt.Errorf("%s: tenant %s still unverified after %d requests: %q", sh.name, tenant, i+1, a.tt)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func (b *bench) nextConversation(sh shape, results int) (prev, body []byte) {
@@ -203,7 +217,7 @@ func (b *bench) runCase(ctx context.Context, sh shape, size int, mode string) (*
 			return nil, err
 		}
 		prev, body := b.nextConversation(sh, results)
-		err = b.verify(ctx, g, sh, "sk-first-setup", prev)
+		err = b.verify(ctx, g, sh, "sk-first-setup")
 		if err == nil {
 			_, err = b.cl.post(ctx, g.url, sh.path, "Bearer sk-first-setup", prev)
 		}
@@ -221,7 +235,7 @@ func (b *bench) runCase(ctx context.Context, sh shape, size int, mode string) (*
 				return nil, err
 			}
 			tenant := fmt.Sprintf("sk-first-%d", i)
-			err = b.verify(ctx, g, sh, tenant, prev)
+			err = b.verify(ctx, g, sh, tenant)
 			if err == nil {
 				_, err = b.cl.post(ctx, g.url, sh.path, "Bearer "+tenant, prev)
 			}
@@ -250,7 +264,7 @@ func (b *bench) runCase(ctx context.Context, sh shape, size int, mode string) (*
 	// sent again, what it vaulted is kept.
 	prev, body := b.nextConversation(sh, results)
 	warmTenant := "sk-warm"
-	if err := b.verify(ctx, g, sh, warmTenant, prev); err != nil {
+	if err := b.verify(ctx, g, sh, warmTenant); err != nil {
 		return nil, err
 	}
 	if _, err := b.cl.post(ctx, g.url, sh.path, "Bearer "+warmTenant, prev); err != nil {
@@ -286,7 +300,7 @@ func (b *bench) runCase(ctx context.Context, sh shape, size int, mode string) (*
 		}
 		tenant := fmt.Sprintf("sk-cold-%d", i)
 		prev, body := b.nextConversation(sh, results)
-		if err := b.verify(ctx, g, sh, tenant, prev); err != nil {
+		if err := b.verify(ctx, g, sh, tenant); err != nil {
 			return "", nil, err
 		}
 		if _, err := b.cl.post(ctx, g.url, sh.path, "Bearer "+tenant, prev); err != nil {

@@ -44,3 +44,7 @@ func conversation(sh shape, salt uint64, k, results int) (prev, body []byte) {
 	turns := fixtures.NovelTurns(salt, k, results+1, outputChars)
 	return sh.render(turns[:results]), sh.render(turns)
 }
+
+// small is a request of the shape with no tool results: a new tenant's
+// first request, which verifies it.
+func (s shape) small() []byte { return s.render(nil) }
