@@ -539,7 +539,8 @@ func (g *gateway) logLines() []string {
 	}
 	var lines []string
 	for _, l := range strings.Split(string(data), "\n") {
-		if strings.Contains(l, `"logger":"http.handlers.token_terminator"`) && !isVerification(l) {
+		// The handler's start-up line is not a request's.
+		if strings.Contains(l, `"logger":"http.handlers.token_terminator"`) && !isVerification(l) && !strings.Contains(l, `"msg":"token_terminator handler ready"`) {
 			lines = append(lines, l)
 		}
 	}
