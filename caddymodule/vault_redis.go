@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -25,15 +26,21 @@ func init() {
 // through one process-wide logger that writes plain text to stderr, which
 // would break Caddy's JSON log. The first Redis vault provisioned sends it
 // to Caddy's logger instead, as warnings of "token_terminator.vault.redis".
+// redisLogger is read by go-redis's goroutines; a test swaps it.
 var (
 	redisLogOnce sync.Once
-	redisLogger  = func() *zap.Logger { return caddy.Log().Named("token_terminator.vault.redis") }
+	redisLogger  atomic.Pointer[func() *zap.Logger]
 )
+
+func init() {
+	f := func() *zap.Logger { return caddy.Log().Named("token_terminator.vault.redis") }
+	redisLogger.Store(&f)
+}
 
 type caddyRedisLogger struct{}
 
 func (caddyRedisLogger) Printf(_ context.Context, format string, v ...any) {
-	redisLogger().Warn(strings.TrimSpace(fmt.Sprintf(format, v...)))
+	(*redisLogger.Load())().Warn(strings.TrimSpace(fmt.Sprintf(format, v...)))
 }
 
 // RedisVault is the fleet's vault: Redis (or Valkey) shared by every

@@ -162,9 +162,9 @@ func TestRedisVaultOpen(t *testing.T) {
 // go to Caddy's logger, not as plain text to stderr.
 func TestRedisLogsThroughCaddy(t *testing.T) {
 	core, logs := observer.New(zapcore.DebugLevel)
-	old := redisLogger
-	redisLogger = func() *zap.Logger { return zap.New(core) }
-	t.Cleanup(func() { redisLogger = old })
+	f := func() *zap.Logger { return zap.New(core) }
+	old := redisLogger.Swap(&f)
+	t.Cleanup(func() { redisLogger.Store(old) })
 	srv := redistest.Start(t)
 	srv.Kill()
 	app, ctx := newApp(t)

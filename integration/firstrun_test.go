@@ -21,12 +21,7 @@ func TestFirstRunValidate(t *testing.T) {
 		t.Skip("builds cmd/caddy")
 	}
 	tmp := t.TempDir()
-	bin := filepath.Join(tmp, "caddy")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/caddy")
-	build.Dir = ".."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building cmd/caddy: %v\n%s", err, out)
-	}
+	bin := caddyBinary(t)
 	data := filepath.Join(tmp, "data")
 	validate := func(name, site string) (string, error) {
 		cfg := filepath.Join(tmp, name)

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -64,6 +65,9 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	_ = caddy.Stop()
 	os.RemoveAll(dir)
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
 	os.Exit(code)
 }
 
@@ -618,3 +622,30 @@ func goroutineBaseline(t testing.TB, up *upstream) func() {
 
 // stopCaddy stops the running config (a later startGateway starts anew).
 func stopCaddy() error { return caddy.Stop() }
+
+var built struct {
+	once sync.Once
+	dir  string
+	bin  string
+	err  error
+	out  []byte
+}
+
+// caddyBinary returns cmd/caddy built once for the test process: the tests
+// that run a real caddy process share it.
+func caddyBinary(t testing.TB) string {
+	t.Helper()
+	built.once.Do(func() {
+		if built.dir, built.err = os.MkdirTemp("", "tt-caddy-"); built.err != nil {
+			return
+		}
+		built.bin = filepath.Join(built.dir, "caddy")
+		build := exec.Command("go", "build", "-o", built.bin, "./cmd/caddy")
+		build.Dir = ".."
+		built.out, built.err = build.CombinedOutput()
+	})
+	if built.err != nil {
+		t.Fatalf("building cmd/caddy: %v\n%s", built.err, built.out)
+	}
+	return built.bin
+}

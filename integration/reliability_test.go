@@ -311,12 +311,7 @@ func TestReliabilityKill9(t *testing.T) {
 		t.Skip("builds and kills a caddy process")
 	}
 	tmp := t.TempDir()
-	bin := filepath.Join(tmp, "caddy")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/caddy")
-	build.Dir = ".."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building cmd/caddy: %v\n%s", err, out)
-	}
+	bin := caddyBinary(t)
 	up := newUpstream(t)
 	port := freePort(t)
 	vaultDir := filepath.Join(tmp, "vault")

@@ -18,6 +18,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fakeprovider"
 )
 
 // TestOfficialSDKs drives the official openai and @anthropic-ai/sdk npm
@@ -164,25 +165,11 @@ func newFakeProvider(t *testing.T) *fakeProvider {
 	return p
 }
 
-func sse(w http.ResponseWriter, events ...[2]string) {
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	fl, _ := w.(http.Flusher)
-	for _, e := range events {
-		if e[0] != "" {
-			fmt.Fprintf(w, "event: %s\n", e[0])
-		}
-		fmt.Fprintf(w, "data: %s\n\n", e[1])
-		if fl != nil {
-			fl.Flush()
-		}
-	}
-}
-
-func jsonReply(w http.ResponseWriter, v string) {
-	w.Header().Set("Content-Type", "application/json")
-	io.WriteString(w, v)
-}
+// The SDK fakes answer as the loopback fake provider does.
+var (
+	sse       = fakeprovider.WriteSSE
+	jsonReply = fakeprovider.WriteJSON
+)
 
 func chatReply(w http.ResponseWriter, model, text string, stream bool) {
 	if !stream {

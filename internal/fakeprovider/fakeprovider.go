@@ -142,7 +142,9 @@ func (p *Provider) bill(format, model, cred string, body []byte) Usage {
 
 const outputTokens = 16
 
-func sse(w http.ResponseWriter, events ...[2]string) {
+// WriteSSE writes events ({event name or "", data}) as a server-sent
+// event stream, flushing after each, as the providers stream.
+func WriteSSE(w http.ResponseWriter, events ...[2]string) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	fl, _ := w.(http.Flusher)
@@ -157,7 +159,8 @@ func sse(w http.ResponseWriter, events ...[2]string) {
 	}
 }
 
-func jsonReply(w http.ResponseWriter, v string) {
+// WriteJSON writes v as a JSON answer.
+func WriteJSON(w http.ResponseWriter, v string) {
 	w.Header().Set("Content-Type", "application/json")
 	io.WriteString(w, v)
 }
@@ -169,7 +172,7 @@ func chatReply(w http.ResponseWriter, model, text string, stream, streamUsage bo
 	usage := fmt.Sprintf(`{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d},"completion_tokens_details":{"reasoning_tokens":0}}`,
 		u.Input, outputTokens, u.Input+outputTokens, u.CacheRead)
 	if !stream {
-		jsonReply(w, fmt.Sprintf(`{"id":"chatcmpl-fake","object":"chat.completion","created":1,"model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":%q},"finish_reason":"stop"}],"usage":%s}`, model, text, usage))
+		WriteJSON(w, fmt.Sprintf(`{"id":"chatcmpl-fake","object":"chat.completion","created":1,"model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":%q},"finish_reason":"stop"}],"usage":%s}`, model, text, usage))
 		return
 	}
 	half := len(text) / 2
@@ -182,7 +185,7 @@ func chatReply(w http.ResponseWriter, model, text string, stream, streamUsage bo
 	if streamUsage {
 		ev = append(ev, [2]string{"", fmt.Sprintf(`{"id":"chatcmpl-fake","object":"chat.completion.chunk","created":1,"model":%q,"choices":[],"usage":%s}`, model, usage)})
 	}
-	sse(w, append(ev, [2]string{"", "[DONE]"})...)
+	WriteSSE(w, append(ev, [2]string{"", "[DONE]"})...)
 }
 
 func responsesReply(w http.ResponseWriter, model, text string, stream bool, u Usage) {
@@ -193,10 +196,10 @@ func responsesReply(w http.ResponseWriter, model, text string, stream bool, u Us
 	usage := fmt.Sprintf(`{"input_tokens":%d,"input_tokens_details":{"cached_tokens":%d},"output_tokens":%d,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":%d}`,
 		u.Input, u.CacheRead, outputTokens, u.Input+outputTokens)
 	if !stream {
-		jsonReply(w, resp("completed", item, usage))
+		WriteJSON(w, resp("completed", item, usage))
 		return
 	}
-	sse(w,
+	WriteSSE(w,
 		[2]string{"response.created", fmt.Sprintf(`{"type":"response.created","sequence_number":0,"response":%s}`, resp("in_progress", "", "null"))},
 		[2]string{"response.output_item.added", fmt.Sprintf(`{"type":"response.output_item.added","sequence_number":1,"output_index":0,"item":%s}`, item)},
 		[2]string{"response.output_text.delta", fmt.Sprintf(`{"type":"response.output_text.delta","sequence_number":2,"item_id":"msg_fake","output_index":0,"content_index":0,"delta":%q}`, text)},
@@ -209,10 +212,10 @@ func responsesReply(w http.ResponseWriter, model, text string, stream bool, u Us
 func messagesReply(w http.ResponseWriter, model, text string, stream bool, u Usage) {
 	usage := fmt.Sprintf(`"input_tokens":%d,"cache_read_input_tokens":%d,"cache_creation_input_tokens":%d`, u.Uncached, u.CacheRead, u.CacheWrite)
 	if !stream {
-		jsonReply(w, fmt.Sprintf(`{"id":"msg_fake","type":"message","role":"assistant","model":%q,"content":[{"type":"text","text":%q}],"stop_reason":"end_turn","stop_sequence":null,"usage":{%s,"output_tokens":%d}}`, model, text, usage, outputTokens))
+		WriteJSON(w, fmt.Sprintf(`{"id":"msg_fake","type":"message","role":"assistant","model":%q,"content":[{"type":"text","text":%q}],"stop_reason":"end_turn","stop_sequence":null,"usage":{%s,"output_tokens":%d}}`, model, text, usage, outputTokens))
 		return
 	}
-	sse(w,
+	WriteSSE(w,
 		[2]string{"message_start", fmt.Sprintf(`{"type":"message_start","message":{"id":"msg_fake","type":"message","role":"assistant","model":%q,"content":[],"stop_reason":null,"stop_sequence":null,"usage":{%s,"output_tokens":1}}}`, model, usage)},
 		[2]string{"content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`},
 		[2]string{"content_block_delta", fmt.Sprintf(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":%q}}`, text)},
