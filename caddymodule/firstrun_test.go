@@ -65,7 +65,7 @@ func TestProvisionOpensNoVault(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "MANIFEST")); err != nil {
 		t.Fatalf("the started config has no vault: %v", err)
 	}
-	if h.comp == nil || h.opening.Load() {
+	if h.comp == nil || !h.isOpen() {
 		t.Fatal("the handler is not attached to its vault after Start")
 	}
 }

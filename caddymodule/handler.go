@@ -52,14 +52,12 @@ type handlerState struct {
 	// vaultErr is set when the vault failed to open: candidates then pass
 	// through with passthrough=vault_error and this detail.
 	vaultErr string
-	// opening is set from Provision until the config's Start has opened
-	// the vault and set the fields above (a first start, not a reload);
-	// opened is closed then. Caddy starts its apps in no fixed order, so
-	// the HTTP server may serve before the vault is open: a request
-	// meanwhile waits for it, at most compile_timeout, then passes on
-	// untouched.
-	opening *atomic.Bool
-	opened  chan struct{}
+	// opened is made by Provision on a first start (nil on a reload) and
+	// closed once the config's Start has opened the vault and set the
+	// fields above. Caddy starts its apps in no fixed order, so the HTTP
+	// server may serve before the vault is open: a request meanwhile waits
+	// for it, at most compile_timeout, then passes on untouched.
+	opened chan struct{}
 	// tenantKeyPending reports that the vault's own tenant key could not
 	// be read yet (nil: it was read); see backendTenants.
 	tenantKeyPending func() bool
@@ -179,19 +177,14 @@ func (h *Handler) provision(ctx caddy.Context, app *App) error {
 		return nil
 	}
 	// Otherwise the vault opens when the config starts, never while it is
-	// only validated; until then candidates pass through.
+	// only validated; a request before that waits for it (awaitOpen).
 	if err := backend.CheckVault(h.logger); err != nil {
 		return err
 	}
-	opening := new(atomic.Bool)
-	opening.Store(true)
 	opened := make(chan struct{})
-	h.opening, h.opened = opening, opened
+	h.opened = opened
 	app.onStart(func() error {
-		defer func() {
-			opening.Store(false)
-			close(opened)
-		}()
+		defer close(opened)
 		ov, release, _, err := app.vault(backend, *h.MaxBodySize, false)
 		if err == nil {
 			err = attach(ov, release)
@@ -268,22 +261,40 @@ func (h *Handler) Cleanup() error {
 	return nil
 }
 
+// isOpen reports whether the config's Start has opened the vault (always
+// on a reload, which shares the open one).
+func (h *Handler) isOpen() bool {
+	if h.opened == nil {
+		return true
+	}
+	select {
+	case <-h.opened:
+		return true
+	default:
+		return false
+	}
+}
+
 // awaitOpen waits, at most compile_timeout, for the config's Start to open
 // the vault; false when it is still opening.
 func (h *Handler) awaitOpen(r *http.Request) bool {
+	if h.isOpen() {
+		return true
+	}
 	t := time.NewTimer(time.Duration(h.CompileTimeout))
 	defer t.Stop()
 	select {
 	case <-h.opened:
+		return true
 	case <-t.C:
 	case <-r.Context().Done():
 	}
-	return !h.opening.Load()
+	return h.isOpen()
 }
 
 // ServeHTTP compiles candidate requests and passes everything on to next.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	if (h.opening != nil && h.opening.Load() && !h.awaitOpen(r)) || h.Mode == string(compiler.ModeOff) || (h.comp == nil && h.vaultErr == "") {
+	if !h.awaitOpen(r) || h.Mode == string(compiler.ModeOff) || (h.comp == nil && h.vaultErr == "") {
 		return next.ServeHTTP(w, r)
 	}
 	if h.serveRecoveryAPI(w, r) {

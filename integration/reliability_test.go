@@ -180,45 +180,7 @@ func TestReliabilityReloadUnderLoad(t *testing.T) {
 	}
 	g.load(config(0))
 	g.client.Timeout = 30 * time.Second
-	client := &http.Client{Timeout: 20 * time.Second}
-
-	stop := make(chan struct{})
-	var reloads atomic.Int64
-	var reloadErr atomic.Value
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for i := 1; ; i++ {
-			select {
-			case <-stop:
-				return
-			case <-time.After(150 * time.Millisecond):
-			}
-			req, _ := http.NewRequest(http.MethodPost, "http://"+admin+"/load", strings.NewReader(config(i)))
-			req.Header.Set("Content-Type", "text/caddyfile")
-			resp, err := client.Do(req)
-			if err != nil {
-				reloadErr.Store(err.Error())
-				return
-			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				reloadErr.Store(fmt.Sprintf("reload %d: status %d", i, resp.StatusCode))
-				return
-			}
-			reloads.Add(1)
-		}
-	}()
-	res := runLoad(g, 16, 4*time.Second, true)
-	close(stop)
-	<-done
-	t.Logf("%d reloads", reloads.Load())
-	if e := reloadErr.Load(); e != nil {
-		t.Fatalf("admin reload failed: %v", e)
-	}
-	if reloads.Load() < 5 {
-		t.Fatalf("only %d reloads during the load", reloads.Load())
-	}
+	res := reloadsDuringLoad(t, g, admin, config)
 	reportLoad(t, res)
 	checkLoadForwarded(t, up, res)
 }
@@ -416,59 +378,16 @@ func TestReliabilityReloadResizesVault(t *testing.T) {
 	sizes := [][2]string{{"512MiB", "128MiB"}, {"256MiB", "64MiB"}, {"384MiB", "96MiB"}}
 	g.load(config(sizes[0][0], sizes[0][1]))
 	g.client.Timeout = 30 * time.Second
-	client := &http.Client{Timeout: 20 * time.Second}
-	post := func(cfg string) error {
-		req, _ := http.NewRequest(http.MethodPost, "http://"+admin+"/load", strings.NewReader(cfg))
-		req.Header.Set("Content-Type", "text/caddyfile")
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("status %d: %s", resp.StatusCode, b)
-		}
-		return nil
-	}
-
-	stop := make(chan struct{})
-	var reloads, failed atomic.Int64
-	var firstErr atomic.Value
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for i := 1; ; i++ {
-			select {
-			case <-stop:
-				return
-			case <-time.After(150 * time.Millisecond):
-			}
-			s := sizes[i%len(sizes)]
-			if err := post(config(s[0], s[1])); err != nil {
-				failed.Add(1)
-				firstErr.CompareAndSwap(nil, err.Error())
-				continue
-			}
-			reloads.Add(1)
-		}
-	}()
-	res := runLoad(g, 16, 4*time.Second, true)
-	close(stop)
-	<-done
-	t.Logf("%d reloads, %d failed", reloads.Load(), failed.Load())
-	if n := failed.Load(); n > 0 {
-		t.Fatalf("%d reloads failed; first: %v", n, firstErr.Load())
-	}
-	if reloads.Load() < 5 {
-		t.Fatalf("only %d reloads during the load", reloads.Load())
-	}
+	res := reloadsDuringLoad(t, g, admin, func(i int) string {
+		s := sizes[i%len(sizes)]
+		return config(s[0], s[1])
+	})
 	reportLoad(t, res)
 	checkLoadForwarded(t, up, res)
 
 	// The load's tenants hold tens of KB each; a quota of 16 KiB is below
 	// that: their next new artifact does not fit.
-	if err := post(config("256MiB", "16KiB")); err != nil {
+	if err := postConfig(admin, config("256MiB", "16KiB")); err != nil {
 		t.Fatalf("reload to a lower quota: %v", err)
 	}
 	var r response
@@ -494,4 +413,58 @@ func TestReliabilityReloadResizesVault(t *testing.T) {
 	if data, _ := os.ReadFile(g.LogFile); !bytes.Contains(data, []byte(`"msg":"vault limits changed"`)) {
 		t.Error("no log line says the vault's limits changed")
 	}
+}
+
+// postConfig loads the Caddyfile cfg through the admin API at admin.
+func postConfig(admin, cfg string) error {
+	req, _ := http.NewRequest(http.MethodPost, "http://"+admin+"/load", strings.NewReader(cfg))
+	req.Header.Set("Content-Type", "text/caddyfile")
+	resp, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
+	if err != nil {
+		return err
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %d: %s", resp.StatusCode, b)
+	}
+	return nil
+}
+
+// reloadsDuringLoad runs 16 clients of load against g for 4 s while config(i)
+// is loaded through the admin API every 150 ms (i = 1, 2, …), and fails the
+// test when any reload failed or fewer than 5 ran.
+func reloadsDuringLoad(t *testing.T, g *gateway, admin string, config func(i int) string) *loadResult {
+	t.Helper()
+	stop := make(chan struct{})
+	var reloads, failed atomic.Int64
+	var firstErr atomic.Value
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 1; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(150 * time.Millisecond):
+			}
+			if err := postConfig(admin, config(i)); err != nil {
+				failed.Add(1)
+				firstErr.CompareAndSwap(nil, fmt.Sprintf("reload %d: %v", i, err))
+				continue
+			}
+			reloads.Add(1)
+		}
+	}()
+	res := runLoad(g, 16, 4*time.Second, true)
+	close(stop)
+	<-done
+	t.Logf("%d reloads, %d failed", reloads.Load(), failed.Load())
+	if n := failed.Load(); n > 0 {
+		t.Fatalf("%d reloads failed; first: %v", n, firstErr.Load())
+	}
+	if reloads.Load() < 5 {
+		t.Fatalf("only %d reloads during the load", reloads.Load())
+	}
+	return res
 }
