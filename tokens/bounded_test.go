@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -147,13 +148,17 @@ func TestAbandonedCountStops(t *testing.T) {
 	if got := c.Count(context.Background(), "gpt-4o", body); got.Status != StatusBudget {
 		t.Fatalf("count: %+v", got)
 	}
+	// How much was counted before the answer depends on when the budget's
+	// timer fired; what must hold is that after it only the pieces the
+	// workers were on (content-defined, about 2 KiB each) are finished.
+	atAnswer := c.tokenized.Load()
 	for c.backlog.Load() > 0 {
 		time.Sleep(time.Millisecond)
 	}
 	done := c.tokenized.Load()
-	t.Logf("%d of %d bytes tokenized", done, len(body))
-	if done > int64(len(body))/4 {
-		t.Fatalf("%d of %d bytes were tokenized after a 1 ms budget: the work went on after the answer", done, len(body))
+	t.Logf("%d of %d bytes tokenized, %d of them after the answer", done, len(body), done-atAnswer)
+	if after, bound := done-atAnswer, int64(runtime.GOMAXPROCS(0))*256<<10; after > bound {
+		t.Fatalf("%d bytes were tokenized after a 1 ms budget answered (bound %d, body %d): the work went on after the answer", after, bound, len(body))
 	}
 }
 
