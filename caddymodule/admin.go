@@ -12,7 +12,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
-	"github.com/tokenterminator/caddy-token-terminator/vault"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
 func init() {

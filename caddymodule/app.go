@@ -10,9 +10,9 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
-	"github.com/tokenterminator/caddy-token-terminator/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/tokens"
-	"github.com/tokenterminator/caddy-token-terminator/vault"
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/tokens"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
 func init() {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tokenterminator/caddy-token-terminator/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 )
 
 // refuseUnread decides from the headers alone that a candidate streams

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/tokenterminator/caddy-token-terminator/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 )
 
 // bodyBuffer is the one owner of a candidate's body bytes, from the read to

@@ -19,9 +19,9 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
-	"github.com/tokenterminator/caddy-token-terminator/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/compiler/compilertest"
-	"github.com/tokenterminator/caddy-token-terminator/tokens"
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/tokens"
 )
 
 func TestBodyClass(t *testing.T) {

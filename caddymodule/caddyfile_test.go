@@ -11,7 +11,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
-	"github.com/tokenterminator/caddy-token-terminator/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 )
 
 func TestUnmarshalCaddyfile(t *testing.T) {

@@ -9,8 +9,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
-	"github.com/tokenterminator/caddy-token-terminator/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/vault"
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
 // Defaults. They are part of the interface: changing one changes behaviour

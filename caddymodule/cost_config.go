@@ -11,7 +11,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
-	"github.com/tokenterminator/caddy-token-terminator/cost"
+	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
 )
 
 // DefaultCostModel: decisions are made by expected billed cost unless

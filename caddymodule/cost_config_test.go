@@ -8,8 +8,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
-	"github.com/tokenterminator/caddy-token-terminator/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/cost"
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
 )
 
 // The cost subdirectives parse into the handler's JSON; bad values are

@@ -96,7 +96,7 @@ func TestConfigurationDocListsVaultSubdirectives(t *testing.T) {
 // source, and no other.
 func TestReadmeListsEveryPassthroughReason(t *testing.T) {
 	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, "../compiler/compiler.go", nil, 0)
+	f, err := parser.ParseFile(fset, "../internal/compiler/compiler.go", nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,10 +26,10 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
-	"github.com/tokenterminator/caddy-token-terminator/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/cost"
-	"github.com/tokenterminator/caddy-token-terminator/response"
-	"github.com/tokenterminator/caddy-token-terminator/tokens"
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
+	"github.com/tokenterminator/caddy-token-terminator/internal/response"
+	"github.com/tokenterminator/caddy-token-terminator/internal/tokens"
 )
 
 func init() {

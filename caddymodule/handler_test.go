@@ -19,7 +19,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/tokenterminator/caddy-token-terminator/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 )
 
 // These tests drive ServeHTTP with a fake compiler and a fake candidate

@@ -7,9 +7,9 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tokenterminator/caddy-token-terminator/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/vault"
-	"github.com/tokenterminator/caddy-token-terminator/vault/redisvault"
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault/redisvault"
 )
 
 // metrics are the gateway's Prometheus series. They live in the App's

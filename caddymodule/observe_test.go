@@ -20,10 +20,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 
-	"github.com/tokenterminator/caddy-token-terminator/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/cost"
-	"github.com/tokenterminator/caddy-token-terminator/response"
-	"github.com/tokenterminator/caddy-token-terminator/vault"
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
+	"github.com/tokenterminator/caddy-token-terminator/internal/response"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
 // observedHandler is a test handler with the App's metrics attached.

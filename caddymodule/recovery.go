@@ -15,9 +15,9 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
-	"github.com/tokenterminator/caddy-token-terminator/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/recovery"
-	"github.com/tokenterminator/caddy-token-terminator/vault"
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
 // Recovery glue (package recovery has the pieces): the artifact API under

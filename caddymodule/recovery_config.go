@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/tokenterminator/caddy-token-terminator/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/recovery"
-	"github.com/tokenterminator/caddy-token-terminator/response"
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
+	"github.com/tokenterminator/caddy-token-terminator/internal/response"
 )
 
 // Recovery modes (subdirective recovery).

@@ -12,8 +12,8 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/tokenterminator/caddy-token-terminator/recovery"
-	"github.com/tokenterminator/caddy-token-terminator/vault"
+	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
 func TestRecoveryCaddyfile(t *testing.T) {

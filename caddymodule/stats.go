@@ -4,8 +4,8 @@ import (
 	"sort"
 	"time"
 
-	"github.com/tokenterminator/caddy-token-terminator/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/vault"
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
 // savings adds up ledger records. Saved bytes and tokens count accepted

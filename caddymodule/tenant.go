@@ -9,7 +9,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
-	"github.com/tokenterminator/caddy-token-terminator/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 )
 
 // Tenants are keyed hashes of the request's identity: HMAC-SHA-256 under

@@ -3,7 +3,7 @@ package caddymodule
 import (
 	"fmt"
 
-	"github.com/tokenterminator/caddy-token-terminator/tokens"
+	"github.com/tokenterminator/caddy-token-terminator/internal/tokens"
 )
 
 // Token counters are shared through the App's pool across reloads. The

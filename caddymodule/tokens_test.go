@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokenterminator/caddy-token-terminator/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/tokens"
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/tokens"
 )
 
 // A reload that changes only token_budget keeps the pooled counter (its

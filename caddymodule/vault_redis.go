@@ -14,8 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
-	"github.com/tokenterminator/caddy-token-terminator/vault"
-	"github.com/tokenterminator/caddy-token-terminator/vault/redisvault"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault/redisvault"
 )
 
 func init() {

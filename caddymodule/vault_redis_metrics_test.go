@@ -11,8 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tokenterminator/caddy-token-terminator/compiler/compilertest"
-	"github.com/tokenterminator/caddy-token-terminator/vault/redisvault/redistest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault/redisvault/redistest"
 )
 
 // The vault metrics work on a Redis vault: after a rewrite stored one

@@ -16,7 +16,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/tokenterminator/caddy-token-terminator/vault/redisvault/redistest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault/redisvault/redistest"
 )
 
 // What the operator can fix in the config is refused when it loads, the

@@ -4,7 +4,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
-	"github.com/tokenterminator/caddy-token-terminator/vault"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
 // VaultBackend is a module of the token_terminator.vaults namespace: it

@@ -9,7 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/tokenterminator/caddy-token-terminator/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 )
 
 // Verified tenants. A request's tenant holds vault state (artifacts,

@@ -11,9 +11,9 @@ import (
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
-	"github.com/tokenterminator/caddy-token-terminator/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/compiler/compilertest"
-	"github.com/tokenterminator/caddy-token-terminator/vault"
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
 // verifyCredential has the provider accept one request of credential

@@ -19,9 +19,9 @@ trap 'rm -rf "$tmp"' EXIT
 echo "building" >&2
 go build -o "$tmp/caddy" ./cmd/caddy
 go build -o "$tmp/tt-bench" ./cmd/tt-bench
-go test -c -o "$tmp/integration.test" ./integration
-go test -c -o "$tmp/vault.test" ./vault
-go test -c -o "$tmp/tokens.test" ./tokens
+go test -c -o "$tmp/integration.test" ./internal/integration
+go test -c -o "$tmp/vault.test" ./internal/vault
+go test -c -o "$tmp/tokens.test" ./internal/tokens
 
 md="$tmp/benchmarks.md"
 
@@ -142,14 +142,14 @@ The same paths measured inside one test process (client, Caddy and upstream shar
 connections alive). They move less with the machine than the figures above and guard against regressions
 of the module's own work.
 EOF
-	inproc integration.test integration 'Gateway1MB(Warm|Cold)/default' 200x
-	inproc integration.test integration 'GatewayFormats/./1MB' 10x
-	inproc integration.test integration 'GatewayFormats/./16MB/warm' 5x
-	inproc integration.test integration 'GatewayFormats/chat/16MB/cold' 5x
-	inproc integration.test integration 'Gateway16x1MB' 5x
-	inproc integration.test integration 'GatewayNonCandidate' 2000x
-	inproc vault.test vault 'Compile1MB' 200x
-	inproc tokens.test tokens 'CountWarm1MB|CountCold1MB' 50x
+	inproc integration.test internal/integration 'Gateway1MB(Warm|Cold)/default' 200x
+	inproc integration.test internal/integration 'GatewayFormats/./1MB' 10x
+	inproc integration.test internal/integration 'GatewayFormats/./16MB/warm' 5x
+	inproc integration.test internal/integration 'GatewayFormats/chat/16MB/cold' 5x
+	inproc integration.test internal/integration 'Gateway16x1MB' 5x
+	inproc integration.test internal/integration 'GatewayNonCandidate' 2000x
+	inproc vault.test internal/vault 'Compile1MB' 200x
+	inproc tokens.test internal/tokens 'CountWarm1MB|CountCold1MB' 50x
 } >"$md"
 
 mkdir -p "$(dirname "$OUT")"

@@ -26,11 +26,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tokenterminator/caddy-token-terminator/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/cost"
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
-	"github.com/tokenterminator/caddy-token-terminator/tokens"
-	"github.com/tokenterminator/caddy-token-terminator/vault"
+	"github.com/tokenterminator/caddy-token-terminator/internal/tokens"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
 func main() {

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokenterminator/caddy-token-terminator/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/compiler/compilertest"
-	"github.com/tokenterminator/caddy-token-terminator/cost"
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 

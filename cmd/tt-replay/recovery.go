@@ -9,11 +9,11 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/tokenterminator/caddy-token-terminator/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/cost"
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
-	"github.com/tokenterminator/caddy-token-terminator/recovery"
-	"github.com/tokenterminator/caddy-token-terminator/response"
+	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
+	"github.com/tokenterminator/caddy-token-terminator/internal/response"
 )
 
 // ToolRecovery is the gateway's default recovery (recovery tool): the

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokenterminator/caddy-token-terminator/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/vault"
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
 // With the simulated model recovering every receipt of every third step,

@@ -22,8 +22,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tokenterminator/caddy-token-terminator/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/cost"
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
 )
 
 // maxSessions bounds the simulated caches kept (one per credential, format

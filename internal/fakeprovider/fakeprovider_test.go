@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tokenterminator/caddy-token-terminator/response"
+	"github.com/tokenterminator/caddy-token-terminator/internal/response"
 )
 
 // TestUsageLikeTheProviders reads the fake's answers with the gateway's own

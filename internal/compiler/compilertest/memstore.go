@@ -1,0 +1,209 @@
+// Package compilertest holds test helpers for the compiler: an in-memory
+// Store and generators of realistic agent requests.
+package compilertest
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+)
+
+// MemStore is an in-memory compiler.Store with the same semantics as the
+// vault, for tests; it is also a vault.Backend (Get, TenantKey, Close) and
+// passes the conformance suite of vault/storetest, without capacity,
+// retention or persistence. Fail, when set, makes every call return that
+// error.
+type MemStore struct {
+	mu        sync.Mutex
+	arts      map[string]compiler.Artifact // tenant + digest
+	nodes     map[string]compiler.Record   // scope + chain end
+	key       []byte                       // tenant key, created on first use
+	verified  map[string]bool              // verified tenants (no rate cap, no expiry)
+	closed    bool
+	Fail      error
+	Persisted int // artifacts written (not merely verified)
+}
+
+// errClosed is returned by every call after Close.
+var errClosed = errors.New("memstore: closed")
+
+// failure is the error every call returns now, if any. m.mu is held.
+func (m *MemStore) failure() error {
+	if m.closed {
+		return errClosed
+	}
+	return m.Fail
+}
+
+// NewMemStore returns an empty MemStore.
+func NewMemStore() *MemStore {
+	return &MemStore{arts: map[string]compiler.Artifact{}, nodes: map[string]compiler.Record{}}
+}
+
+func scopeKey(s compiler.Scope, d compiler.Digest) string {
+	return s.Tenant + "\x00" + s.Session + "\x00" + string(d[:])
+}
+
+func artKey(tenant string, d compiler.Digest) string { return tenant + "\x00" + string(d[:]) }
+
+// Ancestor implements compiler.Store.
+func (m *MemStore) Ancestor(_ context.Context, s compiler.Scope, chain []compiler.Digest) (compiler.Lineage, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.failure(); err != nil {
+		return compiler.Lineage{}, err
+	}
+	for i := len(chain) - 2; i >= 0; i-- {
+		if r, ok := m.nodes[scopeKey(s, chain[i])]; ok {
+			return compiler.Lineage{Found: true, Ancestor: chain[i], Length: i + 1, Exposures: maps.Clone(r.Exposures), Cache: slices.Clone(r.Cache)}, nil
+		}
+	}
+	return compiler.Lineage{}, nil
+}
+
+// Missing implements compiler.Store.
+func (m *MemStore) Missing(_ context.Context, s compiler.Scope, ds []compiler.Digest) ([]compiler.Digest, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.failure(); err != nil {
+		return nil, err
+	}
+	var out []compiler.Digest
+	for _, d := range ds {
+		if _, ok := m.arts[artKey(s.Tenant, d)]; !ok {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+// Persist implements compiler.Store.
+func (m *MemStore) Persist(_ context.Context, s compiler.Scope, arts []compiler.Artifact) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.failure(); err != nil {
+		return err
+	}
+	for _, a := range arts {
+		k := artKey(s.Tenant, a.Digest)
+		if _, ok := m.arts[k]; !ok {
+			if compiler.ArtifactDigest(a.Text, a.Raw) != a.Digest {
+				return errors.New("memstore: digest mismatch")
+			}
+			a.Raw, a.Text = append([]byte(nil), a.Raw...), strings.Clone(a.Text) // both may share the body
+			m.arts[k] = a
+			m.Persisted++
+		}
+	}
+	return nil
+}
+
+// Record implements compiler.Store.
+func (m *MemStore) Record(_ context.Context, s compiler.Scope, r compiler.Record) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.failure(); err != nil {
+		return err
+	}
+	r.Exposures, r.Cache = maps.Clone(r.Exposures), slices.Clone(r.Cache)
+	m.nodes[scopeKey(s, r.ChainEnd)] = r
+	return nil
+}
+
+// Get returns a stored artifact of a tenant (vault.Backend).
+func (m *MemStore) Get(_ context.Context, tenant string, d compiler.Digest) (compiler.Artifact, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.failure(); err != nil {
+		return compiler.Artifact{}, false, err
+	}
+	a, ok := m.arts[artKey(tenant, d)]
+	return a, ok, nil
+}
+
+// TenantKey returns the store's random 32-byte tenant key (vault.Backend).
+func (m *MemStore) TenantKey(context.Context) ([]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.failure(); err != nil {
+		return nil, err
+	}
+	if m.key == nil {
+		m.key = make([]byte, 32)
+		rand.Read(m.key)
+	}
+	return append([]byte(nil), m.key...), nil
+}
+
+// Close makes every later call fail (vault.Backend).
+func (m *MemStore) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed = true
+	return nil
+}
+
+// Len returns the number of stored artifacts.
+func (m *MemStore) Len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.arts)
+}
+
+// All returns the artifacts of a tenant.
+func (m *MemStore) All(tenant string) []compiler.Artifact {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []compiler.Artifact
+	for k, a := range m.arts {
+		if len(k) > len(tenant) && k[:len(tenant)+1] == tenant+"\x00" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// VerifyTenant adds tenant to the verified set (vault.Backend). The
+// in-memory store applies no new-tenant cap.
+func (m *MemStore) VerifyTenant(_ context.Context, tenant string, _ int) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.failure(); err != nil {
+		return false, err
+	}
+	if tenant == "" {
+		return false, errors.New("memstore: verify: empty tenant")
+	}
+	if m.verified == nil {
+		m.verified = map[string]bool{}
+	}
+	m.verified[tenant] = true
+	return true, nil
+}
+
+// TenantVerified reports whether tenant is verified (vault.Backend).
+func (m *MemStore) TenantVerified(_ context.Context, tenant string) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.failure(); err != nil {
+		return false, err
+	}
+	return m.verified[tenant], nil
+}
+
+// RevokeTenant removes tenant from the verified set (vault.Backend).
+func (m *MemStore) RevokeTenant(_ context.Context, tenant string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.failure(); err != nil {
+		return err
+	}
+	delete(m.verified, tenant)
+	return nil
+}
