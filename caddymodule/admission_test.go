@@ -20,7 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
 // heapPeak samples the heap's object bytes (live and not yet swept) every
@@ -61,9 +61,9 @@ func heapPeak() (stop func() (peak int64)) {
 // so its compile does everything: receipts, vault writes, the check and
 // the token gate.
 func largeBody(seed, n int) []byte {
-	turns := compilertest.Turns(seed*1000, n/60000, 40000)
+	turns := fixtures.Turns(seed*1000, n/60000, 40000)
 	turns = append(turns, turns[:len(turns)/2]...)
-	return compilertest.ChatBody("gpt-4o", turns, "go on")
+	return fixtures.ChatBody("gpt-4o", turns, "go on")
 }
 
 func serveBody(h *Handler, body []byte) (string, error) {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 	"github.com/tokenterminator/caddy-token-terminator/internal/tokens"
 )
 
@@ -359,8 +360,8 @@ func TestBodyBufferScratch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	turns := compilertest.Turns(7, 12, 9000)
-	prev, body := compilertest.ChatBody("gpt-4o", turns[:11], ""), compilertest.ChatBody("gpt-4o", turns, "")
+	turns := fixtures.Turns(7, 12, 9000)
+	prev, body := fixtures.ChatBody("gpt-4o", turns[:11], ""), fixtures.ChatBody("gpt-4o", turns, "")
 	compileIn := func(b []byte, s *compiler.Scratch) compiler.Result {
 		return c.Compile(context.Background(), compiler.Request{Path: "/v1/chat/completions", Body: b,
 			Scope: compiler.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce, Scratch: s})
@@ -414,7 +415,7 @@ func TestBodyBufferScratch(t *testing.T) {
 // workers cached came from reused bytes.
 func TestBodyHeldByTokenCounter(t *testing.T) {
 	forcePoison(t)
-	body := compilertest.ChatBody("gpt-4o", compilertest.Turns(77, 60, 20000), "")
+	body := fixtures.ChatBody("gpt-4o", fixtures.Turns(77, 60, 20000), "")
 	o := newBodyBuffer(int64(len(body) + 1))
 	o.keep(append(o.b, body...))
 	if o.mem == nil {

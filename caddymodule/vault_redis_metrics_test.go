@@ -11,7 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault/redisvault/redistest"
 )
 
@@ -24,9 +24,9 @@ func TestRedisVaultMetrics(t *testing.T) {
 	if err := provisionHandler(t, app, ctx, h); err != nil {
 		t.Fatal(err)
 	}
-	out := compilertest.ToolOutput(5, 9000)
-	turn := compilertest.ChatTurn{Tool: "bash", Args: `{"command":"cat a"}`, Output: out}
-	body := compilertest.ChatBody("gpt-4o", []compilertest.ChatTurn{turn, turn}, "")
+	out := fixtures.ToolOutput(5, 9000)
+	turn := fixtures.ChatTurn{Tool: "bash", Args: `{"command":"cat a"}`, Output: out}
+	body := fixtures.ChatBody("gpt-4o", []fixtures.ChatTurn{turn, turn}, "")
 	verifyCredential(t, h, "Bearer sk-default")
 	w, seen := serve(t, h, newRequest(http.MethodPost, chatPath, bytes.NewReader(body)))
 	if tt := w.Header().Get(HeaderName); !strings.HasPrefix(tt, "accepted") || len(seen.body) >= len(body) {

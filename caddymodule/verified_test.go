@@ -12,7 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
@@ -59,8 +59,8 @@ func gatedHandler(t *testing.T, mutate func(*Handler)) (*Handler, vault.Backend)
 }
 
 func dupBody() []byte {
-	turn := compilertest.ChatTurn{Tool: "bash", Args: `{"command":"cat a"}`, Output: compilertest.ToolOutput(7, 9000)}
-	return compilertest.ChatBody("gpt-4o", []compilertest.ChatTurn{turn, turn}, "")
+	turn := fixtures.ChatTurn{Tool: "bash", Args: `{"command":"cat a"}`, Output: fixtures.ToolOutput(7, 9000)}
+	return fixtures.ChatBody("gpt-4o", []fixtures.ChatTurn{turn, turn}, "")
 }
 
 func send(t *testing.T, h *Handler, credential string, body []byte, status int) string {

@@ -7,18 +7,19 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
 func TestAnthropicDuplicates(t *testing.T) {
-	out := compilertest.ToolOutput(1, 9000)
-	turns := []compilertest.ChatTurn{
+	out := fixtures.ToolOutput(1, 9000)
+	turns := []fixtures.ChatTurn{
 		{Tool: "Read", Args: `{"file_path":"/a.py"}`, Output: out},
-		{Tool: "Bash", Args: `{"command":"ls"}`, Output: compilertest.ToolOutput(2, 9000)},
+		{Tool: "Bash", Args: `{"command":"ls"}`, Output: fixtures.ToolOutput(2, 9000)},
 		{Tool: "Read", Args: `{"file_path":"/a.py"}`, Output: out},
 	}
-	opts := []compilertest.AnthropicOptions{{}, {System: true, Thinking: true, CacheLast: true}, {PartsOutput: true}, {System: true, Thinking: true, PartsOutput: true, CacheLast: true}}
+	opts := []fixtures.AnthropicOptions{{}, {System: true, Thinking: true, CacheLast: true}, {PartsOutput: true}, {System: true, Thinking: true, PartsOutput: true, CacheLast: true}}
 	for _, o := range opts {
-		body := compilertest.AnthropicBody("claude-sonnet-4-5", turns, "go on", o)
+		body := fixtures.AnthropicBody("claude-sonnet-4-5", turns, "go on", o)
 		store := compilertest.NewMemStore()
 		c := newCompiler(t, compiler.Options{}, store, nil)
 		res := compileAt(c, messagesPath, "t1", body)
@@ -50,15 +51,15 @@ func TestAnthropicDuplicates(t *testing.T) {
 }
 
 func TestAnthropicLeasesRetryTenants(t *testing.T) {
-	turns := compilertest.Turns(10, 3, 9000)
-	o := compilertest.AnthropicOptions{System: true, Thinking: true}
+	turns := fixtures.Turns(10, 3, 9000)
+	o := fixtures.AnthropicOptions{System: true, Thinking: true}
 	c := newCompiler(t, compiler.Options{InlineLeases: 1}, compilertest.NewMemStore(), nil)
 	var steps [][]byte
 	for i := 1; i <= 3; i++ {
 		// Claude Code moves its cache_control breakpoint to the last
 		// tool_result every step; lineage is blind to it.
 		o.CacheLast = true
-		steps = append(steps, compilertest.AnthropicBody("claude-sonnet-4-5", turns[:i], "", o))
+		steps = append(steps, fixtures.AnthropicBody("claude-sonnet-4-5", turns[:i], "", o))
 	}
 	for i, body := range steps {
 		res := compileAt(c, messagesPath, "A", body)
@@ -74,7 +75,7 @@ func TestAnthropicLeasesRetryTenants(t *testing.T) {
 		t.Fatalf("tenant B consumed tenant A's lease")
 	}
 	// Without a system prompt it is another conversation.
-	other := compilertest.AnthropicBody("claude-sonnet-4-5", turns[:2], "", compilertest.AnthropicOptions{Thinking: true})
+	other := fixtures.AnthropicBody("claude-sonnet-4-5", turns[:2], "", fixtures.AnthropicOptions{Thinking: true})
 	if res := compileAt(c, messagesPath, "A", other); res.Receipts != 0 {
 		t.Fatalf("another system prompt shares the lineage")
 	}
@@ -83,7 +84,7 @@ func TestAnthropicLeasesRetryTenants(t *testing.T) {
 // A hand-written body with every block the format must leave alone, and a
 // tool_result whose is_error and cache_control must stay on the block.
 func TestAnthropicBytePreservationAndNeverTouch(t *testing.T) {
-	out := compilertest.ToolOutput(40, 8500)
+	out := fixtures.ToolOutput(40, 8500)
 	big := jstr(out)
 	sig := `"` + strings.Repeat("EqQBCkYIBxgCKkDz", 40) + `"`
 	thinking := `{"type":"thinking","thinking":` + big + `,"signature":` + sig + `}`
@@ -131,8 +132,8 @@ func TestAnthropicBytePreservationAndNeverTouch(t *testing.T) {
 }
 
 func TestAnthropicPassThrough(t *testing.T) {
-	o := compilertest.ToolOutput(3, 9000)
-	dup := compilertest.AnthropicBody("claude", []compilertest.ChatTurn{{Tool: "Read", Output: o}, {Tool: "Read", Output: o}}, "", compilertest.AnthropicOptions{})
+	o := fixtures.ToolOutput(3, 9000)
+	dup := fixtures.AnthropicBody("claude", []fixtures.ChatTurn{{Tool: "Read", Output: o}, {Tool: "Read", Output: o}}, "", fixtures.AnthropicOptions{})
 	withCM := append([]byte(`{"context_management":{"edits":[{"type":"compact_20260112"}]},`), dup[1:]...)
 	withCMNull := append([]byte(`{"context_management":null,`), dup[1:]...)
 	big := jstr(strings.Repeat("x", 9000))
@@ -172,7 +173,7 @@ func TestAnthropicPassThrough(t *testing.T) {
 
 // Bad input: each compiles validly or passes through byte-identical.
 func TestAnthropicBadInput(t *testing.T) {
-	big := jstr(compilertest.ToolOutput(9, 9000))
+	big := jstr(fixtures.ToolOutput(9, 9000))
 	use := func(id string) string {
 		return `{"role":"assistant","content":[{"type":"tool_use","id":"` + id + `","name":"bash","input":{}}]}`
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
 // The cost decision's overhead on a warm 1 MB compile: the same request
@@ -17,17 +18,17 @@ import (
 // decision adds (its plan variants, renders, cache state); profile the
 // "on" case for its share (README, Cost).
 func BenchmarkCostDecision1MBWarm(b *testing.B) {
-	turns := compilertest.Turns(1000, 51, 20000)
-	anth := compilertest.AnthropicOptions{System: true, CacheLast: true} // Claude Code's shape: receipt blocks, a receipt breakpoint
+	turns := fixtures.Turns(1000, 51, 20000)
+	anth := fixtures.AnthropicOptions{System: true, CacheLast: true} // Claude Code's shape: receipt blocks, a receipt breakpoint
 	for _, tt := range []struct {
 		name, path string
 		prev, body []byte
 		off        bool
 	}{
-		{"chat/on", "/v1/chat/completions", compilertest.ChatBody("gpt-5", turns[:50], ""), compilertest.ChatBody("gpt-5", turns, ""), false},
-		{"chat/off", "/v1/chat/completions", compilertest.ChatBody("gpt-5", turns[:50], ""), compilertest.ChatBody("gpt-5", turns, ""), true},
-		{"anthropic/on", "/v1/messages", compilertest.AnthropicBody("claude-sonnet-4-5", turns[:50], "", anth), compilertest.AnthropicBody("claude-sonnet-4-5", turns, "", anth), false},
-		{"anthropic/off", "/v1/messages", compilertest.AnthropicBody("claude-sonnet-4-5", turns[:50], "", anth), compilertest.AnthropicBody("claude-sonnet-4-5", turns, "", anth), true},
+		{"chat/on", "/v1/chat/completions", fixtures.ChatBody("gpt-5", turns[:50], ""), fixtures.ChatBody("gpt-5", turns, ""), false},
+		{"chat/off", "/v1/chat/completions", fixtures.ChatBody("gpt-5", turns[:50], ""), fixtures.ChatBody("gpt-5", turns, ""), true},
+		{"anthropic/on", "/v1/messages", fixtures.AnthropicBody("claude-sonnet-4-5", turns[:50], "", anth), fixtures.AnthropicBody("claude-sonnet-4-5", turns, "", anth), false},
+		{"anthropic/off", "/v1/messages", fixtures.AnthropicBody("claude-sonnet-4-5", turns[:50], "", anth), fixtures.AnthropicBody("claude-sonnet-4-5", turns, "", anth), true},
 	} {
 		b.Run(tt.name, func(b *testing.B) {
 			prev, body := tt.prev, tt.body

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
 // The chat benchmark's shape (~1 MB, 50 tool results of 20 KB delivered
@@ -12,15 +13,15 @@ import (
 // thinking blocks and cache_control breakpoints, so the validity check's
 // cost shows.
 func BenchmarkCompileResponses1MBWarm(b *testing.B) {
-	o := compilertest.ResponsesOptions{Reasoning: true}
-	compilertest.BenchCompile(b, compilertest.NewMemStore(), responsesPath, func(turns []compilertest.ChatTurn) []byte {
-		return compilertest.ResponsesBody("gpt-5", turns, "", o)
+	o := fixtures.ResponsesOptions{Reasoning: true}
+	compilertest.BenchCompile(b, compilertest.NewMemStore(), responsesPath, func(turns []fixtures.ChatTurn) []byte {
+		return fixtures.ResponsesBody("gpt-5", turns, "", o)
 	}, false)
 }
 
 func BenchmarkCompileAnthropic1MBWarm(b *testing.B) {
-	o := compilertest.AnthropicOptions{System: true, Thinking: true, CacheLast: true}
-	compilertest.BenchCompile(b, compilertest.NewMemStore(), messagesPath, func(turns []compilertest.ChatTurn) []byte {
-		return compilertest.AnthropicBody("claude-sonnet-4-5", turns, "", o)
+	o := fixtures.AnthropicOptions{System: true, Thinking: true, CacheLast: true}
+	compilertest.BenchCompile(b, compilertest.NewMemStore(), messagesPath, func(turns []fixtures.ChatTurn) []byte {
+		return fixtures.AnthropicBody("claude-sonnet-4-5", turns, "", o)
 	}, false)
 }

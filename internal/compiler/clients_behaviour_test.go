@@ -8,6 +8,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
 // The same file read twice by a real client never has the same text: the
@@ -22,11 +23,11 @@ func TestClientWrappersStayInline(t *testing.T) {
 		file       string   // the stable body of the duplicated result
 	}{
 		{"claude code", messagesPath, claudeCodeBody([]int{7, 8, 7}, ccContextManagement),
-			[]string{`\n` + jsonString(ccTokensLeft(ccTokens(0))), `\n` + jsonString(ccTokensLeft(ccTokens(2)))}, compilertest.ToolOutput(7, 9000)},
+			[]string{`\n` + jsonString(ccTokensLeft(ccTokens(0))), `\n` + jsonString(ccTokensLeft(ccTokens(2)))}, fixtures.ToolOutput(7, 9000)},
 		{"codex", responsesPath, codexBody([]int{7, 8, 7}),
-			[]string{jsonString(codexHeader(codexChunk(0), 0.01, 2007)), jsonString(codexHeader(codexChunk(2), 0.03, 2007))}, compilertest.ToolOutput(7, 9000)},
+			[]string{jsonString(codexHeader(codexChunk(0), 0.01, 2007)), jsonString(codexHeader(codexChunk(2), 0.03, 2007))}, fixtures.ToolOutput(7, 9000)},
 		{"chat with claude code trailers", chatPath, chatWrappedBody([]int{7, 8, 7}),
-			[]string{`\n` + jsonString(ccTokensLeft(ccTokens(0))), `\n` + jsonString(ccTokensLeft(ccTokens(2)))}, compilertest.ToolOutput(7, 9000)},
+			[]string{`\n` + jsonString(ccTokensLeft(ccTokens(0))), `\n` + jsonString(ccTokensLeft(ccTokens(2)))}, fixtures.ToolOutput(7, 9000)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -207,7 +208,7 @@ func TestOracleWrappers(t *testing.T) {
 	i := strings.Index(out, compiler.ReceiptPrefix)
 	j := strings.Index(out[i:], "…]") + i + len("…]")
 	receipt := out[i:j]
-	file := strings.TrimRight(compilertest.ToolOutput(7, 9000), "\n")
+	file := strings.TrimRight(fixtures.ToolOutput(7, 9000), "\n")
 	other := compiler.Receipt(sha256.Sum256([]byte(file+"x")), "Read", len([]rune(file)))
 	tests := []struct {
 		name, out, wantErr string

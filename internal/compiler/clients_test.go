@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
 // Real-shaped client fixtures, written for these tests in the shapes real
@@ -76,7 +76,7 @@ func claudeCodeBodySized(reads []int, contextManagement string, size int) []byte
 				map[string]any{"type": "thinking", "thinking": "Read the file first.", "signature": fmt.Sprintf("EuYBCkQIBxgCKkD%02d==", t)},
 				map[string]any{"type": "tool_use", "id": id, "name": "Read", "input": map[string]any{"file_path": fmt.Sprintf("/repo/f%d.go", seed)}}}},
 			map[string]any{"role": "user", "content": []any{map[string]any{"type": "tool_result", "tool_use_id": id,
-				"content": compilertest.ToolOutput(seed, size) + trailer}}},
+				"content": fixtures.ToolOutput(seed, size) + trailer}}},
 			map[string]any{"role": "assistant", "content": []any{map[string]any{"type": "text", "text": fmt.Sprintf("Read file %d.", seed)}}})
 	}
 	// The person's next words, as the next step's next turn starts.
@@ -124,7 +124,7 @@ func codexBodySized(runs []int, size int) []byte {
 		if t > 0 {
 			items = append(items, map[string]any{"type": "message", "role": "user", "content": []any{map[string]any{"type": "input_text", "text": fmt.Sprintf("Next, step %d.", t)}}})
 		}
-		out := codexHeader(codexChunk(t), 0.01*float64(t+1), 2000+seed) + compilertest.ToolOutput(seed, size)
+		out := codexHeader(codexChunk(t), 0.01*float64(t+1), 2000+seed) + fixtures.ToolOutput(seed, size)
 		items = append(items,
 			map[string]any{"type": "reasoning", "id": fmt.Sprintf("rs_%02d", t), "summary": []any{}, "encrypted_content": fmt.Sprintf("gAAAAB%02d==", t)},
 			map[string]any{"type": "function_call", "id": fmt.Sprintf("fc_%02d", t), "call_id": cid, "name": "shell", "arguments": fmt.Sprintf(`{"command":["cat","f%d"]}`, seed)},
@@ -152,7 +152,7 @@ func chatWrappedBodySized(reads []int, size int) []byte {
 		msgs = append(msgs,
 			map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{map[string]any{"id": id, "type": "function",
 				"function": map[string]any{"name": "read_file", "arguments": fmt.Sprintf(`{"path":"f%d"}`, seed)}}}},
-			map[string]any{"role": "tool", "tool_call_id": id, "content": compilertest.ToolOutput(seed, size) + ccTokensLeft(ccTokens(t))},
+			map[string]any{"role": "tool", "tool_call_id": id, "content": fixtures.ToolOutput(seed, size) + ccTokensLeft(ccTokens(t))},
 			map[string]any{"role": "assistant", "content": fmt.Sprintf("File %d read.", seed)})
 	}
 	return rawJSON(map[string]any{"model": "gpt-4o", "messages": msgs})

@@ -6,6 +6,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
 // With DeferCommit the lineage is written only when the caller runs
@@ -13,9 +14,9 @@ import (
 // that was never committed leaves no inline delivery behind, in enforce and
 // in shadow mode alike.
 func TestDeferredCommit(t *testing.T) {
-	turns := compilertest.Turns(40, 2, 9000)
-	step1 := compilertest.ChatBody("gpt-4o", turns[:1], "")
-	step2 := compilertest.ChatBody("gpt-4o", turns[:2], "")
+	turns := fixtures.Turns(40, 2, 9000)
+	step1 := fixtures.ChatBody("gpt-4o", turns[:1], "")
+	step2 := fixtures.ChatBody("gpt-4o", turns[:2], "")
 	for _, mode := range []compiler.Mode{compiler.ModeEnforce, compiler.ModeShadow} {
 		for _, commit := range []bool{false, true} {
 			name := string(mode)
@@ -53,12 +54,12 @@ func TestDeferredCommit(t *testing.T) {
 // Without DeferCommit, Compile records by itself as before and returns no
 // commit.
 func TestImmediateCommit(t *testing.T) {
-	turns := compilertest.Turns(50, 2, 9000)
+	turns := fixtures.Turns(50, 2, 9000)
 	c := newCompiler(t, compiler.Options{InlineLeases: 1}, compilertest.NewMemStore(), nil)
-	if res := compile(c, "t", compilertest.ChatBody("gpt-4o", turns[:1], "")); res.Commit != nil {
+	if res := compile(c, "t", fixtures.ChatBody("gpt-4o", turns[:1], "")); res.Commit != nil {
 		t.Fatal("Compile without DeferCommit returned a commit")
 	}
-	if res := compile(c, "t", compilertest.ChatBody("gpt-4o", turns[:2], "")); res.Receipts != 1 {
+	if res := compile(c, "t", fixtures.ChatBody("gpt-4o", turns[:2], "")); res.Receipts != 1 {
 		t.Fatalf("step 2: %d receipts, want 1", res.Receipts)
 	}
 }

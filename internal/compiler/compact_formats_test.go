@@ -9,6 +9,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
 // anthropicConversation renders n turns: user text, assistant thinking +
@@ -30,7 +31,7 @@ func anthropicConversation(n int, mixed bool) []byte {
 				map[string]any{"type": "thinking", "thinking": "hmm", "signature": fmt.Sprintf("sig%d==", t)},
 				map[string]any{"type": "tool_use", "id": id, "name": "Read", "input": map[string]any{"file_path": fmt.Sprintf("/f%d", t)}}}},
 			map[string]any{"role": "user", "content": []any{map[string]any{"type": "tool_result", "tool_use_id": id,
-				"content": compilertest.ToolOutput(700+t, 5000), "cache_control": map[string]any{"type": "ephemeral"}}}})
+				"content": fixtures.ToolOutput(700+t, 5000), "cache_control": map[string]any{"type": "ephemeral"}}}})
 		final := []any{map[string]any{"type": "text", "text": fmt.Sprintf("Done %d.", t)}}
 		if mixed {
 			final = append(final, map[string]any{"type": "tool_use", "id": fmt.Sprintf("toolu_x%02d", t), "name": "TodoWrite", "input": map[string]any{}})
@@ -58,7 +59,7 @@ func responsesConversation(n int) []byte {
 			map[string]any{"role": "user", "content": fmt.Sprintf("Question %d", t)},
 			map[string]any{"type": "reasoning", "id": fmt.Sprintf("rs_%d", t), "summary": []any{}, "encrypted_content": "enc=="},
 			map[string]any{"type": "function_call", "id": fmt.Sprintf("fc_%d", t), "call_id": cid, "name": "shell", "arguments": "{}"},
-			map[string]any{"type": "function_call_output", "call_id": cid, "output": compilertest.ToolOutput(800+t, 5000)},
+			map[string]any{"type": "function_call_output", "call_id": cid, "output": fixtures.ToolOutput(800+t, 5000)},
 			map[string]any{"type": "message", "role": "assistant", "id": fmt.Sprintf("msg_%d", t),
 				"content": []any{map[string]any{"type": "output_text", "text": fmt.Sprintf("Done %d.", t)}}})
 	}
@@ -149,7 +150,7 @@ func TestFoldKeepsRepeatedAnswers(t *testing.T) {
 		items = append(items,
 			map[string]any{"role": "user", "content": fmt.Sprintf("Question %d", i)},
 			map[string]any{"type": "function_call", "call_id": cid, "name": "shell", "arguments": "{}"},
-			map[string]any{"type": "function_call_output", "call_id": cid, "output": compilertest.ToolOutput(900+i, 3000)})
+			map[string]any{"type": "function_call_output", "call_id": cid, "output": fixtures.ToolOutput(900+i, 3000)})
 		if i == 6 {
 			items = append(items, map[string]any{"type": "function_call_output", "call_id": "call_1", "output": "again"})
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
 // conversation renders a chat request with n person turns; each turn is a
@@ -22,7 +23,7 @@ func conversation(n, resultChars int, mutate func([]any) []any) []byte {
 			map[string]any{"role": "user", "content": fmt.Sprintf("Question %d: please look at file %d", t, t)},
 			map[string]any{"role": "assistant", "content": "", "tool_calls": []any{map[string]any{"id": id, "type": "function",
 				"function": map[string]any{"name": "read_file", "arguments": fmt.Sprintf(`{"path":"f%d"}`, t)}}}},
-			map[string]any{"role": "tool", "tool_call_id": id, "content": compilertest.ToolOutput(500+t, resultChars)},
+			map[string]any{"role": "tool", "tool_call_id": id, "content": fixtures.ToolOutput(500+t, resultChars)},
 			map[string]any{"role": "assistant", "content": fmt.Sprintf("File %d looks fine.", t)})
 	}
 	if mutate != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
 const chatPath = "/v1/chat/completions"
@@ -131,13 +132,13 @@ func TestReceiptFormat(t *testing.T) {
 }
 
 func TestSameRequestDuplicates(t *testing.T) {
-	out := compilertest.ToolOutput(1, 9000)
-	turns := []compilertest.ChatTurn{
+	out := fixtures.ToolOutput(1, 9000)
+	turns := []fixtures.ChatTurn{
 		{Tool: "bash", Args: `{"command":"cat a.py"}`, Output: out},
-		{Tool: "str_replace_editor", Args: `{"command":"view"}`, Output: compilertest.ToolOutput(2, 9000)},
+		{Tool: "str_replace_editor", Args: `{"command":"view"}`, Output: fixtures.ToolOutput(2, 9000)},
 		{Tool: "bash", Args: `{"command":"cat a.py"}`, Output: out},
 	}
-	body := compilertest.ChatBody("gpt-4o", turns, "")
+	body := fixtures.ChatBody("gpt-4o", turns, "")
 	store := compilertest.NewMemStore()
 	c := newCompiler(t, compiler.Options{}, store, nil)
 	res := compile(c, "t1", body)
@@ -179,10 +180,10 @@ func TestSameRequestDuplicates(t *testing.T) {
 }
 
 func TestLeasesAcrossRequests(t *testing.T) {
-	turns := compilertest.Turns(10, 3, 9000)
-	step1 := compilertest.ChatBody("gpt-4o", turns[:1], "")
-	step2 := compilertest.ChatBody("gpt-4o", turns[:2], "")
-	step3 := compilertest.ChatBody("gpt-4o", turns[:3], "")
+	turns := fixtures.Turns(10, 3, 9000)
+	step1 := fixtures.ChatBody("gpt-4o", turns[:1], "")
+	step2 := fixtures.ChatBody("gpt-4o", turns[:2], "")
+	step3 := fixtures.ChatBody("gpt-4o", turns[:3], "")
 
 	tests := []struct {
 		name   string
@@ -217,11 +218,11 @@ func TestLeasesAcrossRequests(t *testing.T) {
 }
 
 func TestIsolation(t *testing.T) {
-	turns := compilertest.Turns(20, 2, 9000)
-	step1 := compilertest.ChatBody("gpt-4o", turns[:1], "")
-	step2 := compilertest.ChatBody("gpt-4o", turns[:2], "")
+	turns := fixtures.Turns(20, 2, 9000)
+	step1 := fixtures.ChatBody("gpt-4o", turns[:1], "")
+	step2 := fixtures.ChatBody("gpt-4o", turns[:2], "")
 	// Another conversation (different task) delivering the same output.
-	other := compilertest.ChatBody("gpt-4o", turns[:2], "")
+	other := fixtures.ChatBody("gpt-4o", turns[:2], "")
 	other = bytes.Replace(other, []byte("Fix the failing test."), []byte("Write the docs please"), 1)
 
 	c := newCompiler(t, compiler.Options{InlineLeases: 1}, compilertest.NewMemStore(), nil)
@@ -247,9 +248,9 @@ func TestIsolation(t *testing.T) {
 }
 
 func TestCacheControlBlindLineage(t *testing.T) {
-	turns := compilertest.Turns(30, 2, 9000)
-	step1 := compilertest.ChatBody("gpt-4o", turns[:1], "")
-	step2 := compilertest.ChatBody("gpt-4o", turns[:2], "")
+	turns := fixtures.Turns(30, 2, 9000)
+	step1 := fixtures.ChatBody("gpt-4o", turns[:1], "")
+	step2 := fixtures.ChatBody("gpt-4o", turns[:2], "")
 	// The client moved a cache_control marker and reformatted the JSON.
 	var v map[string]any
 	if err := json.Unmarshal(step1, &v); err != nil {
@@ -303,7 +304,7 @@ func TestPassThroughIsOriginalBytes(t *testing.T) {
 
 func TestBytePreservation(t *testing.T) {
 	// Odd spacing, escapes, unknown fields, number spellings and key order.
-	out := compilertest.ToolOutput(40, 8500)
+	out := fixtures.ToolOutput(40, 8500)
 	enc, _ := json.Marshal(out)
 	body := []byte(`{ "messages" : [` +
 		"\n {\"content\":\"sys \\u00e9\\/\",\"role\":\"system\",\"x-extra\":1.50E+2},\n" +
@@ -321,7 +322,7 @@ func TestBytePreservation(t *testing.T) {
 }
 
 func TestTextPartsAndLegacyFunction(t *testing.T) {
-	out := compilertest.ToolOutput(50, 9000)
+	out := fixtures.ToolOutput(50, 9000)
 	enc, _ := json.Marshal(out)
 	body := []byte(`{"messages":[{"role":"assistant","content":null,"function_call":{"name":"search","arguments":"{}"}},` +
 		`{"role":"function","name":"search","content":` + string(enc) + `},` +
@@ -349,8 +350,8 @@ func (f fakeTokens) Count(_ context.Context, _ string, body []byte) compiler.Tok
 
 func TestGate(t *testing.T) {
 	dup := func(n int) []byte {
-		o := compilertest.ToolOutput(60, n)
-		return compilertest.ChatBody("gpt-4o", []compilertest.ChatTurn{{Tool: "bash", Output: o}, {Tool: "bash", Output: o}}, "")
+		o := fixtures.ToolOutput(60, n)
+		return fixtures.ChatBody("gpt-4o", []fixtures.ChatTurn{{Tool: "bash", Output: o}, {Tool: "bash", Output: o}}, "")
 	}
 	tests := []struct {
 		name   string
@@ -384,19 +385,19 @@ func TestGate(t *testing.T) {
 // Leases follow what was forwarded: a vault failure forwards the original,
 // which counts as an inline exposure; nothing that was not sent is recorded.
 func TestVaultFailureFailsOpen(t *testing.T) {
-	turns := compilertest.Turns(70, 3, 9000)
+	turns := fixtures.Turns(70, 3, 9000)
 	store := compilertest.NewMemStore()
 	c := newCompiler(t, compiler.Options{InlineLeases: 2}, store, nil)
-	compile(c, "t", compilertest.ChatBody("gpt-4o", turns[:1], ""))
+	compile(c, "t", fixtures.ChatBody("gpt-4o", turns[:1], ""))
 	store.Fail = errors.New("disk on fire")
-	body := compilertest.ChatBody("gpt-4o", turns[:2], "")
+	body := fixtures.ChatBody("gpt-4o", turns[:2], "")
 	res := compile(c, "t", body)
 	if res.Reason != "vault_error" || !bytes.Equal(res.Body, body) || !strings.Contains(res.Detail, "disk on fire") {
 		t.Fatalf("got %s/%s (%q)", res.Decision, res.Reason, res.Detail)
 	}
 	store.Fail = nil
 	compile(c, "t", body) // recorded now: turn 0 has 2 exposures
-	res = compile(c, "t", compilertest.ChatBody("gpt-4o", turns[:3], ""))
+	res = compile(c, "t", fixtures.ChatBody("gpt-4o", turns[:3], ""))
 	if res.Receipts != 1 {
 		t.Fatalf("%d receipts after two inline exposures, want 1", res.Receipts)
 	}
@@ -422,8 +423,8 @@ func (panicStore) Ancestor(context.Context, compiler.Scope, []compiler.Digest) (
 }
 
 func TestTimeoutAndPanicFailOpen(t *testing.T) {
-	o := compilertest.ToolOutput(80, 9000)
-	body := compilertest.ChatBody("gpt-4o", []compilertest.ChatTurn{{Tool: "bash", Output: o}, {Tool: "bash", Output: o}}, "")
+	o := fixtures.ToolOutput(80, 9000)
+	body := fixtures.ChatBody("gpt-4o", []fixtures.ChatTurn{{Tool: "bash", Output: o}, {Tool: "bash", Output: o}}, "")
 	c := newCompiler(t, compiler.Options{Timeout: 20 * time.Millisecond}, slowStore{compilertest.NewMemStore()}, nil)
 	if res := compile(c, "t", body); res.Reason != "timeout" || !bytes.Equal(res.Body, body) {
 		t.Fatalf("timeout: got %s/%s", res.Decision, res.Reason)
@@ -435,8 +436,8 @@ func TestTimeoutAndPanicFailOpen(t *testing.T) {
 }
 
 func TestShadowAndOff(t *testing.T) {
-	o := compilertest.ToolOutput(90, 9000)
-	body := compilertest.ChatBody("gpt-4o", []compilertest.ChatTurn{{Tool: "bash", Output: o}, {Tool: "bash", Output: o}}, "")
+	o := fixtures.ToolOutput(90, 9000)
+	body := fixtures.ChatBody("gpt-4o", []fixtures.ChatTurn{{Tool: "bash", Output: o}, {Tool: "bash", Output: o}}, "")
 	store := compilertest.NewMemStore()
 	c := newCompiler(t, compiler.Options{}, store, nil)
 	res := c.Compile(context.Background(), compiler.Request{Path: chatPath, Body: body, Mode: compiler.ModeShadow})
@@ -451,9 +452,9 @@ func TestShadowAndOff(t *testing.T) {
 }
 
 func TestDeterministic(t *testing.T) {
-	turns := compilertest.Turns(100, 6, 9000)
+	turns := fixtures.Turns(100, 6, 9000)
 	turns = append(turns, turns[1], turns[3])
-	body := compilertest.ChatBody("gpt-4o", turns, "go on")
+	body := fixtures.ChatBody("gpt-4o", turns, "go on")
 	a := compile(newCompiler(t, compiler.Options{}, compilertest.NewMemStore(), nil), "t", body)
 	b := compile(newCompiler(t, compiler.Options{}, compilertest.NewMemStore(), nil), "t", body)
 	if a.Receipts != 2 || !bytes.Equal(a.Body, b.Body) {
@@ -529,8 +530,8 @@ func (h *heldTokens) CountHeld(_ context.Context, _ string, body []byte, _ []int
 // hold that always holds (the compile's own bytes); a request without a
 // hold gives the original none, so the counter copies what it keeps.
 func TestGateHandsTheCounterHolds(t *testing.T) {
-	o := compilertest.ToolOutput(60, 9000)
-	body := compilertest.ChatBody("gpt-4o", []compilertest.ChatTurn{{Tool: "bash", Output: o}, {Tool: "bash", Output: o}}, "")
+	o := fixtures.ToolOutput(60, 9000)
+	body := fixtures.ChatBody("gpt-4o", []fixtures.ChatTurn{{Tool: "bash", Output: o}, {Tool: "bash", Output: o}}, "")
 	for _, withHold := range []bool{true, false} {
 		tc := &heldTokens{orig: body}
 		c := newCompiler(t, compiler.Options{}, compilertest.NewMemStore(), tc)

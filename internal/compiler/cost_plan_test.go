@@ -9,6 +9,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
 // A result below min_artifact_chars but from cost_lease_min_chars up is
@@ -17,7 +18,7 @@ import (
 // of it on every following request); with the cost model off, or below
 // the lease minimum, it stays inline.
 func TestCostSmallResultLease(t *testing.T) {
-	x := compilertest.ToolOutput(81, 3000)
+	x := fixtures.ToolOutput(81, 3000)
 	step1 := toolRound([]any{map[string]any{"role": "system", "content": strings.Repeat("You are a careful agent. ", 300)},
 		map[string]any{"role": "user", "content": "Read a.py."}}, "call_a", x)
 	step2 := toolRound(append([]any{}, step1...), "call_b", "ok")
@@ -91,7 +92,7 @@ func anthropicBody(outputs ...string) []byte {
 // original goes out as not_cheaper). On a cold cache everything is written
 // anyway and the lease goes out.
 func TestCostBreakpointLeaseWaitsForColdCache(t *testing.T) {
-	x := compilertest.ToolOutput(82, 3000)
+	x := fixtures.ToolOutput(82, 3000)
 	step1, step2 := anthropicBody(x), anthropicBody(x, "ok")
 	for _, tt := range []struct {
 		gap      time.Duration

@@ -120,7 +120,7 @@ func chat(msgs []any) []byte {
 // the earlier copy, in the cached prefix, is never rewritten.
 func TestCostDuplicateKeepsCachedCopy(t *testing.T) {
 	opts := compiler.Options{InlineLeases: 0}
-	x := compilertest.ToolOutput(77, 12000)
+	x := fixtures.ToolOutput(77, 12000)
 	base := toolRound([]any{map[string]any{"role": "user", "content": "Read a.py twice."}}, "call_a", x)
 	base = append(base, map[string]any{"role": "assistant", "content": "Read it."},
 		map[string]any{"role": "user", "content": strings.Repeat("More context. ", 400)})
@@ -171,7 +171,7 @@ func TestCostDuplicateKeepsCachedCopy(t *testing.T) {
 // it), the original goes out as not_cheaper; past the TTL the same request
 // is rewritten.
 func TestCostNotCheaper(t *testing.T) {
-	x := compilertest.ToolOutput(78, 9000)
+	x := fixtures.ToolOutput(78, 9000)
 	step1 := toolRound([]any{map[string]any{"role": "user", "content": "Read a.py."}}, "call_a", x)
 	step1 = append(step1, map[string]any{"role": "assistant", "content": "Done."})
 	for i := 0; i < 40; i++ {

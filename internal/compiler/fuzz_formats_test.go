@@ -6,6 +6,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
 // fuzzFormat checks, whatever the body: no panic; the input is never
@@ -33,10 +34,10 @@ func fuzzFormat(t *testing.T, path string, body []byte) {
 }
 
 func FuzzCompileResponses(f *testing.F) {
-	o := compilertest.ToolOutput(1, 300)
-	turns := []compilertest.ChatTurn{{Tool: "shell", Args: `{"cmd":"ls"}`, Output: o}, {Tool: "shell", Output: o}}
-	f.Add(compilertest.ResponsesBody("gpt-5", turns, "hi", compilertest.ResponsesOptions{}))
-	f.Add(compilertest.ResponsesBody("gpt-5", turns, "", compilertest.ResponsesOptions{Reasoning: true, PartsOutput: true, PreviousResponseID: "resp_1"}))
+	o := fixtures.ToolOutput(1, 300)
+	turns := []fixtures.ChatTurn{{Tool: "shell", Args: `{"cmd":"ls"}`, Output: o}, {Tool: "shell", Output: o}}
+	f.Add(fixtures.ResponsesBody("gpt-5", turns, "hi", fixtures.ResponsesOptions{}))
+	f.Add(fixtures.ResponsesBody("gpt-5", turns, "", fixtures.ResponsesOptions{Reasoning: true, PartsOutput: true, PreviousResponseID: "resp_1"}))
 	f.Add([]byte(`{"input":[{"type":"reasoning","id":"rs","encrypted_content":"abc"},{"type":"function_call","call_id":"c:1","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c:1","output":[{"type":"input_text","text":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}]},{"type":"custom_tool_call_output","call_id":"c:1","output":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"},{"type":"compaction","encrypted_content":"x"}]}`))
 	f.Add([]byte(`{"input":"hello"}`))
 	f.Add(codexBodySized([]int{1, 2, 1}, 100))
@@ -45,10 +46,10 @@ func FuzzCompileResponses(f *testing.F) {
 }
 
 func FuzzCompileAnthropic(f *testing.F) {
-	o := compilertest.ToolOutput(1, 300)
-	turns := []compilertest.ChatTurn{{Tool: "Read", Args: `{"p":1}`, Output: o}, {Tool: "Read", Output: o}}
-	f.Add(compilertest.AnthropicBody("claude", turns, "hi", compilertest.AnthropicOptions{}))
-	f.Add(compilertest.AnthropicBody("claude", turns, "", compilertest.AnthropicOptions{System: true, Thinking: true, PartsOutput: true, CacheLast: true}))
+	o := fixtures.ToolOutput(1, 300)
+	turns := []fixtures.ChatTurn{{Tool: "Read", Args: `{"p":1}`, Output: o}, {Tool: "Read", Output: o}}
+	f.Add(fixtures.AnthropicBody("claude", turns, "hi", fixtures.AnthropicOptions{}))
+	f.Add(fixtures.AnthropicBody("claude", turns, "", fixtures.AnthropicOptions{System: true, Thinking: true, PartsOutput: true, CacheLast: true}))
 	f.Add([]byte(`{"system":"s","messages":[{"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":"s"},{"type":"tool_use","id":"a.b:1","name":"f","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"a.b:1","is_error":true,"content":[{"type":"text","text":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}],"cache_control":{"type":"ephemeral"}},{"type":"tool_result","tool_use_id":"a.b:1","content":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"},{"type":"text","text":"go"}]}]}`))
 	f.Add([]byte(`{"context_management":{},"messages":[]}`))
 	f.Add(claudeCodeBodySized([]int{1, 2, 1}, ccContextManagement, 100))

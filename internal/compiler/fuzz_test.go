@@ -6,14 +6,15 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
 // FuzzCompileChat: whatever the input, the compiler returns either the
 // original bytes or a strictly smaller valid JSON body that differs from the
 // original only inside replaced values; it never panics.
 func FuzzCompileChat(f *testing.F) {
-	o := compilertest.ToolOutput(1, 300)
-	f.Add(compilertest.ChatBody("gpt-4o", []compilertest.ChatTurn{{Tool: "bash", Output: o}, {Tool: "bash", Output: o}}, "hi"))
+	o := fixtures.ToolOutput(1, 300)
+	f.Add(fixtures.ChatBody("gpt-4o", []fixtures.ChatTurn{{Tool: "bash", Output: o}, {Tool: "bash", Output: o}}, "hi"))
 	f.Add([]byte(`{"messages":[{"role":"tool","tool_call_id":"a","content":[{"type":"text","text":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}]},{"role":"tool","tool_call_id":"a","content":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}]}`))
 	f.Add([]byte(`{"messages":[{"role":"function","name":"f","content":"\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9"}, {"role":"function","name":"f","content":"ééééééééééééééééééééé"}]}`))
 	f.Add([]byte(`[]`))

@@ -5,17 +5,18 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
 // TestGateTimed: Result.Gate is the final gate's own time, inside Total,
 // and zero when no rewrite reached the gate.
 func TestGateTimed(t *testing.T) {
-	out := compilertest.ToolOutput(1, 9000)
-	dup := compilertest.ChatBody("gpt-4o", []compilertest.ChatTurn{
+	out := fixtures.ToolOutput(1, 9000)
+	dup := fixtures.ChatBody("gpt-4o", []fixtures.ChatTurn{
 		{Tool: "bash", Args: `{"command":"cat a.py"}`, Output: out},
 		{Tool: "bash", Args: `{"command":"cat a.py"}`, Output: out},
 	}, "")
-	small := compilertest.ChatBody("gpt-4o", []compilertest.ChatTurn{
+	small := fixtures.ChatBody("gpt-4o", []fixtures.ChatTurn{
 		{Tool: "bash", Args: `{"command":"ls"}`, Output: "a.py"},
 	}, "")
 	tests := []struct {

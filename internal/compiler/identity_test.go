@@ -9,6 +9,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
 // Artifact identity is the exact value a receipt replaced, not its lossy
@@ -19,8 +20,8 @@ import (
 // replaced, whichever spelling was stored first. One store and one compiler
 // (its text cache warm with the earlier spellings) serve every case.
 func TestArtifactIdentityIsTheExactValue(t *testing.T) {
-	x := compilertest.ToolOutput(61, 5000)
-	y := compilertest.ToolOutput(62, 5000)
+	x := fixtures.ToolOutput(61, 5000)
+	y := fixtures.ToolOutput(62, 5000)
 	str := func(s string) string { b, _ := json.Marshal(s); return string(b) }
 	part := func(ss ...string) string {
 		var p []string

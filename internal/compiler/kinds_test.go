@@ -5,17 +5,18 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
 // TestReceiptKinds checks that Result.Kinds splits Receipts by cause and
 // that Model and Conversation describe the request.
 func TestReceiptKinds(t *testing.T) {
-	out := compilertest.ToolOutput(1, 9000)
-	dup := compilertest.ChatBody("gpt-4o", []compilertest.ChatTurn{
+	out := fixtures.ToolOutput(1, 9000)
+	dup := fixtures.ChatBody("gpt-4o", []fixtures.ChatTurn{
 		{Tool: "bash", Args: `{"command":"cat a.py"}`, Output: out},
 		{Tool: "bash", Args: `{"command":"cat a.py"}`, Output: out},
 	}, "")
-	turns := compilertest.Turns(10, 3, 9000)
+	turns := fixtures.Turns(10, 3, 9000)
 	tests := []struct {
 		name   string
 		bodies [][]byte
@@ -25,9 +26,9 @@ func TestReceiptKinds(t *testing.T) {
 		{"same-request duplicate", [][]byte{dup}, compiler.Options{InlineLeases: 1}, compiler.ReceiptKinds{Duplicate: 1}},
 		{"compaction", [][]byte{conversation(9, 5000, nil)}, compactOpts(5, 0), compiler.ReceiptKinds{Compaction: 3}},
 		{"leases", [][]byte{
-			compilertest.ChatBody("gpt-4o", turns[:1], ""),
-			compilertest.ChatBody("gpt-4o", turns[:2], ""),
-			compilertest.ChatBody("gpt-4o", turns[:3], ""),
+			fixtures.ChatBody("gpt-4o", turns[:1], ""),
+			fixtures.ChatBody("gpt-4o", turns[:2], ""),
+			fixtures.ChatBody("gpt-4o", turns[:3], ""),
 		}, compiler.Options{InlineLeases: 1}, compiler.ReceiptKinds{Lease: 2}},
 	}
 	for _, tt := range tests {

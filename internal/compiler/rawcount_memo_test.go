@@ -7,6 +7,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
 // callCounter counts bytes (one token each) and records which bodies it
@@ -28,8 +29,8 @@ func (c *callCounter) Count(_ context.Context, _ string, body []byte) compiler.T
 // takes the count from the compiler's memory, with the same figures, and
 // still counts its rewrite. A count cut short by the budget is not kept.
 func TestRawCountRemembered(t *testing.T) {
-	turns := compilertest.Turns(40, 4, 3000)
-	body := compilertest.ChatBody("gpt-4o", turns, "")
+	turns := fixtures.Turns(40, 4, 3000)
+	body := fixtures.ChatBody("gpt-4o", turns, "")
 	for _, tc := range []struct {
 		status      compiler.TokenStatus
 		countsAfter int // counts of the original after the resend
@@ -40,7 +41,7 @@ func TestRawCountRemembered(t *testing.T) {
 		t.Run(string(tc.status), func(t *testing.T) {
 			tokens := &callCounter{calls: map[int]int{}, status: tc.status}
 			c := newCompiler(t, compiler.Options{InlineLeases: 1, MinArtifactChars: 1000}, compilertest.NewMemStore(), tokens)
-			compile(c, "t", compilertest.ChatBody("gpt-4o", turns[:3], ""))
+			compile(c, "t", fixtures.ChatBody("gpt-4o", turns[:3], ""))
 			first := compile(c, "t", body)
 			if first.Receipts == 0 {
 				t.Fatalf("setup: no receipts (%s %s)", first.Reason, first.Detail)

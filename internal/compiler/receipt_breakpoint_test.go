@@ -10,6 +10,7 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
 // A Claude Code-shaped session (one breakpoint on the system prompt, one
@@ -22,7 +23,7 @@ import (
 func TestReceiptBreakpointKeepsLeasesCached(t *testing.T) {
 	var outputs []string
 	for i := range 16 {
-		outputs = append(outputs, compilertest.ToolOutput(90+i, 6000))
+		outputs = append(outputs, fixtures.ToolOutput(90+i, 6000))
 	}
 	c := newCompiler(t, compiler.Options{InlineLeases: 1}, compilertest.NewMemStore(), nil)
 	var cfg cost.Config
@@ -103,7 +104,7 @@ func addedBreakpoints(t *testing.T, orig, out []byte) (added int, onReceipt bool
 // client marks 5-minute breakpoints; a breakpoint added only when one of
 // the four is free, and only before the client's last one.
 func TestReceiptBreakpointRules(t *testing.T) {
-	x := compilertest.ToolOutput(99, 6000)
+	x := fixtures.ToolOutput(99, 6000)
 	base := string(anthropicBody(x, x, "ok"))
 	oneHour := strings.Replace(base, `"cache_control":{"type":"ephemeral"}`, `"cache_control":{"ttl":"1h","type":"ephemeral"}`, 1)
 	noMarks := strings.ReplaceAll(base, `,"cache_control":{"type":"ephemeral"}`, "")

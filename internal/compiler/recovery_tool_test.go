@@ -12,6 +12,7 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
 	"github.com/tokenterminator/caddy-token-terminator/internal/response"
 )
@@ -36,16 +37,16 @@ func recoveryOptions() compiler.Options {
 // the client's own tools array ("" for none).
 var recoveryFormats = []struct {
 	name, format, path string
-	body               func(turns []compilertest.ChatTurn, tools string) []byte
+	body               func(turns []fixtures.ChatTurn, tools string) []byte
 }{
-	{"chat", response.FormatChat, chatPath, func(ts []compilertest.ChatTurn, tools string) []byte {
-		return withTools(compilertest.ChatBody("gpt-4o", ts, ""), tools)
+	{"chat", response.FormatChat, chatPath, func(ts []fixtures.ChatTurn, tools string) []byte {
+		return withTools(fixtures.ChatBody("gpt-4o", ts, ""), tools)
 	}},
-	{"responses", response.FormatResponses, responsesPath, func(ts []compilertest.ChatTurn, tools string) []byte {
-		return withTools(compilertest.ResponsesBody("gpt-4o", ts, "", compilertest.ResponsesOptions{}), tools)
+	{"responses", response.FormatResponses, responsesPath, func(ts []fixtures.ChatTurn, tools string) []byte {
+		return withTools(fixtures.ResponsesBody("gpt-4o", ts, "", fixtures.ResponsesOptions{}), tools)
 	}},
-	{"anthropic", response.FormatAnthropic, messagesPath, func(ts []compilertest.ChatTurn, tools string) []byte {
-		return withTools(compilertest.AnthropicBody("claude-sonnet-4-5", ts, "", compilertest.AnthropicOptions{}), tools)
+	{"anthropic", response.FormatAnthropic, messagesPath, func(ts []fixtures.ChatTurn, tools string) []byte {
+		return withTools(fixtures.AnthropicBody("claude-sonnet-4-5", ts, "", fixtures.AnthropicOptions{}), tools)
 	}},
 }
 
@@ -101,7 +102,7 @@ func clientTool(format, name string) string {
 // (sticky); a client tool of the same name gets no tool; without the option
 // nothing changes.
 func TestRecoveryToolEdit(t *testing.T) {
-	turns := compilertest.Turns(70, 4, 9000)
+	turns := fixtures.Turns(70, 4, 9000)
 	for _, f := range recoveryFormats {
 		for _, own := range []string{"", "bash", recovery.ToolName} {
 			t.Run(f.name+"/client_tool="+own, func(t *testing.T) {
@@ -200,11 +201,11 @@ func withoutTool(t *testing.T, format string, res compiler.Result) compiler.Resu
 // An artifact the model recovered goes inline again in the next request
 // of the conversation instead of as a receipt.
 func TestRecoveredArtifactReinlined(t *testing.T) {
-	turns := compilertest.Turns(80, 3, 9000)
+	turns := fixtures.Turns(80, 3, 9000)
 	for _, recovered := range []bool{false, true} {
 		c := newCompiler(t, recoveryOptions(), compilertest.NewMemStore(), nil)
 		run := func(step int) compiler.Result {
-			res := c.Compile(context.Background(), compiler.Request{Path: chatPath, Body: compilertest.ChatBody("gpt-4o", turns[:step], ""),
+			res := c.Compile(context.Background(), compiler.Request{Path: chatPath, Body: fixtures.ChatBody("gpt-4o", turns[:step], ""),
 				Scope: compiler.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce, DeferCommit: true})
 			return res
 		}
@@ -293,16 +294,16 @@ func TestFoldSummaryRecoverHint(t *testing.T) {
 // cache_control breakpoint), where re-writing a cached prefix is dear.
 var cachedFormats = []struct {
 	name, format, path string
-	body               func(turns []compilertest.ChatTurn, tools string) []byte
+	body               func(turns []fixtures.ChatTurn, tools string) []byte
 }{
-	{"chat", response.FormatChat, chatPath, func(ts []compilertest.ChatTurn, tools string) []byte {
-		return withTools(compilertest.ChatBody("gpt-5", ts, ""), tools)
+	{"chat", response.FormatChat, chatPath, func(ts []fixtures.ChatTurn, tools string) []byte {
+		return withTools(fixtures.ChatBody("gpt-5", ts, ""), tools)
 	}},
-	{"responses", response.FormatResponses, responsesPath, func(ts []compilertest.ChatTurn, tools string) []byte {
-		return withTools(compilertest.ResponsesBody("gpt-5", ts, "", compilertest.ResponsesOptions{}), tools)
+	{"responses", response.FormatResponses, responsesPath, func(ts []fixtures.ChatTurn, tools string) []byte {
+		return withTools(fixtures.ResponsesBody("gpt-5", ts, "", fixtures.ResponsesOptions{}), tools)
 	}},
-	{"anthropic", response.FormatAnthropic, messagesPath, func(ts []compilertest.ChatTurn, tools string) []byte {
-		return withTools(compilertest.AnthropicBody("claude-sonnet-4-5", ts, "", compilertest.AnthropicOptions{System: true}), tools)
+	{"anthropic", response.FormatAnthropic, messagesPath, func(ts []fixtures.ChatTurn, tools string) []byte {
+		return withTools(fixtures.AnthropicBody("claude-sonnet-4-5", ts, "", fixtures.AnthropicOptions{System: true}), tools)
 	}},
 }
 
@@ -329,7 +330,7 @@ func (s *persistFails) Persist(ctx context.Context, scope compiler.Scope, arts [
 // back by re-writing the prompt would not pay: only the replay of the last
 // rewrite, which the provider still holds, does.
 func TestStickyToolSurvivesFailOpen(t *testing.T) {
-	turns := compilertest.Turns(90, 8, 9000)
+	turns := fixtures.Turns(90, 8, 9000)
 	for _, f := range cachedFormats {
 		t.Run(f.name, func(t *testing.T) {
 			own := largeClientTools(f.format, 120000)
@@ -388,9 +389,9 @@ func TestStickyToolSurvivesFailOpen(t *testing.T) {
 //     carries it inline too).
 //   - off changes nothing: the lease keeps it a receipt.
 func TestRecoveredReceiptWeighed(t *testing.T) {
-	turns := compilertest.Turns(91, 12, 9000)
+	turns := fixtures.Turns(91, 12, 9000)
 	body := func(n int) []byte {
-		return compilertest.AnthropicBody("claude-sonnet-4-5", turns[:n], "", compilertest.AnthropicOptions{System: true, CacheLast: true})
+		return fixtures.AnthropicBody("claude-sonnet-4-5", turns[:n], "", fixtures.AnthropicOptions{System: true, CacheLast: true})
 	}
 	first := digestOf(turns[0].Output)
 	for _, tt := range []struct {

@@ -7,17 +7,18 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
 func TestResponsesDuplicates(t *testing.T) {
-	out := compilertest.ToolOutput(1, 9000)
-	turns := []compilertest.ChatTurn{
+	out := fixtures.ToolOutput(1, 9000)
+	turns := []fixtures.ChatTurn{
 		{Tool: "shell", Args: `{"cmd":"cat a.py"}`, Output: out},
-		{Tool: "apply_patch", Args: `{}`, Output: compilertest.ToolOutput(2, 9000)},
+		{Tool: "apply_patch", Args: `{}`, Output: fixtures.ToolOutput(2, 9000)},
 		{Tool: "shell", Args: `{"cmd":"cat a.py"}`, Output: out},
 	}
-	for _, o := range []compilertest.ResponsesOptions{{}, {Reasoning: true}, {PartsOutput: true}, {Reasoning: true, PartsOutput: true}} {
-		body := compilertest.ResponsesBody("gpt-5", turns, "go on", o)
+	for _, o := range []fixtures.ResponsesOptions{{}, {Reasoning: true}, {PartsOutput: true}, {Reasoning: true, PartsOutput: true}} {
+		body := fixtures.ResponsesBody("gpt-5", turns, "go on", o)
 		store := compilertest.NewMemStore()
 		c := newCompiler(t, compiler.Options{}, store, nil)
 		res := compileAt(c, responsesPath, "t1", body)
@@ -47,12 +48,12 @@ func TestResponsesDuplicates(t *testing.T) {
 }
 
 func TestResponsesLeasesRetryTenants(t *testing.T) {
-	turns := compilertest.Turns(10, 3, 9000)
-	o := compilertest.ResponsesOptions{Reasoning: true}
+	turns := fixtures.Turns(10, 3, 9000)
+	o := fixtures.ResponsesOptions{Reasoning: true}
 	steps := [][]byte{
-		compilertest.ResponsesBody("gpt-5", turns[:1], "", o),
-		compilertest.ResponsesBody("gpt-5", turns[:2], "", o),
-		compilertest.ResponsesBody("gpt-5", turns[:3], "", o),
+		fixtures.ResponsesBody("gpt-5", turns[:1], "", o),
+		fixtures.ResponsesBody("gpt-5", turns[:2], "", o),
+		fixtures.ResponsesBody("gpt-5", turns[:3], "", o),
 	}
 	c := newCompiler(t, compiler.Options{InlineLeases: 1}, compilertest.NewMemStore(), nil)
 	for i, body := range steps {
@@ -69,7 +70,7 @@ func TestResponsesLeasesRetryTenants(t *testing.T) {
 	if res := compileAt(c, responsesPath, "B", steps[1]); res.Receipts != 0 {
 		t.Fatalf("tenant B consumed tenant A's lease")
 	}
-	other := compilertest.ResponsesBody("gpt-5", turns[:2], "", compilertest.ResponsesOptions{Reasoning: true, Instructions: "You write docs."})
+	other := fixtures.ResponsesBody("gpt-5", turns[:2], "", fixtures.ResponsesOptions{Reasoning: true, Instructions: "You write docs."})
 	if res := compileAt(c, responsesPath, "A", other); res.Receipts != 0 {
 		t.Fatalf("other instructions share the lineage")
 	}
@@ -80,7 +81,7 @@ func TestResponsesLeasesRetryTenants(t *testing.T) {
 // custom tool calls, item ids, output parts, unknown fields and items, and
 // a large duplicate outside input.
 func TestResponsesBytePreservationAndNeverTouch(t *testing.T) {
-	out := compilertest.ToolOutput(40, 8500)
+	out := fixtures.ToolOutput(40, 8500)
 	big := jstr(out)
 	enc := `"gAAAAB` + strings.Repeat("Zm9vYmFy", 1200) + `=="`
 	reasoning := `{"type":"reasoning","id":"rs_1","summary":[{"type":"summary_text","text":"Looking \u00e9"}],"encrypted_content":` + enc + `}`
@@ -159,7 +160,7 @@ func TestResponsesPassThrough(t *testing.T) {
 // With previous_response_id the history is at the provider: only input is
 // compiled, and outputs whose calls are not in the request still work.
 func TestResponsesPreviousResponseID(t *testing.T) {
-	out := compilertest.ToolOutput(7, 9000)
+	out := fixtures.ToolOutput(7, 9000)
 	body := []byte(`{"model":"gpt-5","previous_response_id":"resp_abc","input":[` +
 		`{"type":"function_call_output","call_id":"call_1","output":` + jstr(out) + `},` +
 		`{"type":"function_call_output","call_id":"call_2","output":` + jstr(out) + `}]}`)
@@ -184,7 +185,7 @@ func TestResponsesPreviousResponseID(t *testing.T) {
 
 // Bad input: each compiles validly or passes through byte-identical.
 func TestResponsesBadInput(t *testing.T) {
-	big := jstr(compilertest.ToolOutput(9, 9000))
+	big := jstr(fixtures.ToolOutput(9, 9000))
 	tests := []struct {
 		name     string
 		body     string

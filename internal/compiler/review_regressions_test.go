@@ -10,15 +10,16 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
 // A result the model asked for again (a re-read file) is sent inline even
 // though its content was leased: receipting the newest, unanswered copy
 // would leave the content nowhere in the request.
 func TestLeaseNeverHidesUnansweredResult(t *testing.T) {
-	x := compilertest.ToolOutput(900, 10500)
-	step1 := compilertest.ChatBody("gpt-4o", []compilertest.ChatTurn{{Tool: "read_file", Output: x}}, "")
-	step2 := compilertest.ChatBody("gpt-4o", []compilertest.ChatTurn{{Tool: "read_file", Output: x}, {Tool: "read_file", Output: x}}, "")
+	x := fixtures.ToolOutput(900, 10500)
+	step1 := fixtures.ChatBody("gpt-4o", []fixtures.ChatTurn{{Tool: "read_file", Output: x}}, "")
+	step2 := fixtures.ChatBody("gpt-4o", []fixtures.ChatTurn{{Tool: "read_file", Output: x}, {Tool: "read_file", Output: x}}, "")
 	c := newCompiler(t, compiler.Options{InlineLeases: 1}, compilertest.NewMemStore(), nil)
 	compile(c, "t", step1)
 	res := compile(c, "t", step2)
@@ -134,8 +135,8 @@ func (s stubbornStore) Ancestor(ctx context.Context, sc compiler.Scope, ch []com
 // The compile timeout holds even when the work under it ignores its
 // context: the original goes out, and the abandoned compile records nothing.
 func TestTimeoutEnforced(t *testing.T) {
-	o := compilertest.ToolOutput(950, 9000)
-	body := compilertest.ChatBody("gpt-4o", []compilertest.ChatTurn{{Tool: "bash", Output: o}, {Tool: "bash", Output: o}}, "")
+	o := fixtures.ToolOutput(950, 9000)
+	body := fixtures.ChatBody("gpt-4o", []fixtures.ChatTurn{{Tool: "bash", Output: o}, {Tool: "bash", Output: o}}, "")
 	store := compilertest.NewMemStore()
 	c := newCompiler(t, compiler.Options{InlineLeases: 1, Timeout: 20 * time.Millisecond}, stubbornStore{store}, nil)
 	stopped := make(chan struct{})
@@ -162,8 +163,8 @@ func TestTimeoutEnforced(t *testing.T) {
 // Done is called exactly once, before Compile returns, for a compile that
 // finishes in time and for requests that are not compiled at all.
 func TestDoneBeforeReturn(t *testing.T) {
-	o := compilertest.ToolOutput(951, 9000)
-	body := compilertest.ChatBody("gpt-4o", []compilertest.ChatTurn{{Tool: "bash", Output: o}, {Tool: "bash", Output: o}}, "")
+	o := fixtures.ToolOutput(951, 9000)
+	body := fixtures.ChatBody("gpt-4o", []fixtures.ChatTurn{{Tool: "bash", Output: o}, {Tool: "bash", Output: o}}, "")
 	c := newCompiler(t, compiler.Options{InlineLeases: 1, Timeout: time.Minute}, compilertest.NewMemStore(), nil)
 	for _, tc := range []struct {
 		name, path string
@@ -228,7 +229,7 @@ func BenchmarkCompactFolded(b *testing.B) {
 // folds; with clean boundaries its neighbours still do.
 func TestTooLargeTurnStaysInline(t *testing.T) {
 	body := conversation(12, 1000, func(msgs []any) []any {
-		msgs[3+4*2].(map[string]any)["content"] = compilertest.ToolOutput(990, 5000) // turn 2's result
+		msgs[3+4*2].(map[string]any)["content"] = fixtures.ToolOutput(990, 5000) // turn 2's result
 		return msgs
 	})
 	opts := compactOpts(5, 6)

@@ -79,8 +79,8 @@ func (s *blockingStore) Ancestor(ctx context.Context, scope compiler.Scope, chai
 // the compile stops lets that memory go instead of overwriting it, and the
 // Scratch serves the next compile as new.
 func TestScratchLetsAnAbandonedCompileKeepItsTrees(t *testing.T) {
-	turns := compilertest.Turns(9, 8, 9000)
-	prev, body := compilertest.ChatBody("gpt-4o", turns[:7], ""), compilertest.ChatBody("gpt-4o", turns, "")
+	turns := fixtures.Turns(9, 8, 9000)
+	prev, body := fixtures.ChatBody("gpt-4o", turns[:7], ""), fixtures.ChatBody("gpt-4o", turns, "")
 	store := &blockingStore{Store: compilertest.NewMemStore(), entered: make(chan struct{}, 1), release: make(chan struct{})}
 	slow := newCompiler(t, compiler.Options{InlineLeases: 1, Timeout: 50 * time.Millisecond}, store, nil)
 	var scratch compiler.Scratch

@@ -11,15 +11,16 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
 // wsTurns are tool rounds whose first output comes back later (a receipt
 // for the older copy), with paths in their arguments.
-func wsTurns() []compilertest.ChatTurn {
-	out := compilertest.ToolOutput(41, 9000)
-	return []compilertest.ChatTurn{
+func wsTurns() []fixtures.ChatTurn {
+	out := fixtures.ToolOutput(41, 9000)
+	return []fixtures.ChatTurn{
 		{Tool: "read_file", Args: `{"file_path":"src/app/main.py"}`, Output: out},
-		{Tool: "bash", Args: `{"command":"pytest -q"}`, Output: compilertest.ToolOutput(42, 9000)},
+		{Tool: "bash", Args: `{"command":"pytest -q"}`, Output: fixtures.ToolOutput(42, 9000)},
 		{Tool: "read_file", Args: `{"file_path":"src/app/main.py"}`, Output: out},
 	}
 }
@@ -51,26 +52,26 @@ type wsCase struct {
 
 func wsCases(t *testing.T) []wsCase {
 	turns := wsTurns()
-	chat := compilertest.ChatBody("gpt-4o", turns, "")
-	resp := compilertest.ResponsesBody("gpt-5", turns, "", compilertest.ResponsesOptions{})
+	chat := fixtures.ChatBody("gpt-4o", turns, "")
+	resp := fixtures.ResponsesBody("gpt-5", turns, "", fixtures.ResponsesOptions{})
 	userParts := func(typ string) map[string]any {
 		return map[string]any{"role": "user", "content": []any{map[string]any{"type": typ, "text": "Now fix it."}}}
 	}
 	return []wsCase{
-		{"chat string", chatPath, compilertest.ChatBody("gpt-4o", turns, "Now fix it."), true, true, ""},
+		{"chat string", chatPath, fixtures.ChatBody("gpt-4o", turns, "Now fix it."), true, true, ""},
 		{"chat parts", chatPath, appendItem(t, chat, "messages", userParts("text")), true, false, "text"},
 		{"chat ends with a tool message", chatPath, chat, false, false, ""},
-		{"responses string", responsesPath, compilertest.ResponsesBody("gpt-5", turns, "Now fix it.", compilertest.ResponsesOptions{}), true, true, ""},
+		{"responses string", responsesPath, fixtures.ResponsesBody("gpt-5", turns, "Now fix it.", fixtures.ResponsesOptions{}), true, true, ""},
 		{"responses parts", responsesPath, appendItem(t, resp, "input", map[string]any{"type": "message", "role": "user",
 			"content": []any{map[string]any{"type": "input_text", "text": "Now fix it."}}}), true, false, "input_text"},
 		{"responses ends with an output", responsesPath, resp, false, false, ""},
-		{"anthropic tool results only", messagesPath, compilertest.AnthropicBody("claude-sonnet-4-5", turns, "", compilertest.AnthropicOptions{
+		{"anthropic tool results only", messagesPath, fixtures.AnthropicBody("claude-sonnet-4-5", turns, "", fixtures.AnthropicOptions{
 			Thinking: true, System: true}), true, false, "text"},
-		{"anthropic breakpoint in the last message", messagesPath, compilertest.AnthropicBody("claude-sonnet-4-5", turns, "", compilertest.AnthropicOptions{
+		{"anthropic breakpoint in the last message", messagesPath, fixtures.AnthropicBody("claude-sonnet-4-5", turns, "", fixtures.AnthropicOptions{
 			Thinking: true, CacheLast: true}), false, false, ""},
-		{"anthropic results and text", messagesPath, compilertest.AnthropicBody("claude-sonnet-4-5", turns, "Now fix it.", compilertest.AnthropicOptions{
+		{"anthropic results and text", messagesPath, fixtures.AnthropicBody("claude-sonnet-4-5", turns, "Now fix it.", fixtures.AnthropicOptions{
 			Thinking: true, System: true}), true, false, "text"},
-		{"anthropic string", messagesPath, appendItem(t, compilertest.AnthropicBody("claude-sonnet-4-5", turns, "", compilertest.AnthropicOptions{}), "messages",
+		{"anthropic string", messagesPath, appendItem(t, fixtures.AnthropicBody("claude-sonnet-4-5", turns, "", fixtures.AnthropicOptions{}), "messages",
 			map[string]any{"role": "assistant", "content": "Done."}), false, false, ""},
 	}
 }
@@ -179,13 +180,13 @@ func TestWorkingStateFormats(t *testing.T) {
 // Newest first, within the bound: with many artifacts the block keeps the
 // newest that fit, in order, and never exceeds working_state_chars.
 func TestWorkingStateBounds(t *testing.T) {
-	var turns []compilertest.ChatTurn
+	var turns []fixtures.ChatTurn
 	for i := range 30 {
-		out := compilertest.ToolOutput(100+i, 9000)
-		turns = append(turns, compilertest.ChatTurn{Tool: "read_file", Args: `{"path":"pkg/f` + strings.Repeat("x", i) + `.go"}`, Output: out})
+		out := fixtures.ToolOutput(100+i, 9000)
+		turns = append(turns, fixtures.ChatTurn{Tool: "read_file", Args: `{"path":"pkg/f` + strings.Repeat("x", i) + `.go"}`, Output: out})
 	}
 	turns = append(turns, turns...) // every output again: 30 receipts
-	body := compilertest.ChatBody("gpt-4o", turns, "go on")
+	body := fixtures.ChatBody("gpt-4o", turns, "go on")
 	for _, n := range []int{compiler.WorkingStateMinChars, 1000, 4000, 20000} {
 		res := compileWS(t, chatPath, body, compiler.Options{WorkingStateChars: n}, nil)
 		block := wsBlock.FindString(decodedLast(t, res.Body))
@@ -250,9 +251,9 @@ func TestWorkingStateEscaping(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out := compilertest.ToolOutput(7, 9000)
-			turn := compilertest.ChatTurn{Tool: tt.tool, Args: tt.args, Output: out}
-			body := compilertest.ChatBody("gpt-4o", []compilertest.ChatTurn{turn, turn}, "go on")
+			out := fixtures.ToolOutput(7, 9000)
+			turn := fixtures.ChatTurn{Tool: tt.tool, Args: tt.args, Output: out}
+			body := fixtures.ChatBody("gpt-4o", []fixtures.ChatTurn{turn, turn}, "go on")
 			res := compileWS(t, chatPath, body, compiler.Options{WorkingStateChars: 2000}, nil)
 			if err := compiler.CheckRewrite(chatPath, body, res.Body); err != nil || res.WorkingState == 0 {
 				t.Fatalf("checker: %v; block %d chars", err, res.WorkingState)
@@ -277,7 +278,7 @@ func TestWorkingStateNextRequest(t *testing.T) {
 	// The duplicate's kept copy is answered already, so step 2 receipts
 	// what step 1 did (the compiler's own choice, not the block's).
 	w := wsTurns()
-	turns := []compilertest.ChatTurn{w[0], w[2], w[1]}
+	turns := []fixtures.ChatTurn{w[0], w[2], w[1]}
 	// Leases off: a lease would receipt step 1's inline copy in step 2,
 	// which changes step 2 before the block's place whatever the block does.
 	// The cost model off: this request's Anthropic case caches only its
@@ -293,12 +294,12 @@ func TestWorkingStateNextRequest(t *testing.T) {
 		step2      func([]byte) []byte // the client's next request after step1
 	}{
 		{"anthropic", messagesPath, true,
-			compilertest.AnthropicBody("claude-sonnet-4-5", turns, "", compilertest.AnthropicOptions{System: true}),
+			fixtures.AnthropicBody("claude-sonnet-4-5", turns, "", fixtures.AnthropicOptions{System: true}),
 			func(b []byte) []byte {
 				b = appendItem(t, b, "messages", map[string]any{"role": "assistant", "content": []any{map[string]any{"type": "text", "text": "Looking."}}})
 				return appendItem(t, b, "messages", map[string]any{"role": "user", "content": "Go on."})
 			}},
-		{"chat", chatPath, false, compilertest.ChatBody("gpt-4o", turns, "Now fix it."),
+		{"chat", chatPath, false, fixtures.ChatBody("gpt-4o", turns, "Now fix it."),
 			func(b []byte) []byte {
 				b = appendItem(t, b, "messages", map[string]any{"role": "assistant", "content": "Which test?"})
 				return appendItem(t, b, "messages", map[string]any{"role": "user", "content": "test_main."})
@@ -370,10 +371,10 @@ func (wsTokens) Count(_ context.Context, _ string, body []byte) compiler.TokenCo
 // A block that would erase the reduction is removed by the gate and the
 // rest of the rewrite still goes out: by bytes, and by tokens.
 func TestWorkingStateRemovedByGate(t *testing.T) {
-	small := compilertest.ToolOutput(9, 250) // a receipt saves less than a block costs
-	smallBody := compilertest.ChatBody("gpt-4o", []compilertest.ChatTurn{{Tool: "bash", Output: small}, {Tool: "bash", Output: small}}, "go on")
-	big := compilertest.ToolOutput(9, 9000)
-	bigBody := compilertest.ChatBody("gpt-4o", []compilertest.ChatTurn{{Tool: "bash", Output: big}, {Tool: "bash", Output: big}}, "go on")
+	small := fixtures.ToolOutput(9, 250) // a receipt saves less than a block costs
+	smallBody := fixtures.ChatBody("gpt-4o", []fixtures.ChatTurn{{Tool: "bash", Output: small}, {Tool: "bash", Output: small}}, "go on")
+	big := fixtures.ToolOutput(9, 9000)
+	bigBody := fixtures.ChatBody("gpt-4o", []fixtures.ChatTurn{{Tool: "bash", Output: big}, {Tool: "bash", Output: big}}, "go on")
 	tests := []struct {
 		name   string
 		body   []byte
@@ -409,7 +410,7 @@ func TestWorkingStateRemovedByGate(t *testing.T) {
 // of the last user message, or not exactly in the compiler's form, is a
 // change the checker refuses.
 func TestWorkingStateCheckerNarrow(t *testing.T) {
-	body := compilertest.ChatBody("gpt-4o", wsTurns(), "Now fix it.")
+	body := fixtures.ChatBody("gpt-4o", wsTurns(), "Now fix it.")
 	res := compileWS(t, chatPath, body, compiler.Options{WorkingStateChars: 2000}, nil)
 	if err := compiler.CheckRewrite(chatPath, body, res.Body); err != nil || res.WorkingState == 0 {
 		t.Fatalf("checker: %v; block %d", err, res.WorkingState)
@@ -444,13 +445,13 @@ func TestWorkingStateCheckerNarrow(t *testing.T) {
 // is the rewrite without it plus exactly one block, passes the checker and
 // is smaller than the original; without a block it is the same bytes.
 func FuzzCompileWorkingState(f *testing.F) {
-	o := compilertest.ToolOutput(1, 700) // saves more than a block costs
-	turns := []compilertest.ChatTurn{{Tool: "Read", Args: `{"path":"a/b.go"}`, Output: o}, {Tool: "Read", Output: o}}
-	f.Add(compilertest.ChatBody("gpt-4o", turns, "hi"), uint8(0))
-	f.Add(compilertest.ResponsesBody("gpt-5", turns, "hi", compilertest.ResponsesOptions{Reasoning: true}), uint8(1))
-	f.Add(compilertest.AnthropicBody("claude", turns, "", compilertest.AnthropicOptions{Thinking: true, System: true}), uint8(2))
-	f.Add(compilertest.AnthropicBody("claude", turns, "", compilertest.AnthropicOptions{CacheLast: true}), uint8(2))
-	f.Add(compilertest.AnthropicBody("claude", turns, "hi", compilertest.AnthropicOptions{PartsOutput: true}), uint8(2))
+	o := fixtures.ToolOutput(1, 700) // saves more than a block costs
+	turns := []fixtures.ChatTurn{{Tool: "Read", Args: `{"path":"a/b.go"}`, Output: o}, {Tool: "Read", Output: o}}
+	f.Add(fixtures.ChatBody("gpt-4o", turns, "hi"), uint8(0))
+	f.Add(fixtures.ResponsesBody("gpt-5", turns, "hi", fixtures.ResponsesOptions{Reasoning: true}), uint8(1))
+	f.Add(fixtures.AnthropicBody("claude", turns, "", fixtures.AnthropicOptions{Thinking: true, System: true}), uint8(2))
+	f.Add(fixtures.AnthropicBody("claude", turns, "", fixtures.AnthropicOptions{CacheLast: true}), uint8(2))
+	f.Add(fixtures.AnthropicBody("claude", turns, "hi", fixtures.AnthropicOptions{PartsOutput: true}), uint8(2))
 	paths := []string{chatPath, responsesPath, messagesPath}
 	f.Fuzz(func(t *testing.T, body []byte, which uint8) {
 		path := paths[int(which)%len(paths)]

@@ -20,6 +20,7 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
 // Pinned client versions: what docs/notes describe (Claude Code 2.1.x,
@@ -644,7 +645,7 @@ func checkPreamble(t *testing.T, what string, taps []tapped, fwd map[int]forward
 		}
 		distinct[string(raw)] = true
 		if !bytes.Equal(raw, sent) {
-			fail("%s: request %d (%s): the preamble changed on the way (%d → %d bytes, common prefix %d)", what, r.Seq, out.Answer, len(raw), len(sent), compilertest.CommonPrefix(raw, sent))
+			fail("%s: request %d (%s): the preamble changed on the way (%d → %d bytes, common prefix %d)", what, r.Seq, out.Answer, len(raw), len(sent), fixtures.CommonPrefix(raw, sent))
 		}
 	}
 	t.Logf("%s: the client sent %d distinct preambles", what, len(distinct))

@@ -32,7 +32,6 @@ import (
 	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/caddymodule"
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
@@ -381,7 +380,7 @@ const (
 func newChatBodyParts() *chatBodyParts {
 	p := &chatBodyParts{results: bodyResults, dups: bodyDups}
 	for k := 0; k < bodyResults-bodyDups; k++ {
-		enc, err := json.Marshal(compilertest.ToolOutput(5000+k, outputSize))
+		enc, err := json.Marshal(fixtures.ToolOutput(5000+k, outputSize))
 		if err != nil {
 			panic(err)
 		}
@@ -600,9 +599,9 @@ func benchGateway1MBSite(b *testing.B, snippet string, cold bool) {
 	up, _ := discardingUpstream(b)
 	url := startBenchGateway(b, up, snippet)[0].URL + chatPath
 	// The next step: 50 results delivered and answered, one new.
-	turns := compilertest.Turns(1000, 51, 20000)
-	prev := compilertest.ChatBody("gpt-4o", turns[:50], "")
-	body := compilertest.ChatBody("gpt-4o", turns, "")
+	turns := fixtures.Turns(1000, 51, 20000)
+	prev := fixtures.ChatBody("gpt-4o", turns[:50], "")
+	body := fixtures.ChatBody("gpt-4o", turns, "")
 	c := benchClient()
 	defer c.CloseIdleConnections()
 	post := func(tenant string, body []byte) string {
@@ -638,9 +637,9 @@ func benchGateway1MBSite(b *testing.B, snippet string, cold bool) {
 			b.StopTimer()
 			tenant = fmt.Sprintf("cold-%d-%d", b.N, i)
 			turns := fixtures.NovelTurns(salt, i, 51, 20000)
-			body = compilertest.ChatBody("gpt-4o", turns, "")
+			body = fixtures.ChatBody("gpt-4o", turns, "")
 			benchVerify(b, c, url, "Bearer "+tenant)
-			post(tenant, compilertest.ChatBody("gpt-4o", turns[:50], ""))
+			post(tenant, fixtures.ChatBody("gpt-4o", turns[:50], ""))
 			b.StartTimer()
 		}
 		var d time.Duration
@@ -695,15 +694,15 @@ func BenchmarkGatewayFormats(b *testing.B) {
 	base := startBenchGateway(b, up, defaultSnippet)[0].URL
 	type format struct {
 		name, path string
-		body       func(turns []compilertest.ChatTurn) []byte
+		body       func(turns []fixtures.ChatTurn) []byte
 	}
 	formats := []format{
-		{"chat", chatPath, func(t []compilertest.ChatTurn) []byte { return compilertest.ChatBody("gpt-4o", t, "") }},
-		{"responses", "/v1/responses", func(t []compilertest.ChatTurn) []byte {
-			return compilertest.ResponsesBody("gpt-4.1", t, "", compilertest.ResponsesOptions{})
+		{"chat", chatPath, func(t []fixtures.ChatTurn) []byte { return fixtures.ChatBody("gpt-4o", t, "") }},
+		{"responses", "/v1/responses", func(t []fixtures.ChatTurn) []byte {
+			return fixtures.ResponsesBody("gpt-4.1", t, "", fixtures.ResponsesOptions{})
 		}},
-		{"anthropic", "/v1/messages", func(t []compilertest.ChatTurn) []byte {
-			return compilertest.AnthropicBody("claude-sonnet-4-5", t, "", compilertest.AnthropicOptions{})
+		{"anthropic", "/v1/messages", func(t []fixtures.ChatTurn) []byte {
+			return fixtures.AnthropicBody("claude-sonnet-4-5", t, "", fixtures.AnthropicOptions{})
 		}},
 	}
 	sizes := []struct {
@@ -727,7 +726,7 @@ func BenchmarkGatewayFormats(b *testing.B) {
 	}
 }
 
-func benchFormat(b *testing.B, c *http.Client, url string, render func([]compilertest.ChatTurn) []byte, results int, cold bool) {
+func benchFormat(b *testing.B, c *http.Client, url string, render func([]fixtures.ChatTurn) []byte, results int, cold bool) {
 	post := func(tenant string, body []byte) string {
 		tt, err := benchDo(c, http.MethodPost, url, bytes.NewReader(body), int64(len(body)), "Bearer "+tenant)
 		if err != nil {
@@ -739,7 +738,7 @@ func benchFormat(b *testing.B, c *http.Client, url string, render func([]compile
 	// conversation returns the previous and the timed request of
 	// conversation k: results tool results, one more new one at the end.
 	conversation := func(k int) (prev, body []byte) {
-		turns := compilertest.Turns(1_000_000+k*10_000, results+1, 20000)
+		turns := fixtures.Turns(1_000_000+k*10_000, results+1, 20000)
 		return render(turns[:results]), render(turns)
 	}
 	// Untimed setup: the warm conversation vaulted and counted once, which

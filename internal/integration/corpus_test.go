@@ -12,6 +12,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
 // corpusSnippet is the gateway with its defaults (min_artifact_chars 8000,
@@ -168,15 +169,15 @@ func TestNewFormatsThroughCaddy(t *testing.T) {
 	// Results large enough that the receipt pays for the recovery tool it
 	// brings (its bytes count in the cost decision): at 9000 characters a
 	// warm gpt-5 or Claude prompt is cheaper raw.
-	turns := compilertest.Turns(500, 2, 20000)
+	turns := fixtures.Turns(500, 2, 20000)
 	bodies := map[string][2][]byte{
 		"/v1/responses": {
-			compilertest.ResponsesBody("gpt-5", turns[:1], "", compilertest.ResponsesOptions{Reasoning: true}),
-			compilertest.ResponsesBody("gpt-5", turns[:2], "", compilertest.ResponsesOptions{Reasoning: true}),
+			fixtures.ResponsesBody("gpt-5", turns[:1], "", fixtures.ResponsesOptions{Reasoning: true}),
+			fixtures.ResponsesBody("gpt-5", turns[:2], "", fixtures.ResponsesOptions{Reasoning: true}),
 		},
 		"/v1/messages": {
-			compilertest.AnthropicBody("claude-sonnet-4-5", turns[:1], "", compilertest.AnthropicOptions{System: true, Thinking: true, CacheLast: true}),
-			compilertest.AnthropicBody("claude-sonnet-4-5", turns[:2], "", compilertest.AnthropicOptions{System: true, Thinking: true, CacheLast: true}),
+			fixtures.AnthropicBody("claude-sonnet-4-5", turns[:1], "", fixtures.AnthropicOptions{System: true, Thinking: true, CacheLast: true}),
+			fixtures.AnthropicBody("claude-sonnet-4-5", turns[:2], "", fixtures.AnthropicOptions{System: true, Thinking: true, CacheLast: true}),
 		},
 	}
 	creds := map[string][]string{

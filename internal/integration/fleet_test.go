@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault/redisvault"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault/redisvault/redistest"
 )
@@ -76,16 +76,16 @@ type fleetStep struct {
 // session and a generated Anthropic one (both with leases and folds), and
 // the first step session of the shared corpus when it is present.
 func fleetSessions(t *testing.T) map[string][]fleetStep {
-	turns := compilertest.Turns(7100, 9, 9000)
+	turns := fixtures.Turns(7100, 9, 9000)
 	chat, msgs := []fleetStep{}, []fleetStep{}
 	for i := 1; i <= len(turns); i++ {
-		chat = append(chat, fleetStep{"/v1/chat/completions", compilertest.ChatBody("gpt-4o", turns[:i], "")})
-		msgs = append(msgs, fleetStep{"/v1/messages", compilertest.AnthropicBody("claude-sonnet-4-5", turns[:i], "",
-			compilertest.AnthropicOptions{System: true, Thinking: true, CacheLast: true})})
+		chat = append(chat, fleetStep{"/v1/chat/completions", fixtures.ChatBody("gpt-4o", turns[:i], "")})
+		msgs = append(msgs, fleetStep{"/v1/messages", fixtures.AnthropicBody("claude-sonnet-4-5", turns[:i], "",
+			fixtures.AnthropicOptions{System: true, Thinking: true, CacheLast: true})})
 	}
 	out := map[string][]fleetStep{"chat": chat, "anthropic": msgs}
-	if dir, ok := compilertest.CorpusDir(); ok && !testing.Short() {
-		files, err := compilertest.LoadCorpus(dir)
+	if dir, ok := fixtures.CorpusDir(); ok && !testing.Short() {
+		files, err := fixtures.LoadCorpus(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -302,7 +302,7 @@ func TestFleet_OtherTenantKeyIsolated(t *testing.T) {
 	}
 	// A small request (nothing to vault) names the replica's tenant for
 	// this credential before it stores anything of its own.
-	runSteps(t, up, auth, []fleetStep{{"/v1/messages", compilertest.AnthropicBody("claude-sonnet-4-5", nil, "hello", compilertest.AnthropicOptions{})}}, gs[1])
+	runSteps(t, up, auth, []fleetStep{{"/v1/messages", fixtures.AnthropicBody("claude-sonnet-4-5", nil, "hello", fixtures.AnthropicOptions{})}}, gs[1])
 	otherTenant := logTenant(t, gs[1])
 	if otherTenant == tenant {
 		t.Fatal("different tenant keys computed the same tenant")

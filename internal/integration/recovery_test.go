@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
 	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
 	provider "github.com/tokenterminator/caddy-token-terminator/internal/response"
 )
@@ -128,15 +128,15 @@ type recoveryCase struct {
 	stream             bool
 }
 
-func (c recoveryCase) body(turns []compilertest.ChatTurn) []byte {
+func (c recoveryCase) body(turns []fixtures.ChatTurn) []byte {
 	var b []byte
 	switch c.format {
 	case provider.FormatChat:
-		b = compilertest.ChatBody("gpt-4o", turns, "")
+		b = fixtures.ChatBody("gpt-4o", turns, "")
 	case provider.FormatResponses:
-		b = compilertest.ResponsesBody("gpt-4o", turns, "", compilertest.ResponsesOptions{})
+		b = fixtures.ResponsesBody("gpt-4o", turns, "", fixtures.ResponsesOptions{})
 	default:
-		b = compilertest.AnthropicBody("claude-sonnet-4-5", turns, "", compilertest.AnthropicOptions{})
+		b = fixtures.AnthropicBody("claude-sonnet-4-5", turns, "", fixtures.AnthropicOptions{})
 	}
 	if c.stream {
 		b = append([]byte(`{"stream":true,`), b[1:]...)
@@ -181,9 +181,9 @@ func readAnswer(c recoveryCase, body []byte) *provider.Reader {
 // inline, step 2 carries it as a receipt (and the tool). It returns the
 // client's answer to step 2, the first turns and the index of step 2's
 // upstream request.
-func step2(t *testing.T, g *gateway, p *recoveryProvider, c recoveryCase, seed int, cred string) (response, []compilertest.ChatTurn, int) {
+func step2(t *testing.T, g *gateway, p *recoveryProvider, c recoveryCase, seed int, cred string) (response, []fixtures.ChatTurn, int) {
 	t.Helper()
-	turns := compilertest.Turns(seed, 2, 9000)
+	turns := fixtures.Turns(seed, 2, 9000)
 	logged := requestLines(g)
 	if r := g.post(c.path, c.body(turns[:1]), "Authorization: "+cred); r.Status != 200 {
 		t.Fatalf("step 1: %d %s", r.Status, r.Body)
@@ -317,7 +317,7 @@ func TestRecoveryRound(t *testing.T) {
 			// The recovered artifact is needed: the next step carries it
 			// inline again rather than as a receipt.
 			n3 := p.up.count()
-			r3 := g.post(c.path, c.body(append(turns, compilertest.Turns(1500+10*i, 1, 9000)...)), fmt.Sprintf("Authorization: Bearer sk-round-%d", i))
+			r3 := g.post(c.path, c.body(append(turns, fixtures.Turns(1500+10*i, 1, 9000)...)), fmt.Sprintf("Authorization: Bearer sk-round-%d", i))
 			id := "a_" + artifactID(turns[0].Output)
 			if step3 := p.up.all()[n3].Body; bytes.Contains(step3, []byte(id)) {
 				t.Fatalf("step 3 carries the recovered artifact %s as a receipt again (%s)", id, r3.TT)
@@ -414,7 +414,7 @@ func TestRecoveryFailingRound(t *testing.T) {
 	g := startGateway(t, recoverySnippet, p.up)
 	for i, c := range recoveryCases() {
 		t.Run(c.name, func(t *testing.T) {
-			turns := compilertest.Turns(3000+10*i, 2, 9000)
+			turns := fixtures.Turns(3000+10*i, 2, 9000)
 			cred := fmt.Sprintf("Authorization: Bearer sk-fail-%d", i)
 			logged := requestLines(g)
 			g.post(c.path, c.body(turns[:1]), cred)
@@ -499,7 +499,7 @@ func TestRecoveryToolSticky(t *testing.T) {
 			continue
 		}
 		t.Run(c.name, func(t *testing.T) {
-			turns := compilertest.Turns(5000+10*i, 6, 9000)
+			turns := fixtures.Turns(5000+10*i, 6, 9000)
 			cred := fmt.Sprintf("Authorization: Bearer sk-sticky-%d", i)
 			var first []byte
 			for step := 1; step <= 6; step++ {
@@ -544,13 +544,13 @@ func TestRecoveredArtifactInlineAgain(t *testing.T) {
 	for i, c := range recoveryCases() {
 		t.Run(c.name, func(t *testing.T) {
 			cred := fmt.Sprintf("Authorization: Bearer sk-reinline-%d", i)
-			body := func(turns []compilertest.ChatTurn) []byte {
+			body := func(turns []fixtures.ChatTurn) []byte {
 				if c.format != provider.FormatAnthropic {
 					return c.body(turns)
 				}
 				// Anthropic caches only up to a breakpoint: the client marks
 				// its newest message, as Claude Code does.
-				b := compilertest.AnthropicBody("claude-sonnet-4-5", turns, "", compilertest.AnthropicOptions{CacheLast: true})
+				b := fixtures.AnthropicBody("claude-sonnet-4-5", turns, "", fixtures.AnthropicOptions{CacheLast: true})
 				if c.stream {
 					b = append([]byte(`{"stream":true,`), b[1:]...)
 				}
@@ -559,7 +559,7 @@ func TestRecoveredArtifactInlineAgain(t *testing.T) {
 			// A session of ten steps, each adding a result, in which the
 			// model recovers the first result at step 10: re-inlining it
 			// re-writes the whole cached prompt after it.
-			turns := compilertest.Turns(4000+20*i, 11, 9000)
+			turns := fixtures.Turns(4000+20*i, 11, 9000)
 			id := "a_" + artifactID(turns[0].Output)
 			logged := requestLines(g)
 			for step := 1; step <= 11; step++ {

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fakeprovider"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
 // TestOfficialSDKs drives the official openai and @anthropic-ai/sdk npm
@@ -46,16 +46,16 @@ func TestOfficialSDKs(t *testing.T) {
 	verifySDKKeys(g)
 
 	// Bodies with one tool output delivered twice (same request).
-	out := compilertest.ToolOutput(900, 12000)
-	dup := []compilertest.ChatTurn{
+	out := fixtures.ToolOutput(900, 12000)
+	dup := []fixtures.ChatTurn{
 		{Tool: "bash", Args: `{"command":"cat big.py"}`, Output: out},
-		{Tool: "bash", Args: `{"command":"ls"}`, Output: compilertest.ToolOutput(901, 300)},
+		{Tool: "bash", Args: `{"command":"ls"}`, Output: fixtures.ToolOutput(901, 300)},
 		{Tool: "bash", Args: `{"command":"cat big.py"}`, Output: out},
 	}
 	reqs := map[string]json.RawMessage{
-		"chat":      compilertest.ChatBody("gpt-4o", dup, "go on"),
-		"responses": compilertest.ResponsesBody("gpt-5", dup, "go on", compilertest.ResponsesOptions{Reasoning: true}),
-		"messages":  compilertest.AnthropicBody("claude-sonnet-4-5", dup, "go on", compilertest.AnthropicOptions{System: true, Thinking: true, CacheLast: true}),
+		"chat":      fixtures.ChatBody("gpt-4o", dup, "go on"),
+		"responses": fixtures.ResponsesBody("gpt-5", dup, "go on", fixtures.ResponsesOptions{Reasoning: true}),
+		"messages":  fixtures.AnthropicBody("claude-sonnet-4-5", dup, "go on", fixtures.AnthropicOptions{System: true, Thinking: true, CacheLast: true}),
 	}
 	work := t.TempDir()
 	if err := os.Symlink(modules, filepath.Join(work, "node_modules")); err != nil {
@@ -288,15 +288,15 @@ func TestOfficialSDKsRecoveryRound(t *testing.T) {
 	g := startGateway(t, corpusSnippet, prov.up)
 	verifySDKKeys(g)
 
-	out := compilertest.ToolOutput(910, 12000)
-	dup := []compilertest.ChatTurn{
+	out := fixtures.ToolOutput(910, 12000)
+	dup := []fixtures.ChatTurn{
 		{Tool: "bash", Args: `{"command":"cat big.py"}`, Output: out},
 		{Tool: "bash", Args: `{"command":"cat big.py"}`, Output: out},
 	}
 	reqs := map[string]json.RawMessage{
-		"chat":      compilertest.ChatBody("gpt-4o", dup, "go on"),
-		"responses": compilertest.ResponsesBody("gpt-5", dup, "go on", compilertest.ResponsesOptions{}),
-		"messages":  compilertest.AnthropicBody("claude-sonnet-4-5", dup, "go on", compilertest.AnthropicOptions{}),
+		"chat":      fixtures.ChatBody("gpt-4o", dup, "go on"),
+		"responses": fixtures.ResponsesBody("gpt-5", dup, "go on", fixtures.ResponsesOptions{}),
+		"messages":  fixtures.AnthropicBody("claude-sonnet-4-5", dup, "go on", fixtures.AnthropicOptions{}),
 	}
 	work := t.TempDir()
 	if err := os.Symlink(modules, filepath.Join(work, "node_modules")); err != nil {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
 // processCPU is this process's user and system CPU time (Caddy runs in it).
@@ -31,7 +31,7 @@ func TestArtifactSearchQueryBoundThroughCaddy(t *testing.T) {
 	c := recoveryCases()[0]
 	const cred = "Bearer sk-search-bound"
 	// Step 2 vaults step 1's 400,000-character tool result.
-	turns := compilertest.Turns(4100, 2, 400_000)
+	turns := fixtures.Turns(4100, 2, 400_000)
 	for i := 1; i <= 2; i++ {
 		logged := requestLines(g)
 		if r := g.post(c.path, c.body(turns[:i]), "Authorization: "+cred); r.Status != 200 || (i == 2 && !strings.Contains(r.TT, "accepted")) {

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
 	"github.com/tokenterminator/caddy-token-terminator/internal/recovery/recoverytest"
 	provider "github.com/tokenterminator/caddy-token-terminator/internal/response"
@@ -55,11 +55,11 @@ func TestRecoveryToolStaysInItsConversation(t *testing.T) {
 	const path, key = "/v1/chat/completions", "Authorization: Bearer sk-shared-team-key"
 	// Conversation 1: its tool output (with the secret) is vaulted by the
 	// lease of its second request.
-	c1 := compilertest.Turns(7100, 2, 9000)
+	c1 := fixtures.Turns(7100, 2, 9000)
 	c1[0].Output = secret + "\n" + c1[0].Output
 	for i := 1; i <= 2; i++ {
 		logged := requestLines(g)
-		if r := g.post(path, compilertest.ChatBody("gpt-4o", c1[:i], ""), key); r.Status != 200 {
+		if r := g.post(path, fixtures.ChatBody("gpt-4o", c1[:i], ""), key); r.Status != 200 {
 			t.Fatalf("conversation 1 step %d: %d %s", i, r.Status, r.Body)
 		}
 		waitLogged(t, g, logged+1)
@@ -69,10 +69,10 @@ func TestRecoveryToolStaysInItsConversation(t *testing.T) {
 		t.Fatalf("conversation 1's artifact is not in the vault (%d): the test proves nothing", r.Status)
 	}
 	// Conversation 2: same key, another opening.
-	conv2 := func(turns []compilertest.ChatTurn) []byte {
-		return bytes.Replace(compilertest.ChatBody("gpt-4o", turns, ""), []byte("Fix the failing test."), []byte("Summarise the release notes."), 1)
+	conv2 := func(turns []fixtures.ChatTurn) []byte {
+		return bytes.Replace(fixtures.ChatBody("gpt-4o", turns, ""), []byte("Fix the failing test."), []byte("Summarise the release notes."), 1)
 	}
-	c2 := compilertest.Turns(7200, 2, 9000)
+	c2 := fixtures.Turns(7200, 2, 9000)
 	id2 := "a_" + artifactID(c2[0].Output)
 	model = recoverytest.Model{ID: id1, Rounds: 3, Args: []string{
 		`{"action":"artifact_search","query":"PROD_DB_PASSWORD"}`,
@@ -130,9 +130,9 @@ func TestRefusedCredentialStoresNothing(t *testing.T) {
 	up.respond = statusFor(func(int) int { return http.StatusUnauthorized })
 	g := startGateway(t, defaultSnippet, up)
 	g.noVerify = true
-	turns := compilertest.Turns(7300, 2, 9000)
+	turns := fixtures.Turns(7300, 2, 9000)
 	turns = append(turns, turns...) // every result twice: a compile would receipt them
-	body := compilertest.ChatBody("gpt-4o", turns, "")
+	body := fixtures.ChatBody("gpt-4o", turns, "")
 	for i := range 3 {
 		key := fmt.Sprintf("Authorization: Bearer sk-fake-%d", i)
 		for range 2 {
@@ -180,9 +180,9 @@ func TestFakeKeysCannotFillTheVault(t *testing.T) {
 	g.noVerify = true
 	var fakes []string
 	for i := range 10 {
-		a, b := compilertest.ToolOutput(7400+2*i, 100000), compilertest.ToolOutput(7401+2*i, 100000)
-		turns := []compilertest.ChatTurn{{Tool: "bash", Args: `{"c":"a"}`, Output: a}, {Tool: "bash", Args: `{"c":"b"}`, Output: b}}
-		body := compilertest.ChatBody("gpt-4o", append(turns, turns...), "")
+		a, b := fixtures.ToolOutput(7400+2*i, 100000), fixtures.ToolOutput(7401+2*i, 100000)
+		turns := []fixtures.ChatTurn{{Tool: "bash", Args: `{"c":"a"}`, Output: a}, {Tool: "bash", Args: `{"c":"b"}`, Output: b}}
+		body := fixtures.ChatBody("gpt-4o", append(turns, turns...), "")
 		r := g.post("/v1/chat/completions", body, fmt.Sprintf("Authorization: Bearer sk-fake-%d", i))
 		if r.Status != http.StatusUnauthorized {
 			t.Fatalf("fake key %d: %d", i, r.Status)
@@ -190,9 +190,9 @@ func TestFakeKeysCannotFillTheVault(t *testing.T) {
 		fakes = append(fakes, r.TT)
 	}
 	g.verify("/v1/chat/completions", "Authorization: "+real)
-	c := compilertest.ToolOutput(7499, 100000)
-	turns := []compilertest.ChatTurn{{Tool: "bash", Args: `{"c":"c"}`, Output: c}, {Tool: "bash", Args: `{"c":"c"}`, Output: c}}
-	r := g.post("/v1/chat/completions", compilertest.ChatBody("gpt-4o", turns, ""), "Authorization: "+real)
+	c := fixtures.ToolOutput(7499, 100000)
+	turns := []fixtures.ChatTurn{{Tool: "bash", Args: `{"c":"c"}`, Output: c}, {Tool: "bash", Args: `{"c":"c"}`, Output: c}}
+	r := g.post("/v1/chat/completions", fixtures.ChatBody("gpt-4o", turns, ""), "Authorization: "+real)
 	if r.Status != 200 || !strings.HasPrefix(r.TT, "accepted;") {
 		t.Fatalf("the verified tenant after ten fake keys: %d %q", r.Status, r.TT)
 	}
@@ -217,13 +217,13 @@ func TestConfiguredTenantSeparatesUsers(t *testing.T) {
 	reverse_proxy $UPSTREAM
 `, up)
 	const dummy = "Authorization: Bearer sk-shared-dummy"
-	turns := compilertest.Turns(7500, 2, 9000)
+	turns := fixtures.Turns(7500, 2, 9000)
 	for i := 1; i <= 2; i++ {
-		if r := g.post("/v1/chat/completions", compilertest.ChatBody("gpt-4o", turns[:i], ""), dummy, "X-User: alice"); r.Status != 200 {
+		if r := g.post("/v1/chat/completions", fixtures.ChatBody("gpt-4o", turns[:i], ""), dummy, "X-User: alice"); r.Status != 200 {
 			t.Fatalf("alice step %d: %d", i, r.Status)
 		}
 	}
-	if r := g.post("/v1/chat/completions", compilertest.ChatBody("gpt-4o", turns[:2], ""), dummy, "X-User: alice"); !strings.Contains(r.TT, "receipts=1") {
+	if r := g.post("/v1/chat/completions", fixtures.ChatBody("gpt-4o", turns[:2], ""), dummy, "X-User: alice"); !strings.Contains(r.TT, "receipts=1") {
 		t.Fatalf("alice's conversation vaulted nothing (%q): the test proves nothing", r.TT)
 	}
 	id := "a_" + artifactID(turns[0].Output)
@@ -244,7 +244,7 @@ func TestConfiguredTenantSeparatesUsers(t *testing.T) {
 	// On bob's request path alice's lineage is not his either: his first
 	// request of the same conversation carries its result inline.
 	n := up.count()
-	if r := g.post("/v1/chat/completions", compilertest.ChatBody("gpt-4o", turns[:2], ""), dummy, "X-User: bob"); strings.Contains(r.TT, "receipts=1") || bytes.Contains(up.all()[n].Body, []byte(id)) {
+	if r := g.post("/v1/chat/completions", fixtures.ChatBody("gpt-4o", turns[:2], ""), dummy, "X-User: bob"); strings.Contains(r.TT, "receipts=1") || bytes.Contains(up.all()[n].Body, []byte(id)) {
 		t.Fatalf("bob's request was compiled with alice's lineage: %q", r.TT)
 	}
 	if !logHas(g, "the tenant identity is taken from the request as the client sent it") {

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 	"github.com/tokenterminator/caddy-token-terminator/internal/response"
 )
 
@@ -16,7 +16,7 @@ import (
 // request, and a 2000-event answer stream passing through the stitcher.
 
 func BenchmarkAppendTool1MB(b *testing.B) {
-	body := compilertest.ChatBody("gpt-4o", compilertest.Turns(1, 50, 20000), "")
+	body := fixtures.ChatBody("gpt-4o", fixtures.Turns(1, 50, 20000), "")
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
@@ -27,7 +27,7 @@ func BenchmarkAppendTool1MB(b *testing.B) {
 }
 
 func BenchmarkFollowUp1MB(b *testing.B) {
-	body, _ := AppendTool(response.FormatChat, compilertest.ChatBody("gpt-4o", compilertest.Turns(1, 50, 20000), ""))
+	body, _ := AppendTool(response.FormatChat, fixtures.ChatBody("gpt-4o", fixtures.Turns(1, 50, 20000), ""))
 	answer := []byte(chatAnswer(true, ""))
 	calls := []Call{{ID: "own1", Result: []byte(`{"content":"` + strings.Repeat("x", 8000) + `"}`)}}
 	b.SetBytes(int64(len(body)))

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
 // BenchCompile1MB measures compiling a ~1 MB chat request with 50 tool
@@ -17,17 +18,17 @@ import (
 // uses a new tenant, so all 50 artifacts are written in one synced batch.
 // It reports p50 and p99 in ms.
 func BenchCompile1MB(b *testing.B, store compiler.Store, cold bool) {
-	BenchCompile(b, store, "/v1/chat/completions", func(turns []ChatTurn) []byte {
-		return ChatBody("gpt-4o", turns, "")
+	BenchCompile(b, store, "/v1/chat/completions", func(turns []fixtures.ChatTurn) []byte {
+		return fixtures.ChatBody("gpt-4o", turns, "")
 	}, cold)
 }
 
 // BenchCompile is BenchCompile1MB for any format: render turns the tool
 // rounds into a request body of the format served at path.
-func BenchCompile(b *testing.B, store compiler.Store, path string, render func([]ChatTurn) []byte, cold bool) {
+func BenchCompile(b *testing.B, store compiler.Store, path string, render func([]fixtures.ChatTurn) []byte, cold bool) {
 	// The next step of a session: the 50 results delivered before are
 	// answered (the model called another tool since), the newest is not.
-	turns := Turns(1000, 51, 20000)
+	turns := fixtures.Turns(1000, 51, 20000)
 	prev, body := render(turns[:50]), render(turns)
 	c, err := compiler.New(compiler.Options{InlineLeases: 1}, store, nil)
 	if err != nil {

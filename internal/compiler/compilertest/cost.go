@@ -11,6 +11,3 @@ func CacheCost(prev, cur []byte) float64 {
 	n := fixtures.CommonPrefix(prev, cur)
 	return 0.1*float64(n) + 1.25*float64(len(cur)-n)
 }
-
-// CommonPrefix is fixtures.CommonPrefix.
-func CommonPrefix(a, b []byte) int { return fixtures.CommonPrefix(a, b) }

@@ -1,5 +1,7 @@
-// Package compilertest holds test helpers for the compiler: an in-memory
-// Store and generators of realistic agent requests.
+// Package compilertest holds test helpers for the compiler that need the
+// testing package or the compiler: an in-memory Store, the shared 1 MB
+// benchmark and the corpus loader for tests. The request generators are in
+// internal/fixtures, under one name.
 package compilertest
 
 import (

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
 func sha(s string) compiler.Digest { return sha256.Sum256([]byte(s)) }
@@ -56,7 +57,7 @@ func fleetAlternating(t *testing.T, open func(prefix string) *Store) {
 	mem := newCompiler(compilertest.NewMemStore()) // an independent implementation of the contract
 
 	// A session that re-reads files: tool results repeat across steps.
-	turns := compilertest.Turns(7, 24, 9000)
+	turns := fixtures.Turns(7, 24, 9000)
 	for i := range turns {
 		if i%3 == 2 {
 			turns[i].Output = turns[i-2].Output
@@ -64,7 +65,7 @@ func fleetAlternating(t *testing.T, open func(prefix string) *Store) {
 	}
 	receipts := 0
 	for step := 1; step <= len(turns); step++ {
-		body := compilertest.ChatBody("gpt-4o", turns[:step], "")
+		body := fixtures.ChatBody("gpt-4o", turns[:step], "")
 		// The same clock for both, so cost decisions (prompt-cache TTLs) agree.
 		at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(step) * 30 * time.Second)
 		req := compiler.Request{Path: "/v1/chat/completions", Body: body, Scope: compiler.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce, Time: at}

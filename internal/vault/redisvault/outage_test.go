@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
 const opTimeout = 300 * time.Millisecond
@@ -24,7 +24,7 @@ const opTimeout = 300 * time.Millisecond
 const bound = opTimeout + 1700*time.Millisecond
 
 func testArt(seed, n int) compiler.Artifact {
-	text := compilertest.ToolOutput(seed, n)
+	text := fixtures.ToolOutput(seed, n)
 	raw := []byte(fmt.Sprintf("%q", text))
 	return compiler.Artifact{Digest: compiler.ArtifactDigest(text, raw), Text: text, Raw: raw, Tool: "bash", Chars: len([]rune(text))}
 }
