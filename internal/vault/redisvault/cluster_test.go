@@ -11,6 +11,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault/storetest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault/redisvault/redistest"
 )
 
 // startCluster starts a three-master Redis Cluster on loopback, the slots
@@ -24,7 +25,7 @@ func startCluster(t *testing.T) string {
 	}
 	nodes := make([]node, 3)
 	for i := range nodes {
-		bus := freePort(t)
+		bus := redistest.FreePort(t)
 		nodes[i] = node{startServer(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 			"--cluster-port", fmt.Sprint(bus), "--cluster-node-timeout", "5000"), bus}
 	}

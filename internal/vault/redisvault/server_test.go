@@ -21,8 +21,6 @@ func startServer(t testing.TB, extra ...string) *server {
 	return &server{redistest.Start(t, extra...)}
 }
 
-func freePort(t testing.TB) int { return redistest.FreePort(t) }
-
 // open opens a Store on s with cfg (URL filled in) and closes it in Cleanup.
 func (s *server) open(t testing.TB, cfg Config) *Store {
 	t.Helper()
