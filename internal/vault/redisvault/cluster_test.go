@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
-	"github.com/tokenterminator/caddy-token-terminator/internal/vault/storetest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault/redisvault/redistest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault/storetest"
 )
 
 // startCluster starts a three-master Redis Cluster on loopback, the slots
