@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
+	"github.com/tokenterminator/caddy-token-terminator/internal/splice"
 )
 
 // verify is the validity check on the final payload: the rewrite must parse,
@@ -45,7 +46,7 @@ func verified(f format, p *plan, out []byte, cache *textCache) (*jsonv.Node, err
 type unchangedStrings struct {
 	orig  []byte
 	strs  []spanKey // the original's long strings, ascending by start
-	edits []edit    // sorted and disjoint, as spliceReserve leaves them
+	edits []edit    // sorted and disjoint, as splice.Reserve leaves them
 	next  int       // the first edit that does not end before the cursor
 	delta int       // what edits[:next] add to the rewrite's length
 }
@@ -119,7 +120,7 @@ func verifyTree(f format, p *plan, out []byte, root *jsonv.Node, cache *textCach
 	if len(folds) == 0 {
 		return nil // the test oracle knows no fold edits; structure and rules were checked
 	}
-	projected, err := splice(orig.src, folds)
+	projected, err := splice.Apply(orig.src, folds)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
+	"github.com/tokenterminator/caddy-token-terminator/internal/splice"
 )
 
 // rewriteOf parses orig (a JSON array) with the text cache's Known, as a
@@ -27,7 +28,7 @@ func rewriteOf(t *testing.T, orig []byte, replace map[int][]byte) (*knownStrings
 			edits = append(edits, edit{start: el.Start, end: el.End, at: el.Start, repl: repl})
 		}
 	}
-	out, err := spliceReserve(orig, edits, 0)
+	out, err := splice.Reserve(orig, edits, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

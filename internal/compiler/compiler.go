@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
+	"github.com/tokenterminator/caddy-token-terminator/internal/splice"
 )
 
 // Reason is why a candidate went upstream as the original bytes. Every
@@ -572,7 +573,7 @@ func (c *Compiler) rewrite(ctx context.Context, f format, p *plan, req Request, 
 	if p.tool.def != nil {
 		reserve = len(p.tool.def) + len(`,"tools":[]`)
 	}
-	out, err := spliceReserve(req.Body, p.edits, reserve)
+	out, err := splice.Reserve(req.Body, p.edits, reserve)
 	if err != nil {
 		return nil, ReasonInternal
 	}

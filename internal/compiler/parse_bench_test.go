@@ -5,6 +5,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
+	"github.com/tokenterminator/caddy-token-terminator/internal/splice"
 )
 
 // The two parses of a warm 1 MB request (the body of BenchCompile1MB, its
@@ -38,7 +39,7 @@ func BenchmarkParse1MBWarm(b *testing.B) {
 			edits = append(edits, edit{start: c.Start, end: c.End, at: c.Start, repl: []byte(`"[receipt]"`)})
 		}
 	}
-	out, err := spliceReserve(body, edits, 0)
+	out, err := splice.Reserve(body, edits, 0)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
+	"github.com/tokenterminator/caddy-token-terminator/internal/splice"
 )
 
 // Recovery configures how a rewrite tells the model to get vaulted content
@@ -349,7 +350,7 @@ func addTool(out []byte, root *jsonv.Node, def []byte) ([]byte, error) {
 	if c := out[ins.start]; c != ']' && c != '}' {
 		return nil, errToolCheck
 	}
-	return insertInto(out, ins), nil
+	return splice.Insert(out, ins.start, ins.repl)
 }
 
 // stickyTool is the tool flag a conversation's next state records: set

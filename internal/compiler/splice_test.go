@@ -2,10 +2,10 @@ package compiler
 
 import (
 	"bytes"
-	"strings"
 	"testing"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
+	"github.com/tokenterminator/caddy-token-terminator/internal/splice"
 )
 
 // TestTokenHintsFollowEdits: every hint of the original that no edit
@@ -35,7 +35,7 @@ func TestTokenHintsFollowEdits(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			out, err := splice(body, tc.edits)
+			out, err := splice.Apply(body, tc.edits)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -82,48 +82,6 @@ func TestTokenHintsFollowEdits(t *testing.T) {
 				if !inOut[h+delta] || !bytes.Equal(out[h+delta:h+delta+next-h], body[h:next]) {
 					t.Fatalf("hint %d: not carried to the output at %d", h, h+delta)
 				}
-			}
-		})
-	}
-}
-
-// insertInto gives what splicing the insertion gives: in place when the
-// spare capacity holds it (spliceReserve leaves room), in a copy otherwise.
-func TestInsertInto(t *testing.T) {
-	src := []byte(`{"a":[1,2],"tools":[{"x":1}]}`)
-	for _, tc := range []struct {
-		name    string
-		reserve int
-		at      int // from the end of the rewrite
-		ins     string
-	}{
-		{"at the start", 40, -1, `{"y":2},`},
-		{"inside the tools array", 40, 2, `,{"y":2}`},
-		{"at the end", 3, 0, `abc`},
-		{"no reserve", 0, 2, strings.Repeat("z", 100)},
-		{"too small a reserve", 40, 2, strings.Repeat("z", 100)},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			out, err := spliceReserve(src, []edit{{start: 6, end: 7, repl: []byte(`"one"`)}}, tc.reserve)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if string(out) != `{"a":["one",2],"tools":[{"x":1}]}` || cap(out) < len(out)+tc.reserve {
-				t.Fatalf("spliceReserve = %s (cap %d)", out, cap(out))
-			}
-			at := len(out) - tc.at
-			if tc.at < 0 {
-				at = 0
-			}
-			e := edit{start: at, end: at, repl: []byte(tc.ins)}
-			want, _ := splice(out, []edit{e})
-			room, base := cap(out)-len(out) >= len(tc.ins), &out[:1][0]
-			got := insertInto(out, e)
-			if string(got) != string(want) {
-				t.Fatalf("got %s, want %s", got, want)
-			}
-			if inPlace := &got[0] == base; inPlace != room {
-				t.Fatalf("in place %v with room %v", inPlace, room)
 			}
 		})
 	}

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
+	"github.com/tokenterminator/caddy-token-terminator/internal/splice"
 )
 
 // Working state (Options.WorkingStateChars) is a short index the gateway
@@ -288,7 +289,7 @@ func addWorkingState(f format, p *plan, out []byte, max int, cache *textCache) (
 		}
 	}
 	_, partType := wsShape(f)
-	res, err := splice(out, []edit{{start: at, end: at, repl: wsInsertion(partType, block, inString)}})
+	res, err := splice.Apply(out, []edit{{start: at, end: at, repl: wsInsertion(partType, block, inString)}})
 	if err != nil {
 		return nil, 0, false
 	}

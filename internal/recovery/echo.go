@@ -30,7 +30,7 @@ func StripToolEcho(format string, answer []byte) []byte {
 	if len(edits) == 0 {
 		return answer
 	}
-	return splice(answer, edits)
+	return spliceOr(answer, edits)
 }
 
 // echoEdits appends the edit that removes the gateway's tool from tools,

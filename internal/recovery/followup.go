@@ -106,7 +106,7 @@ func followUpChat(request []byte, req *jsonv.Node, answer []byte, ans *jsonv.Nod
 		out = append(out, r...)
 		out = append(out, '}')
 	}
-	return appendElems(request, msgs, out), nil
+	return appendElems(request, msgs, out)
 }
 
 // isClientCall reports whether a Responses output item or an Anthropic
@@ -178,9 +178,9 @@ func followUpResponses(request []byte, req *jsonv.Node, answer []byte, ans *json
 		// the list the turn is appended to.
 		list := append([]byte(`[{"role":"user","content":`), input.Raw(request)...)
 		list = append(append(append(list, "},"...), out...), ']')
-		return splice(request, []edit{{input.Start, input.End, list}}), nil
+		return spliceShape(request, []edit{{input.Start, input.End, list}})
 	}
-	return appendElems(request, input, out), nil
+	return appendElems(request, input, out)
 }
 
 func followUpAnthropic(request []byte, req *jsonv.Node, answer []byte, ans *jsonv.Node, result resultFunc) ([]byte, error) {
@@ -213,5 +213,5 @@ func followUpAnthropic(request []byte, req *jsonv.Node, answer []byte, ans *json
 		out = append(out, '}')
 	}
 	out = append(out, "]}"...)
-	return appendElems(request, msgs, out), nil
+	return appendElems(request, msgs, out)
 }

@@ -1,9 +1,10 @@
 package recovery
 
 import (
-	"slices"
+	"fmt"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
+	"github.com/tokenterminator/caddy-token-terminator/internal/splice"
 )
 
 // edit replaces src[start:end] with repl.
@@ -12,23 +13,28 @@ type edit struct {
 	repl       []byte
 }
 
-// splice applies non-overlapping edits; every byte outside them is copied
-// unchanged. (The compiler has its own, unexported; this package edits
-// request bodies the same way.)
-func splice(src []byte, edits []edit) []byte {
-	slices.SortFunc(edits, func(a, b edit) int { return a.start - b.start })
-	size := len(src)
-	for _, e := range edits {
-		size += len(e.repl) - (e.end - e.start)
+// Span gives the edit to splice.Apply.
+func (e edit) Span() (start, end int, repl []byte) { return e.start, e.end, e.repl }
+
+// spliceOr is splice.Apply for a rewrite with a fallback: src itself when
+// the edits are refused. They come from src's own parse, so only a bug can
+// make them refused; the caller then passes src on as it does an event it
+// cannot read.
+func spliceOr(src []byte, edits []edit) []byte {
+	out, err := splice.Apply(src, edits)
+	if err != nil {
+		return src
 	}
-	out := make([]byte, 0, size)
-	pos := 0
-	for _, e := range edits {
-		out = append(out, src[pos:e.start]...)
-		out = append(out, e.repl...)
-		pos = e.end
+	return out
+}
+
+// spliceShape is splice.Apply with a refusal reported as ErrShape.
+func spliceShape(src []byte, edits []edit) ([]byte, error) {
+	out, err := splice.Apply(src, edits)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrShape, err)
 	}
-	return append(out, src[pos:]...)
+	return out, nil
 }
 
 // appendElemsEdit inserts elems (already joined with commas) at the end of
@@ -41,17 +47,17 @@ func appendElemsEdit(arr *jsonv.Node, elems []byte) edit {
 	return edit{at, at, append([]byte{','}, elems...)}
 }
 
-func appendElems(src []byte, arr *jsonv.Node, elems []byte) []byte {
-	return splice(src, []edit{appendElemsEdit(arr, elems)})
+func appendElems(src []byte, arr *jsonv.Node, elems []byte) ([]byte, error) {
+	return spliceShape(src, []edit{appendElemsEdit(arr, elems)})
 }
 
 // insertMember adds member ("key":value) at the end of object obj.
-func insertMember(src []byte, obj *jsonv.Node, member []byte) []byte {
+func insertMember(src []byte, obj *jsonv.Node, member []byte) ([]byte, error) {
 	if len(obj.Members) == 0 {
-		return splice(src, []edit{{obj.Start + 1, obj.Start + 1, member}})
+		return spliceShape(src, []edit{{obj.Start + 1, obj.Start + 1, member}})
 	}
 	at := obj.Members[len(obj.Members)-1].Value.End
-	return splice(src, []edit{{at, at, append([]byte{','}, member...)}})
+	return spliceShape(src, []edit{{at, at, append([]byte{','}, member...)}})
 }
 
 // joinRaw joins the source bytes of nodes with commas.

@@ -207,7 +207,7 @@ func sseEvent(name string, data []byte) []byte {
 // setInts returns data with the top-level integer members named in set
 // replaced; members absent stay absent.
 func setInts(data []byte, root *jsonv.Node, set map[string]int) []byte {
-	return splice(data, intEdits(root, set, nil))
+	return spliceOr(data, intEdits(root, set, nil))
 }
 
 // intEdits appends the edits of setInts.

@@ -177,7 +177,7 @@ func (b *asmBlock) block() []byte {
 		}
 		set = append(set, member{"citations", append(list, ']')})
 	}
-	return splice(b.start, setMembersEdits(obj, set))
+	return spliceOr(b.start, setMembersEdits(obj, set))
 }
 
 func (s *anthropicStream) endRound() ([]byte, bool) {
@@ -261,7 +261,7 @@ func (s *anthropicStream) finalDelta(data []byte, u response.Usage) []byte {
 		}
 		edits = append(edits, setMembersEdits(us, set)...)
 	}
-	return splice(data, edits)
+	return spliceOr(data, edits)
 }
 
 // isType reports whether a held event's data is of JSON type t.

@@ -120,7 +120,7 @@ func (s *chatStream) event(ev response.Event, round int, out func([]byte)) {
 	}
 	// What else the chunk says (text beside the calls, rare) goes on without
 	// them; a finish reason on the last call chunk becomes the end.
-	rest := splice(src, []edit{{delta.Start, delta.End, objectWithout(src, delta, "tool_calls")}})
+	rest := spliceOr(src, []edit{{delta.Start, delta.End, objectWithout(src, delta, "tool_calls")}})
 	if finished {
 		s.end = append(s.end, heldEvent{name: ev.Name, data: rest, raw: sseEvent(ev.Name, rest)})
 	} else if c := delta.Get("content"); c.Is(jsonv.String) && c.End-c.Start > 2 {
@@ -141,7 +141,7 @@ func (s *chatStream) relabel(ev response.Event, root *jsonv.Node, edits []edit) 
 	if len(edits) == 0 {
 		return ev.Raw
 	}
-	return sseEvent(ev.Name, splice(ev.Data, edits))
+	return sseEvent(ev.Name, spliceOr(ev.Data, edits))
 }
 
 func (s *chatStream) endRound() ([]byte, bool) {

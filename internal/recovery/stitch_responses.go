@@ -56,7 +56,7 @@ func (s *responsesStream) reseq(ev response.Event, root *jsonv.Node, ci int) []b
 		set["output_index"] = ci
 	}
 	edits := eventEchoEdits(ev.Data, root, intEdits(root, set, nil))
-	return rewriteEvent(ev, splice(ev.Data, edits))
+	return rewriteEvent(ev, spliceOr(ev.Data, edits))
 }
 
 func (s *responsesStream) event(ev response.Event, round int, out func([]byte)) {
@@ -237,7 +237,7 @@ func (s *responsesStream) finish(u response.Usage, rewrite bool, out func([]byte
 		}
 		edits = echoEdits(data, resp.Get("tools"), edits)
 	}
-	out(sseEvent(s.lastEnd.name, splice(data, edits)))
+	out(sseEvent(s.lastEnd.name, spliceOr(data, edits)))
 	s.lastEnd = nil
 	return true
 }

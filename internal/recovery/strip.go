@@ -38,7 +38,7 @@ func StripOwnCalls(format string, answer []byte, usage response.Usage) ([]byte, 
 	if usage.Known {
 		edits = append(edits, usageEdits(format, answer, root.Get("usage"), usage)...)
 	}
-	return splice(answer, edits), nil
+	return spliceShape(answer, edits)
 }
 
 // ownOrItsReasoning selects our calls in a Responses output and the

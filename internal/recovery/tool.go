@@ -75,7 +75,11 @@ func AppendTool(format string, body []byte) ([]byte, error) {
 	case tools == nil:
 		ins := append([]byte(`"tools":[`), def...)
 		ins = append(ins, ']')
-		return insertMember(body, root, ins), nil
+		out, err := insertMember(body, root, ins)
+		if err != nil {
+			return body, err
+		}
+		return out, nil
 	case !tools.Is(jsonv.Array):
 		return body, ErrShape
 	}
@@ -84,7 +88,11 @@ func AppendTool(format string, body []byte) ([]byte, error) {
 			return body, ErrToolPresent
 		}
 	}
-	return appendElems(body, tools, def), nil
+	out, err := appendElems(body, tools, def)
+	if err != nil {
+		return body, err
+	}
+	return out, nil
 }
 
 // toolNamed reports whether a tools element names name, in any format's
