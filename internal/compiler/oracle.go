@@ -47,31 +47,58 @@ func check(path string, orig, out []byte, folding bool) error {
 		return fmt.Errorf("rewrite does not parse: %w", err)
 	}
 	list, _ := d.history()
+	outList := outHistory(d.doc, list, root)
+	if list == nil || !outList.Is(jsonv.Array) {
+		// No history list (a Responses string input): nothing may change
+		// but slots, and there are none.
+		return fmt.Errorf("body changed without a history to rewrite")
+	}
+	keep, folds, err := alignHistory(f, d.doc, list, outList, orig, out, folding)
+	if err != nil {
+		return err
+	}
+	edits, err := oracleReceiptEdits(d.doc, list, outList, keep, orig, out)
+	if err != nil {
+		return err
+	}
+	if len(edits) == 0 && folds == 0 {
+		return fmt.Errorf("body changed without any receipt or summary")
+	}
+	p := &plan{d: d.doc, edits: edits}
+	if folds > 0 {
+		p.compaction = &compaction{list: list, keep: keep, folds: make([]fold, folds)}
+	}
+	return verify(f, p, out, nil)
+}
+
+// outHistory is the rewrite's history list: the value of the member at
+// list's place in the original's root, under the same key.
+func outHistory(d *doc, list, root *jsonv.Node) *jsonv.Node {
 	var outList *jsonv.Node
 	for i, m := range d.root.Members {
 		if m.Value == list && i < len(root.Members) && root.Members[i].Key == m.Key {
 			outList = root.Members[i].Value
 		}
 	}
-	if list == nil || !outList.Is(jsonv.Array) {
-		// No history list (a Responses string input): nothing may change
-		// but slots, and there are none.
-		return fmt.Errorf("body changed without a history to rewrite")
-	}
+	return outList
+}
+
+// alignHistory aligns the rewrite's history with the original's, greedily:
+// every kept element equals (up to receipts in its slots) a later original
+// element, or is a later original element's session-context parts alone;
+// summaries stand for what is skipped. keep[j] is the original element of
+// output element j (-1 for a summary, preambleOf for a session-context
+// part); folds counts the summaries.
+func alignHistory(f format, d *doc, list, outList *jsonv.Node, orig, out []byte, folding bool) (keep []int, folds int, err error) {
 	slotAt := make(map[int]bool, len(d.slots))
 	for _, s := range d.slots {
 		slotAt[s.value.Start] = true
 	}
-	// Greedy alignment: every kept element equals (up to receipts in its
-	// slots) a later original element, or is a later original element's
-	// session-context parts alone; summaries stand for what is skipped.
-	var keep []int
-	folds := 0
 	oi := 0
 	for _, e := range outList.Elems {
 		if strings.HasPrefix(foldedText(out, e), FoldPrefix) {
 			if !folding {
-				return fmt.Errorf("history element at %d is a folded turn", e.Start)
+				return nil, 0, fmt.Errorf("history element at %d is a folded turn", e.Start)
 			}
 			keep = append(keep, -1)
 			folds++
@@ -89,19 +116,24 @@ func check(path string, orig, out []byte, folding bool) error {
 			}
 		}
 		if oi == len(list.Elems) {
-			return fmt.Errorf("history element at %d matches no original element", e.Start)
+			return nil, 0, fmt.Errorf("history element at %d matches no original element", e.Start)
 		}
 		keep = append(keep, k)
 		oi++
 	}
 	if folds == 0 && len(keep) != len(list.Elems) {
-		return fmt.Errorf("history lost elements without a summary")
+		return nil, 0, fmt.Errorf("history lost elements without a summary")
 	}
 	if err := oraclePreambleKept(orig, list, keep); err != nil {
-		return err
+		return nil, 0, err
 	}
-	// Every slot value that changed must now be a receipt of exactly its
-	// stable body, with the client's wrapper parts around it unchanged.
+	return keep, folds, nil
+}
+
+// oracleReceiptEdits checks that every slot value that changed is now a
+// receipt of exactly its stable body, with the client's wrapper parts
+// around it unchanged, and returns an edit per such slot.
+func oracleReceiptEdits(d *doc, list, outList *jsonv.Node, keep []int, orig, out []byte) ([]edit, error) {
 	var edits []edit
 	for _, s := range d.slots {
 		for j, k := range keep {
@@ -113,19 +145,12 @@ func check(path string, orig, out []byte, folding bool) error {
 				continue
 			}
 			if err := oracleReceipt(s.value.Raw(orig), b.Raw(out)); err != nil {
-				return fmt.Errorf("slot at %d: %w", s.value.Start, err)
+				return nil, fmt.Errorf("slot at %d: %w", s.value.Start, err)
 			}
 			edits = append(edits, edit{start: s.value.Start, end: s.value.End, at: s.value.Start})
 		}
 	}
-	if len(edits) == 0 && folds == 0 {
-		return fmt.Errorf("body changed without any receipt or summary")
-	}
-	p := &plan{d: d.doc, edits: edits}
-	if folds > 0 {
-		p.compaction = &compaction{list: list, keep: keep, folds: make([]fold, folds)}
-	}
-	return verify(f, p, out, nil)
+	return edits, nil
 }
 
 // receiptBlockRE matches a receipt block list as blockReceipt writes it,
