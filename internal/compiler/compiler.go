@@ -380,36 +380,13 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, trees *js
 	res.Model = d.model
 	d.hold = req.Hold
 	p := &plan{d: d.doc, recovery: c.opts.Recovery.forDoc(d.doc)}
-	minChars := c.opts.MinArtifactChars
-	if !c.opts.Cost.Off {
-		minChars = min(minChars, c.opts.Cost.LeaseMin()) // the bill decides on the smaller ones (plan_choice.go)
-	}
-	for _, s := range d.slots {
-		ok := s.text.chars >= minChars && s.text.chars <= c.opts.MaxArtifactChars
-		p.eligible = append(p.eligible, ok)
-		if ok {
-			res.Slots++
-		}
-	}
+	c.markEligible(p, res)
 	if len(d.units) == 0 {
 		res.Reason = ReasonNoSlots
 		return nil
 	}
-	// Leases need the conversation's lineage; without an eligible slot there
-	// is nothing to lease, so the vault is not asked (nor told) anything,
-	// unless compaction may fold: then the cost decision needs the
-	// conversation's cache state.
-	if res.Slots > 0 || (!c.opts.Cost.Off && c.opts.Compaction.Enabled) {
-		p.chain = d.hasher.chain(f.name(), d.units)
-		res.Conversation = p.chain[min(1, len(p.chain)-1)]
-		tv := time.Now()
-		lin, err := c.store.Ancestor(ctx, req.Scope, p.chain)
-		res.Vault += time.Since(tv)
-		if err != nil {
-			res.Reason, res.Detail = vaultReason(ctx, err), err.Error()
-			return nil // no lineage known: recording would guess, so record nothing
-		}
-		p.lineage = lin
+	if !c.lineage(ctx, f, d.hasher, p, req, res) {
+		return nil
 	}
 	// The history serves leases (which results are unanswered) and
 	// compaction; a request that needs neither is not described.
@@ -421,9 +398,52 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, trees *js
 		return nil
 	}
 	p, ch := c.choose(p, f.name(), req)
+	forwarded := c.finish(ctx, f, p, ch, req, res)
+	return func() time.Duration { return c.record(ctx, req.Scope, p, forwarded) }
+}
 
+// markEligible marks the slots whose size lets them become receipts and
+// counts them in res.Slots.
+func (c *Compiler) markEligible(p *plan, res *Result) {
+	minChars := c.opts.MinArtifactChars
+	if !c.opts.Cost.Off {
+		minChars = min(minChars, c.opts.Cost.LeaseMin()) // the bill decides on the smaller ones (plan_choice.go)
+	}
+	for _, s := range p.d.slots {
+		ok := s.text.chars >= minChars && s.text.chars <= c.opts.MaxArtifactChars
+		p.eligible = append(p.eligible, ok)
+		if ok {
+			res.Slots++
+		}
+	}
+}
+
+// lineage asks the store for the conversation's lineage when the plan
+// needs it: leases need it, and without an eligible slot there is nothing
+// to lease, so the vault is not asked (nor told) anything, unless
+// compaction may fold: then the cost decision needs the conversation's
+// cache state. It returns false, with the reason set, when the store
+// fails: no lineage known, recording would guess, so nothing is recorded.
+func (c *Compiler) lineage(ctx context.Context, f format, h *hasher, p *plan, req Request, res *Result) bool {
+	if res.Slots > 0 || (!c.opts.Cost.Off && c.opts.Compaction.Enabled) {
+		p.chain = h.chain(f.name(), p.d.units)
+		res.Conversation = p.chain[min(1, len(p.chain)-1)]
+		tv := time.Now()
+		lin, err := c.store.Ancestor(ctx, req.Scope, p.chain)
+		res.Vault += time.Since(tv)
+		if err != nil {
+			res.Reason, res.Detail = vaultReason(ctx, err), err.Error()
+			return false
+		}
+		p.lineage = lin
+	}
+	return true
+}
+
+// finish rewrites by the chosen plan (or says why not), fills res with
+// the outcome, and reports whether the rewrite is forwarded.
+func (c *Compiler) finish(ctx context.Context, f format, p *plan, ch *choice, req Request, res *Result) (forwarded bool) {
 	out := req.Body
-	forwarded := false
 	if len(p.edits) == 0 {
 		switch {
 		case ch != nil && ch.declined:
@@ -466,7 +486,7 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, trees *js
 			p.recovered[d] = true
 		}
 	}
-	return func() time.Duration { return c.record(ctx, req.Scope, p, forwarded) }
+	return forwarded
 }
 
 // parsed bundles a doc with the hasher that memoised its long strings.
