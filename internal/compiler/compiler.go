@@ -309,33 +309,12 @@ func (p *plan) build() {
 		default:
 			p.kinds.Lease++
 		}
-		var r string
-		if k := p.sameAs[i]; k >= 0 {
-			r = p.recovery.receiptHint(receiptSameAs(Receipt(s.text.digest, s.tool, s.text.chars), p.d.callID(slots[k])))
-		} else {
-			r = p.receiptOf(i)
+		e, markable := p.receiptEdit(i)
+		if markable {
+			mark, p.markUnit = len(p.edits), s.unit
 		}
-		repl := jsonv.AppendString(make([]byte, 0, len(r)+16), r)
-		start, end := s.start, s.end
-		switch {
-		case p.blocks.on:
-			if s.inner {
-				// The whole string goes into the block, the client's
-				// wrapper parts around the receipt with it, byte for byte.
-				src := p.d.src
-				q := make([]byte, 0, len(repl)+(s.start-s.value.Start)+(s.value.End-s.end))
-				q = append(append(append(q, src[s.value.Start:s.start]...), repl[1:len(repl)-1]...), src[s.end:s.value.End]...)
-				repl, start, end = q, s.value.Start, s.value.End
-			}
-			repl = blockReceipt(repl, false)
-			if p.blocks.markable(s) {
-				mark, p.markUnit = len(p.edits), s.unit
-			}
-		case s.inner:
-			repl = repl[1 : len(repl)-1] // spliced inside the string, between its wrapper parts
-		}
-		p.receiptDelta[i] = len(repl) - (end - start)
-		p.edits = append(p.edits, edit{start: start, end: end, at: s.value.Start, repl: repl})
+		p.receiptDelta[i] = len(e.repl) - (e.end - e.start)
+		p.edits = append(p.edits, e)
 		add(Artifact{Digest: s.text.digest, Raw: p.d.src[s.start:s.end], Tool: s.tool, Args: s.args, Chars: s.text.chars}, s.text)
 	}
 	if mark >= 0 {
@@ -346,6 +325,36 @@ func (p *plan) build() {
 		p.edits = append(p.edits, f.edits...)
 		add(f.art, &text{s: f.art.Text})
 	}
+}
+
+// receiptEdit is the edit that puts slot i's receipt in place of its
+// value; markable: the receipt may carry the receipt breakpoint.
+func (p *plan) receiptEdit(i int) (e edit, markable bool) {
+	s := &p.d.slots[i]
+	var r string
+	if k := p.sameAs[i]; k >= 0 {
+		r = p.recovery.receiptHint(receiptSameAs(Receipt(s.text.digest, s.tool, s.text.chars), p.d.callID(p.d.slots[k])))
+	} else {
+		r = p.receiptOf(i)
+	}
+	repl := jsonv.AppendString(make([]byte, 0, len(r)+16), r)
+	start, end := s.start, s.end
+	switch {
+	case p.blocks.on:
+		if s.inner {
+			// The whole string goes into the block, the client's
+			// wrapper parts around the receipt with it, byte for byte.
+			src := p.d.src
+			q := make([]byte, 0, len(repl)+(s.start-s.value.Start)+(s.value.End-s.end))
+			q = append(append(append(q, src[s.value.Start:s.start]...), repl[1:len(repl)-1]...), src[s.end:s.value.End]...)
+			repl, start, end = q, s.value.Start, s.value.End
+		}
+		repl = blockReceipt(repl, false)
+		markable = p.blocks.markable(*s)
+	case s.inner:
+		repl = repl[1 : len(repl)-1] // spliced inside the string, between its wrapper parts
+	}
+	return edit{start: start, end: end, at: s.value.Start, repl: repl}, markable
 }
 
 // receiptOf returns slot i's receipt, with the recovery hint, as the
