@@ -90,6 +90,28 @@ func (c *Compiler) choose(base *plan, format string, req Request) (*plan, *choic
 		p.tool = c.planTool(format, p)
 		return p, nil
 	}
+	ch := c.newChoice(base, format, req)
+	steps, prevAligned := 0, 0
+	if ch.prev != nil {
+		steps, prevAligned = ch.prev.steps, ch.prev.aligned
+	}
+	foldHorizon, receiptHorizon := c.opts.Cost.Horizon(steps), c.opts.Cost.ReceiptHorizon(steps)
+	ch.segs, ch.segsBP = base.rendered(false, ch.marked)
+	ch.orig = ch.costOf(ch.segs)
+	if ch.warm && ch.prev.head == base.head && base.lineage.Length < len(ch.segs) {
+		ch.rawCached = ch.segs[base.lineage.Length].end
+	}
+	best, rewrites := c.judge(base, format, ch, ch.variants(cur), prevAligned, receiptHorizon, foldHorizon)
+	ch.horizon, ch.sent, ch.sentSegs, ch.sentBP = receiptHorizon, best.cp, best.segs, best.bps
+	ch.billed, ch.round = best.billed, best.round
+	ch.declined = rewrites && len(best.p.edits) == 0
+	return best.p, ch
+}
+
+// newChoice starts the cost decision of base: the model's prices for
+// format and base's model, the breakpoints the client marked, and the
+// conversation's recorded cache state and whether it is still warm.
+func (c *Compiler) newChoice(base *plan, format string, req Request) *choice {
 	d := base.d
 	ch := &choice{model: c.opts.Cost.Model(format, d.model), now: req.Time, tpb: c.opts.Cost.Tokens(1)}
 	if ch.now.IsZero() {
@@ -112,17 +134,15 @@ func (c *Compiler) choose(base *plan, format string, req Request) (*plan, *choic
 	if base.lineage.Found {
 		ch.prev = decodeCacheState(base.lineage.Cache)
 	}
-	steps := 0
 	if ch.prev != nil {
-		steps = ch.prev.steps
 		ch.warm = ch.now.Sub(ch.prev.time()) <= ch.model.TTL && !c.usage.cold(req.Scope, base.lineage.Ancestor, ch.model)
 	}
-	foldHorizon, receiptHorizon := c.opts.Cost.Horizon(steps), c.opts.Cost.ReceiptHorizon(steps)
-	prevAligned := 0
-	if ch.prev != nil {
-		prevAligned = ch.prev.aligned
-	}
+	return ch
+}
 
+// variants are the plans choose compares: folding up to cur turns, and,
+// after a recorded request, keeping its fold boundary and replaying it.
+func (ch *choice) variants(cur int) []variant {
 	variants := []variant{{aligned: cur}}
 	if ch.prev != nil {
 		if pa := min(ch.prev.aligned, cur); pa != cur {
@@ -130,29 +150,31 @@ func (c *Compiler) choose(base *plan, format string, req Request) (*plan, *choic
 		}
 		variants = append(variants, variant{aligned: min(ch.prev.aligned, cur), replay: true})
 	}
-	ch.segs, ch.segsBP = base.rendered(false, ch.marked)
-	ch.orig = ch.costOf(ch.segs)
-	if ch.warm && ch.prev.head == base.head && base.lineage.Length < len(ch.segs) {
-		ch.rawCached = ch.segs[base.lineage.Length].end
-	}
-	// Receipts stay for the rest of the conversation: every plan is judged
-	// over the receipt horizon by what it saves against the original. A
-	// plan that moves the fold boundary must also beat the best plan that
-	// does not over the fold horizon (cost_horizon): its boundary moves
-	// again a few turns later, rewriting the prompt once more.
-	type judged struct {
-		p                 *plan
-		cp                costPlan
-		segs              []seg
-		bps               []bool
-		billed, round     costPlan // as the provider bills it, and the recovery round it is expected to cause
-		overRecv, overFld float64  // saving against the original (negative: cheaper) over each horizon
-	}
+	return variants
+}
+
+// judged is a compiled variant with its costs.
+type judged struct {
+	p                 *plan
+	cp                costPlan
+	segs              []seg
+	bps               []bool
+	billed, round     costPlan // as the provider bills it, and the recovery round it is expected to cause
+	overRecv, overFld float64  // saving against the original (negative: cheaper) over each horizon
+}
+
+// judge compiles every variant and returns the cheapest, and whether any
+// variant rewrote at all. Receipts stay for the rest of the conversation:
+// every plan is judged over the receipt horizon by what it saves against
+// the original. A plan that moves the fold boundary (past prevAligned)
+// must also beat the best plan that does not over the fold horizon
+// (cost_horizon): its boundary moves again a few turns later, rewriting
+// the prompt once more.
+func (c *Compiler) judge(base *plan, format string, ch *choice, variants []variant, prevAligned int, receiptHorizon, foldHorizon float64) (best *judged, rewrites bool) {
 	rel := func(cp costPlan, h float64) float64 {
 		return ch.expectedOver(cp, ch.tpb, h) - ch.expectedOver(ch.orig, ch.tpb, h)
 	}
-	var best, bestFold *judged
-	rewrites := false
+	var bestFold *judged
 	for _, v := range variants {
 		p := c.planned(base, v, ch.prev)
 		p.choice = ch
@@ -176,10 +198,7 @@ func (c *Compiler) choose(base *plan, format string, req Request) (*plan, *choic
 	if best == nil || (bestFold != nil && bestFold.overRecv < best.overRecv && bestFold.overFld < best.overFld) {
 		best = bestFold
 	}
-	ch.horizon, ch.sent, ch.sentSegs, ch.sentBP = receiptHorizon, best.cp, best.segs, best.bps
-	ch.billed, ch.round = best.billed, best.round
-	ch.declined = rewrites && len(best.p.edits) == 0
-	return best.p, ch
+	return best, rewrites
 }
 
 // costOf sizes rendered segments and finds the cached prefix among them.
