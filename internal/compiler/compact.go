@@ -183,7 +183,6 @@ func cleanBoundaries(infos []msgInfo) []bool {
 // aligned is the compaction boundary in turns (alignedTurns of the turn
 // count, or an earlier boundary the cost decision keeps).
 func (c *Compiler) compact(p *plan, h *history, aligned int) *compaction {
-	opt := c.opts.Compaction
 	d := p.d
 	turns, list, offset := h.turns, h.list, h.offset
 	if len(turns) == 0 {
@@ -195,25 +194,60 @@ func (c *Compiler) compact(p *plan, h *history, aligned int) *compaction {
 	// multiple of compactBlock; they never enter the guaranteed windows.
 	aligned = min(aligned, alignedTurns(len(turns)))
 
-	// Old tool results: every slot in a turn before the recent window.
-	vaultTurns := max(0, aligned-opt.InlineRecentTurns)
-	if vaultTurns > 0 {
-		end := turns[vaultTurns-1].last // last element of the vaulted turns
-		for i, s := range d.slots {
-			el := s.unit - offset
-			if el < 0 || el > end || h.unanswered(s) || p.replace[i] || p.reinline(s.text.digest) {
-				continue
-			}
-			if s.text.chars >= opt.MinVaultChars && s.text.chars <= c.opts.MaxArtifactChars {
-				cp.vaulted[i] = true
+	c.vaultOld(p, h, cp, aligned)
+	foldTurns := c.foldPrefix(h, aligned)
+	// A turn shorter than its summary stays inline (that depends only on
+	// the turn's own bytes, so it is as sticky as folding itself), unless a
+	// tool call crosses its boundary: then it folds with its neighbour.
+	folded := make([]bool, foldTurns)
+	for t := 0; t < foldTurns; t++ {
+		if c.tooLarge(h, t) {
+			continue
+		}
+		f, ok := p.foldMemo[turns[t].first]
+		if !ok {
+			f = c.foldTurn(d, list, h.infos, turns[t])
+			if p.foldMemo != nil {
+				p.foldMemo[turns[t].first] = f
 			}
 		}
+		if folded[t] = f.size < turns[t].size(list) || h.crossed(t); folded[t] {
+			cp.folds = append(cp.folds, f)
+		}
 	}
+	if len(cp.folds) == 0 {
+		return cp
+	}
+	cp.place(d, h, folded)
+	return cp
+}
 
-	// Old turns: fold a prefix of turns that ends at a clean boundary, so a
-	// tool call never leaves without its result. A turn too large to vault
-	// cannot fold; if a call crosses its boundary, its neighbours cannot
-	// either, so the prefix ends before it.
+// vaultOld marks the old tool results to vault: every slot in a turn
+// before the recent window.
+func (c *Compiler) vaultOld(p *plan, h *history, cp *compaction, aligned int) {
+	opt := c.opts.Compaction
+	vaultTurns := max(0, aligned-opt.InlineRecentTurns)
+	if vaultTurns == 0 {
+		return
+	}
+	end := h.turns[vaultTurns-1].last // last element of the vaulted turns
+	for i, s := range p.d.slots {
+		el := s.unit - h.offset
+		if el < 0 || el > end || h.unanswered(s) || p.replace[i] || p.reinline(s.text.digest) {
+			continue
+		}
+		if s.text.chars >= opt.MinVaultChars && s.text.chars <= c.opts.MaxArtifactChars {
+			cp.vaulted[i] = true
+		}
+	}
+}
+
+// foldPrefix is how many old turns may fold: a prefix of turns that ends
+// at a clean boundary, so a tool call never leaves without its result. A
+// turn too large to vault cannot fold; if a call crosses its boundary, its
+// neighbours cannot either, so the prefix ends before it.
+func (c *Compiler) foldPrefix(h *history, aligned int) int {
+	opt, turns := c.opts.Compaction, h.turns
 	cut := func(n int) int {
 		for n > 0 && !h.clean[turns[n-1].last+1] {
 			n--
@@ -224,38 +258,31 @@ func (c *Compiler) compact(p *plan, h *history, aligned int) *compaction {
 	if opt.CollapseAfterTurns > 0 && h.clean[turns[0].first] {
 		foldTurns = cut(max(0, aligned-opt.CollapseAfterTurns))
 	}
-	tooLarge := func(t int) bool { return turns[t].size(list) > c.opts.MaxArtifactChars }
-	crossed := func(t int) bool { return !h.clean[turns[t].first] || !h.clean[turns[t].last+1] }
 	for t := 0; t < foldTurns; t++ {
-		if tooLarge(t) && crossed(t) {
-			foldTurns = cut(t)
-			break
+		if c.tooLarge(h, t) && h.crossed(t) {
+			return cut(t)
 		}
 	}
-	// A turn shorter than its summary stays inline (that depends only on
-	// the turn's own bytes, so it is as sticky as folding itself), unless a
-	// tool call crosses its boundary: then it folds with its neighbour.
-	folded := make([]bool, foldTurns)
-	for t := 0; t < foldTurns; t++ {
-		if tooLarge(t) {
-			continue
-		}
-		f, ok := p.foldMemo[turns[t].first]
-		if !ok {
-			f = c.foldTurn(d, list, h.infos, turns[t])
-			if p.foldMemo != nil {
-				p.foldMemo[turns[t].first] = f
-			}
-		}
-		if folded[t] = f.size < turns[t].size(list) || crossed(t); folded[t] {
-			cp.folds = append(cp.folds, f)
-		}
-	}
-	if len(cp.folds) == 0 {
-		return cp
-	}
+	return foldTurns
+}
+
+// tooLarge reports whether turn t is too large to vault.
+func (c *Compiler) tooLarge(h *history, t int) bool {
+	return h.turns[t].size(h.list) > c.opts.MaxArtifactChars
+}
+
+// crossed reports whether a tool call crosses a boundary of turn t.
+func (h *history) crossed(t int) bool {
+	return !h.clean[h.turns[t].first] || !h.clean[h.turns[t].last+1]
+}
+
+// place marks the slots of folded turns and lays out the output history:
+// the preamble, then per folded turn its summary and its pinned messages,
+// every other element unchanged. folded[t] says whether turn t folded.
+func (cp *compaction) place(d *doc, h *history, folded []bool) {
+	turns, foldTurns := h.turns, len(folded)
 	for i, s := range d.slots {
-		el := s.unit - offset
+		el := s.unit - h.offset
 		for t := 0; t < foldTurns; t++ {
 			if folded[t] && el >= turns[t].first && el <= turns[t].last {
 				cp.inFolded[i] = true
@@ -263,8 +290,6 @@ func (c *Compiler) compact(p *plan, h *history, aligned int) *compaction {
 			}
 		}
 	}
-	// The output history: the preamble, then per folded turn its summary
-	// and its pinned messages, every other element unchanged.
 	cp.keep = seq(turns[0].first)
 	next := 0 // index into cp.folds
 	for t := 0; t < foldTurns; t++ {
@@ -277,10 +302,9 @@ func (c *Compiler) compact(p *plan, h *history, aligned int) *compaction {
 			cp.keep = append(cp.keep, i)
 		}
 	}
-	for i := turns[foldTurns-1].last + 1; i < len(list.Elems); i++ {
+	for i := turns[foldTurns-1].last + 1; i < len(h.list.Elems); i++ {
 		cp.keep = append(cp.keep, i)
 	}
-	return cp
 }
 
 // size is the number of source bytes a turn spans.
