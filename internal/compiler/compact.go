@@ -325,37 +325,7 @@ func (c *Compiler) foldTurn(d *doc, list *jsonv.Node, infos []msgInfo, t turn) f
 	t0 := c.texts.rawText(raw)
 	art := Artifact{Digest: t0.digest, Text: t0.s, Raw: raw, Tool: "turn", Chars: t0.chars}
 
-	var user, assistant string
-	var order []string
-	counts := map[string]int{}
-	for i := t.first; i <= t.last; i++ {
-		in := infos[i]
-		if i == t.first {
-			user = capText(d.src, in.userText)
-		}
-		if in.assistant {
-			if s := capText(d.src, in.assistText); strings.TrimSpace(s) != "" {
-				assistant = s
-			}
-		}
-		for _, name := range in.tools {
-			if counts[name] == 0 {
-				order = append(order, name)
-			}
-			counts[name]++
-		}
-	}
-	var tools []string
-	for i, name := range order {
-		if i == summaryMaxTools {
-			tools = append(tools, "+"+strconv.Itoa(len(order)-i)+"_more")
-			break
-		}
-		tools = append(tools, SanitizeTool(name)+"×"+strconv.Itoa(counts[name]))
-	}
-	line := fmt.Sprintf(FoldPrefix+"%s | messages=%d | user=%s | tools=%s | assistant=%s]",
-		ArtifactID(art.Digest), t.last-t.first+1, clip(user, summaryUserChars),
-		strings.Join(tools, ","), clip(assistant, summaryAssistantChars))
+	line := foldSummary(d, infos, t, art.Digest)
 	// The summary says how to get the turn back, as receipts do; the hint
 	// depends only on the configuration, so a summary already sent keeps
 	// its bytes.
@@ -410,6 +380,43 @@ func (c *Compiler) foldTurn(d *doc, list *jsonv.Node, infos []msgInfo, t turn) f
 		f.edits[k].at = f.edits[k].start
 	}
 	return f
+}
+
+// foldSummary is the summary line of turn t (artifact digest): its first
+// user text, its tools with their call counts, its last assistant text,
+// each clipped.
+func foldSummary(d *doc, infos []msgInfo, t turn, digest Digest) string {
+	var user, assistant string
+	var order []string
+	counts := map[string]int{}
+	for i := t.first; i <= t.last; i++ {
+		in := infos[i]
+		if i == t.first {
+			user = capText(d.src, in.userText)
+		}
+		if in.assistant {
+			if s := capText(d.src, in.assistText); strings.TrimSpace(s) != "" {
+				assistant = s
+			}
+		}
+		for _, name := range in.tools {
+			if counts[name] == 0 {
+				order = append(order, name)
+			}
+			counts[name]++
+		}
+	}
+	var tools []string
+	for i, name := range order {
+		if i == summaryMaxTools {
+			tools = append(tools, "+"+strconv.Itoa(len(order)-i)+"_more")
+			break
+		}
+		tools = append(tools, SanitizeTool(name)+"×"+strconv.Itoa(counts[name]))
+	}
+	return fmt.Sprintf(FoldPrefix+"%s | messages=%d | user=%s | tools=%s | assistant=%s]",
+		ArtifactID(digest), t.last-t.first+1, clip(user, summaryUserChars),
+		strings.Join(tools, ","), clip(assistant, summaryAssistantChars))
 }
 
 // appendPreamble appends element m with only its session-context parts:
