@@ -129,85 +129,101 @@ func parseCacheState(b []byte) (*cacheState, error) {
 		return nil, errCacheState
 	}
 	version := b[0]
-	b = b[1:]
-	var bad bool
-	uv := func() uint64 {
-		v, n := binary.Uvarint(b)
-		if n <= 0 {
-			bad = true
-			return 0
-		}
-		b = b[n:]
-		return v
-	}
-	sv := func() int64 {
-		v, n := binary.Varint(b)
-		if n <= 0 {
-			bad = true
-			return 0
-		}
-		b = b[n:]
-		return v
-	}
-	u64 := func() uint64 {
-		if len(b) < 8 {
-			bad = true
-			return 0
-		}
-		v := binary.LittleEndian.Uint64(b)
-		b = b[8:]
-		return v
-	}
-	s := &cacheState{steps: int(uv()), at: sv(), aligned: int(sv()), head: u64()}
-	n := uv()
-	if bad || n > uint64(len(b))/9 {
+	r := &stateReader{b: b[1:]}
+	s := &cacheState{steps: int(r.uv()), at: r.sv(), aligned: int(r.sv()), head: r.u64()}
+	n := r.uv()
+	if r.bad || n > uint64(len(r.b))/9 {
 		return nil, errCacheState
 	}
 	s.segs = make([]seg, n)
 	end := 0
 	for i := range s.segs {
-		s.segs[i].fp = u64()
-		end += int(uv())
+		s.segs[i].fp = r.u64()
+		end += int(r.uv())
 		s.segs[i].end = end
 	}
-	m := uv()
-	if bad || m > uint64(len(b))/8 {
+	m := r.uv()
+	if r.bad || m > uint64(len(r.b))/8 {
 		return nil, errCacheState
 	}
 	s.receipted = make([]uint64, m)
 	for i := range s.receipted {
-		s.receipted[i] = u64()
+		s.receipted[i] = r.u64()
 	}
-	if version >= cacheStateV2 {
-		k := uv()
-		if bad || k > uint64(len(s.segs)) {
-			return nil, errCacheState
-		}
-		if k > 0 {
-			s.bps = make([]bool, len(s.segs))
-			at := 0
-			for j := uint64(0); j < k; j++ {
-				d := uv()
-				if bad || (j > 0 && d == 0) || d >= uint64(len(s.segs)-at) {
-					return nil, errCacheState
-				}
-				at += int(d)
-				s.bps[at] = true
-			}
-		}
-		k = uv()
-		if bad || k > maxOlderEntries {
-			return nil, errCacheState
-		}
-		for j := uint64(0); j < k; j++ {
-			s.older = append(s.older, entryRef{fp: u64(), at: sv()})
-		}
+	if version >= cacheStateV2 && !r.v2(s) {
+		return nil, errCacheState
 	}
-	b = parseRecoveryState(b, s)
-	if bad || len(b) != 0 {
+	r.b = parseRecoveryState(r.b, s)
+	if r.bad || len(r.b) != 0 {
 		return nil, errCacheState
 	}
 	return s, nil
+}
+
+// v2 reads what version 2 adds to s: its breakpoints and its older
+// entries. It reports false on a malformed or out-of-range field.
+func (r *stateReader) v2(s *cacheState) bool {
+	k := r.uv()
+	if r.bad || k > uint64(len(s.segs)) {
+		return false
+	}
+	if k > 0 {
+		s.bps = make([]bool, len(s.segs))
+		at := 0
+		for j := uint64(0); j < k; j++ {
+			d := r.uv()
+			if r.bad || (j > 0 && d == 0) || d >= uint64(len(s.segs)-at) {
+				return false
+			}
+			at += int(d)
+			s.bps[at] = true
+		}
+	}
+	k = r.uv()
+	if r.bad || k > maxOlderEntries {
+		return false
+	}
+	for j := uint64(0); j < k; j++ {
+		s.older = append(s.older, entryRef{fp: r.u64(), at: r.sv()})
+	}
+	return true
+}
+
+// stateReader reads an encoded cache state's fields in order; a field
+// that is truncated or malformed sets bad and reads as zero.
+type stateReader struct {
+	b   []byte
+	bad bool
+}
+
+func (r *stateReader) uv() uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.bad = true
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *stateReader) sv() int64 {
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.bad = true
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *stateReader) u64() uint64 {
+	if len(r.b) < 8 {
+		r.bad = true
+		return 0
+	}
+	v := binary.LittleEndian.Uint64(r.b)
+	r.b = r.b[8:]
+	return v
 }
 
 func (s *cacheState) wasReceipted(d Digest) bool {
