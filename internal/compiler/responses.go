@@ -89,41 +89,47 @@ func (responsesFormat) parse(d *doc, h *hasher) Reason {
 		case typ.StringIs(src, respFunctionCallOutput), typ.StringIs(src, respCustomCallOutput):
 			d.addResult(h, base+i, it.Get("output"), "input_text", callFor(calls, src, it.Get("call_id")))
 		}
-		role := it.Get("role")
+		describeResponsesItem(in, src, it, typ)
+	}
+	return ""
+}
+
+// describeResponsesItem describes input item it (of type typ) in in: its
+// role or kind, the text a summary quotes, the calls it makes or answers.
+func describeResponsesItem(in *msgInfo, src []byte, it, typ *jsonv.Node) {
+	role := it.Get("role")
+	switch {
+	case typ.StringIs(src, respCompaction):
+		in.pinned = true
+	case role.StringIs(src, "user"):
+		in.readUser(src, it.Get("content"), "input_text", noResult)
+		in.turnStart = !in.pinned
+	case role.StringIs(src, "system"), role.StringIs(src, "developer"):
+		in.pinned = true
+	case role.StringIs(src, "assistant"):
+		in.assistant = true
+		in.assistText = textRef{it.Get("content"), "output_text"}
+	case typ.StringIs(src, respReasoning):
+		in.assistant = true // model output: earlier results have been read
+	default:
+		t, _ := typ.Text(src)
+		id, hasID := it.Get("call_id").Text(src)
 		switch {
-		case typ.StringIs(src, respCompaction):
-			in.pinned = true
-		case role.StringIs(src, "user"):
-			in.readUser(src, it.Get("content"), "input_text", noResult)
-			in.turnStart = !in.pinned
-		case role.StringIs(src, "system"), role.StringIs(src, "developer"):
-			in.pinned = true
-		case role.StringIs(src, "assistant"):
+		case strings.HasSuffix(t, "_call_output") && hasID:
+			in.answer(id)
+		case strings.HasSuffix(t, "_call"):
 			in.assistant = true
-			in.assistText = textRef{it.Get("content"), "output_text"}
-		case typ.StringIs(src, respReasoning):
-			in.assistant = true // model output: earlier results have been read
-		default:
-			t, _ := typ.Text(src)
-			id, hasID := it.Get("call_id").Text(src)
-			switch {
-			case strings.HasSuffix(t, "_call_output") && hasID:
-				in.answer(id)
-			case strings.HasSuffix(t, "_call"):
-				in.assistant = true
-				name, _ := it.Get("name").Text(src)
-				if name == "" {
-					name = strings.TrimSuffix(t, "_call")
-				}
-				if hasID {
-					in.call(name, id)
-				} else {
-					in.tools = append(in.tools, name) // a call no output can answer
-				}
+			name, _ := it.Get("name").Text(src)
+			if name == "" {
+				name = strings.TrimSuffix(t, "_call")
+			}
+			if hasID {
+				in.call(name, id)
+			} else {
+				in.tools = append(in.tools, name) // a call no output can answer
 			}
 		}
 	}
-	return ""
 }
 
 // check verifies the Responses rules on a rewrite: the sequence of calls and
