@@ -205,75 +205,28 @@ type segMiss struct {
 // of the work, and they overlap the counting instead of coming first.
 // hold, if not nil, lets the workers read body after count returns (job).
 func (c *Counter) count(ctx context.Context, enc *encoding, body []byte, hints []int, hold compiler.Hold, deadline time.Time) (int, bool) {
-	total := 0
-	var waits []*flight      // missing pieces in body order, repeats included
-	var waitPieces [][]byte  // their bytes
-	var mine map[key]*flight // pieces repeated inside this body are counted once
-	var segs []segMiss
-	var j *job // made at the first missing piece: a warm count needs none
+	t := &tally{c: c, enc: enc, body: body, hold: hold}
 	finished := false
 	defer func() {
-		if j != nil && !finished {
-			j.abandon() // also on a panic: the workers return, the hold is given back
+		if t.j != nil && !finished {
+			t.j.abandon() // also on a panic: the workers return, the hold is given back
 		}
 	}()
-	full := false // the backlog refused a piece: no count
-	piece := func(p []byte) {
-		if full {
-			return
-		}
-		k := keyOf(enc.id, p)
-		if n, ok := c.cache.get(k); ok {
-			total += n
-			return
-		}
-		f := mine[k]
-		if f == nil {
-			var owned bool
-			if f, owned = c.join(k); owned {
-				if j == nil {
-					j = newJob(c, enc, body, hold)
-				}
-				if !j.add(f, p) {
-					full = true
-					return
-				}
-			}
-			if mine == nil {
-				mine = map[key]*flight{}
-			}
-			mine[k] = f
-		}
-		waits = append(waits, f)
-		waitPieces = append(waitPieces, p)
-	}
 	if len(hints) == 0 {
-		split(body, minPiece, avgBits, piece)
+		split(body, minPiece, avgBits, t.piece)
 	} else {
-		segments(body, hints, func(s []byte) {
-			if full {
-				return
-			}
-			k := keyOf(enc.id, s)
-			if n, ok := c.cache.get(k); ok {
-				total += n
-				return
-			}
-			before, from := total, len(waits)
-			split(s, minPiece, avgBits, piece)
-			segs = append(segs, segMiss{k: k, cached: total - before, from: from, to: len(waits)})
-		})
+		segments(body, hints, t.segment)
 	}
-	if j != nil {
-		j.close()
+	if t.j != nil {
+		t.j.close()
 	}
-	if full {
+	if t.full {
 		return 0, false
 	}
-	if len(waits) == 0 {
+	if len(t.waits) == 0 {
 		finished = true
-		c.landSegments(segs, waits)
-		return total, true
+		c.landSegments(t.segs, t.waits)
+		return t.total, true
 	}
 	// The budget is a ceiling, whichever of the deadline and the last
 	// count a select would see first: a split that took the whole budget,
@@ -282,36 +235,110 @@ func (c *Counter) count(ctx context.Context, enc *encoding, body []byte, hints [
 	if !time.Now().Before(deadline) {
 		return 0, false
 	}
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
-	for i, f := range waits {
-		select {
-		case <-f.done:
-			if !f.ok && f.dropped && time.Now().Before(deadline) {
-				// Another request's job gave up on this piece: count it here.
-				n, ok := c.countHere(enc, f.k, waitPieces[i])
-				if !ok {
-					return 0, false
-				}
-				total += n
-				continue
-			}
-			if !f.ok {
-				return 0, false
-			}
-			total += f.n
-		case <-timer.C:
-			return 0, false
-		case <-ctx.Done():
-			return 0, false
-		}
+	if !t.await(ctx, deadline) {
+		return 0, false
 	}
 	finished = true // every flight landed: nothing is left to drop
 	if time.Now().After(deadline) {
 		return 0, false
 	}
-	c.landSegments(segs, waits)
-	return total, true
+	c.landSegments(t.segs, t.waits)
+	return t.total, true
+}
+
+// tally is one count's state while its body is split: the total of what
+// was found cached, and the missing pieces to wait for.
+type tally struct {
+	c     *Counter
+	enc   *encoding
+	body  []byte
+	hold  compiler.Hold
+	total int
+
+	waits      []*flight       // missing pieces in body order, repeats included
+	waitPieces [][]byte        // their bytes
+	mine       map[key]*flight // pieces repeated inside this body are counted once
+	segs       []segMiss
+	j          *job // made at the first missing piece: a warm count needs none
+	full       bool // the backlog refused a piece: no count
+}
+
+// piece adds piece p: its cached count, or a flight to wait for (queued on
+// the job when this count owns it).
+func (t *tally) piece(p []byte) {
+	if t.full {
+		return
+	}
+	k := keyOf(t.enc.id, p)
+	if n, ok := t.c.cache.get(k); ok {
+		t.total += n
+		return
+	}
+	f := t.mine[k]
+	if f == nil {
+		var owned bool
+		if f, owned = t.c.join(k); owned {
+			if t.j == nil {
+				t.j = newJob(t.c, t.enc, t.body, t.hold)
+			}
+			if !t.j.add(f, p) {
+				t.full = true
+				return
+			}
+		}
+		if t.mine == nil {
+			t.mine = map[key]*flight{}
+		}
+		t.mine[k] = f
+	}
+	t.waits = append(t.waits, f)
+	t.waitPieces = append(t.waitPieces, p)
+}
+
+// segment adds segment s: its cached count, or its pieces, remembering it
+// as a segMiss.
+func (t *tally) segment(s []byte) {
+	if t.full {
+		return
+	}
+	k := keyOf(t.enc.id, s)
+	if n, ok := t.c.cache.get(k); ok {
+		t.total += n
+		return
+	}
+	before, from := t.total, len(t.waits)
+	split(s, minPiece, avgBits, t.piece)
+	t.segs = append(t.segs, segMiss{k: k, cached: t.total - before, from: from, to: len(t.waits)})
+}
+
+// await adds the counts of the flights waited for as they land; false
+// when one failed, or the deadline or ctx came first.
+func (t *tally) await(ctx context.Context, deadline time.Time) bool {
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	for i, f := range t.waits {
+		select {
+		case <-f.done:
+			if !f.ok && f.dropped && time.Now().Before(deadline) {
+				// Another request's job gave up on this piece: count it here.
+				n, ok := t.c.countHere(t.enc, f.k, t.waitPieces[i])
+				if !ok {
+					return false
+				}
+				t.total += n
+				continue
+			}
+			if !f.ok {
+				return false
+			}
+			t.total += f.n
+		case <-timer.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
 }
 
 // landSegments remembers the count of every segment whose pieces are all
