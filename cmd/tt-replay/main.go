@@ -29,6 +29,7 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
+	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
 	"github.com/tokenterminator/caddy-token-terminator/internal/tokens"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
@@ -52,27 +53,7 @@ func main() {
 	recoverEvery := flag.Int("recover_every", 0, "report recovery (recovery.go): the simulated model recovers every receipt of every n-th step (-1: report without recovering; 0: no report)")
 	flag.Parse()
 
-	var sessions []fixtures.CorpusFile
-	if *dir != "" {
-		files, err := fixtures.LoadCorpus(*dir)
-		if err != nil {
-			fail(err)
-		}
-		for _, f := range files {
-			if f.Steps && f.Format != "mixed" {
-				sessions = append(sessions, f)
-			}
-		}
-	}
-	if *gen {
-		sessions = append(sessions, Generated()...)
-	}
-	var pick []fixtures.CorpusFile
-	for _, s := range sessions {
-		if strings.Contains(s.Name, *match) {
-			pick = append(pick, s)
-		}
-	}
+	pick := pickSessions(*dir, *gen, *match)
 	if len(pick) == 0 {
 		fmt.Fprintln(os.Stderr, "tt-replay: no sessions (use -corpus or -generated)")
 		os.Exit(2)
@@ -122,24 +103,58 @@ func main() {
 	}
 	Print(os.Stdout, rows)
 	if *recoverEvery != 0 {
-		// One table per reinline_recovered value worth comparing: on (the
-		// default) carries what the model recovered inline again, cost
-		// lets the cost decision weigh that against a recovery round.
-		for _, mode := range []string{compiler.ReinlineOn, compiler.ReinlineCost} {
-			withOpts := opts
-			withOpts.Recovery = ToolRecovery()
-			withOpts.ReinlineRecovered = mode
-			with, err := compiler.New(withOpts, store, counter)
-			if err != nil {
-				fail(err)
-			}
-			var rrows []RecoveryRow
-			for _, s := range pick {
-				rrows = append(rrows, ReplayRecovery(with, on, store, s, clock, max(*recoverEvery, 0), mode+"/"))
-			}
-			fmt.Printf("\nreinline_recovered %s\n\n", mode)
-			PrintRecovery(os.Stdout, rrows)
+		newCompiler := func(o compiler.Options) (*compiler.Compiler, error) { return compiler.New(o, store, counter) }
+		printRecovery(opts, newCompiler, store, on, pick, clock, *recoverEvery)
+	}
+}
+
+// pickSessions is the stepped sessions of the corpus in dir (none when
+// dir is empty), with the generated ones when gen, whose names contain
+// match.
+func pickSessions(dir string, gen bool, match string) []fixtures.CorpusFile {
+	var sessions []fixtures.CorpusFile
+	if dir != "" {
+		files, err := fixtures.LoadCorpus(dir)
+		if err != nil {
+			fail(err)
 		}
+		for _, f := range files {
+			if f.Steps && f.Format != "mixed" {
+				sessions = append(sessions, f)
+			}
+		}
+	}
+	if gen {
+		sessions = append(sessions, Generated()...)
+	}
+	var pick []fixtures.CorpusFile
+	for _, s := range sessions {
+		if strings.Contains(s.Name, match) {
+			pick = append(pick, s)
+		}
+	}
+	return pick
+}
+
+// printRecovery prints one recovery table per reinline_recovered value
+// worth comparing: on (the default) carries what the model recovered
+// inline again, cost lets the cost decision weigh that against a recovery
+// round.
+func printRecovery(opts compiler.Options, newCompiler func(compiler.Options) (*compiler.Compiler, error), arts recovery.Artifacts, on *compiler.Compiler, pick []fixtures.CorpusFile, clock Clock, recoverEvery int) {
+	for _, mode := range []string{compiler.ReinlineOn, compiler.ReinlineCost} {
+		withOpts := opts
+		withOpts.Recovery = ToolRecovery()
+		withOpts.ReinlineRecovered = mode
+		with, err := newCompiler(withOpts)
+		if err != nil {
+			fail(err)
+		}
+		var rrows []RecoveryRow
+		for _, s := range pick {
+			rrows = append(rrows, ReplayRecovery(with, on, arts, s, clock, max(recoverEvery, 0), mode+"/"))
+		}
+		fmt.Printf("\nreinline_recovered %s\n\n", mode)
+		PrintRecovery(os.Stdout, rrows)
 	}
 }
 
