@@ -142,114 +142,9 @@ func (b *bench) runCase(ctx context.Context, sh shape, size int, mode string) (*
 	if !b.o.newConn {
 		r.conn = "keep"
 	}
-	direct := "http://" + b.sink.addr
-	want := strconv.Itoa(results)
-	check := func(a answer, what string) error {
-		if !strings.HasPrefix(a.tt, "accepted;") || ttField(a.tt, "receipts") != want {
-			return fmt.Errorf("%s: Token-Terminator %q, want accepted with receipts=%s", what, a.tt, want)
-		}
-		return nil
-	}
-	// pair times body through the gateway and straight to the sink, in
-	// the order i gives, and notes the figures.
-	pair := func(g *gateway, i int, tenant string, body []byte) error {
-		var d, gwA answer
-		var err error
-		var ticks, faults int64
-		gwReq := func() error {
-			t0, f0, err := procStat(g.pid())
-			if err != nil {
-				return err
-			}
-			gwA, err = b.cl.post(ctx, g.url, sh.path, "Bearer "+tenant, body)
-			if err != nil {
-				return err
-			}
-			t1, f1, err := procStat(g.pid())
-			ticks, faults = t1-t0, f1-f0
-			return err
-		}
-		if i%2 == 1 {
-			if d, err = b.cl.post(ctx, direct, sh.path, "Bearer direct", body); err != nil {
-				return err
-			}
-		}
-		if err := gwReq(); err != nil {
-			return err
-		}
-		if i%2 == 0 {
-			if d, err = b.cl.post(ctx, direct, sh.path, "Bearer direct", body); err != nil {
-				return err
-			}
-		}
-		// A request the gateway forwarded uncompiled (fail open: a compile
-		// past compile_timeout on a loaded machine) got the right answer;
-		// it is counted and reported, not an error.
-		if check(gwA, "timed request") != nil {
-			w, _, _ := strings.Cut(gwA.tt, ";")
-			if w == "" {
-				w = "no Token-Terminator header"
-			}
-			r.notCompiled[w]++
-		}
-		r.gw = append(r.gw, gwA.dur)
-		r.direct = append(r.direct, d.dur)
-		r.added = append(r.added, gwA.dur-d.dur)
-		r.cpuTicks += ticks
-		r.faults += faults
-		r.tokens[tokenStatus(gwA.tt)]++
-		r.sentBytes = max(r.sentBytes, atoiOr(ttField(gwA.tt, "sent_bytes")))
-		r.bodyBytes = len(body)
-		return nil
-	}
-
+	c := &caseRun{b: b, ctx: ctx, sh: sh, results: results, want: strconv.Itoa(results), r: r}
 	if mode == "first" {
-		// A gateway restarted on the vault it already had (as an
-		// operator's restart or upgrade is): one untimed start fills it
-		// with a conversation first, so the samples measure the start of
-		// the process, not the creation of the vault's files.
-		vaultDir, err := os.MkdirTemp(b.tmp, "vault-")
-		if err != nil {
-			return nil, err
-		}
-		g, err := startGateway(ctx, b.o.caddy, b.template, b.tmp, b.sink.addr, vaultDir)
-		if err != nil {
-			return nil, err
-		}
-		prev, body := b.nextConversation(sh, results)
-		err = b.verify(ctx, g, sh, "sk-first-setup")
-		if err == nil {
-			_, err = b.cl.post(ctx, g.url, sh.path, "Bearer sk-first-setup", prev)
-		}
-		if err == nil {
-			_, err = b.cl.post(ctx, g.url, sh.path, "Bearer sk-first-setup", body)
-		}
-		g.stop()
-		if err != nil {
-			return nil, err
-		}
-		for i := 0; i < b.o.firstN; i++ {
-			prev, body := b.nextConversation(sh, results)
-			g, err := startGateway(ctx, b.o.caddy, b.template, b.tmp, b.sink.addr, vaultDir)
-			if err != nil {
-				return nil, err
-			}
-			tenant := fmt.Sprintf("sk-first-%d", i)
-			err = b.verify(ctx, g, sh, tenant)
-			if err == nil {
-				_, err = b.cl.post(ctx, g.url, sh.path, "Bearer "+tenant, prev)
-			}
-			if err == nil {
-				err = pair(g, i, tenant, body)
-			}
-			r.peakKB = max(r.peakKB, statusKB(g.pid(), "VmHWM"))
-			g.stop()
-			if err != nil {
-				return nil, fmt.Errorf("%w (caddy log: %s)", err, g.logPath)
-			}
-		}
-		r.finish()
-		return r, nil
+		return c.first()
 	}
 
 	g, err := startGateway(ctx, b.o.caddy, b.template, b.tmp, b.sink.addr, "")
@@ -257,34 +152,10 @@ func (b *bench) runCase(ctx context.Context, sh shape, size int, mode string) (*
 		return nil, err
 	}
 	defer g.stop()
-	// Setup: a conversation vaulted and counted, until the tokenizer
-	// (built in the background at start) answers within the budget. A
-	// first compile of a large body can pass the compile timeout on a
-	// loaded machine (the gateway then forwards the original): it is
-	// sent again, what it vaulted is kept.
-	prev, body := b.nextConversation(sh, results)
 	warmTenant := "sk-warm"
-	if err := b.verify(ctx, g, sh, warmTenant); err != nil {
+	body, err := c.setup(g, warmTenant)
+	if err != nil {
 		return nil, err
-	}
-	if _, err := b.cl.post(ctx, g.url, sh.path, "Bearer "+warmTenant, prev); err != nil {
-		return nil, err
-	}
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		a, err := b.cl.post(ctx, g.url, sh.path, "Bearer "+warmTenant, body)
-		if err != nil {
-			return nil, err
-		}
-		err = check(a, "setup")
-		if err == nil && ttField(a.tt, "tokens") != "budget" {
-			break
-		}
-		if time.Now().After(deadline) {
-			if err == nil {
-				err = fmt.Errorf("tokenizer not ready after two minutes: %q", a.tt)
-			}
-			return nil, err
-		}
 	}
 	n := scale(b.o.n, 20)
 	warmup := b.o.warmup
@@ -298,22 +169,14 @@ func (b *bench) runCase(ctx context.Context, sh shape, size int, mode string) (*
 		if mode == "warm" {
 			return warmTenant, body, nil
 		}
-		tenant := fmt.Sprintf("sk-cold-%d", i)
-		prev, body := b.nextConversation(sh, results)
-		if err := b.verify(ctx, g, sh, tenant); err != nil {
-			return "", nil, err
-		}
-		if _, err := b.cl.post(ctx, g.url, sh.path, "Bearer "+tenant, prev); err != nil {
-			return "", nil, err
-		}
-		return tenant, body, nil
+		return c.coldStep(g, fmt.Sprintf("sk-cold-%d", i))
 	}
 	for i := 0; i < warmup; i++ {
 		tenant, body, err := step(-1 - i)
 		if err != nil {
 			return nil, err
 		}
-		if err := pair(g, i, tenant, body); err != nil {
+		if err := c.pair(g, i, tenant, body); err != nil {
 			return nil, err
 		}
 	}
@@ -324,7 +187,7 @@ func (b *bench) runCase(ctx context.Context, sh shape, size int, mode string) (*
 		if err != nil {
 			return nil, err
 		}
-		if err := pair(g, i, tenant, body); err != nil {
+		if err := c.pair(g, i, tenant, body); err != nil {
 			return nil, err
 		}
 	}
@@ -334,6 +197,174 @@ func (b *bench) runCase(ctx context.Context, sh shape, size int, mode string) (*
 	r.peakKB = statusKB(g.pid(), "VmHWM")
 	r.finish()
 	return r, nil
+}
+
+// caseRun is one case in progress: its shape, the receipts every request
+// must carry, and the figures so far.
+type caseRun struct {
+	b       *bench
+	ctx     context.Context
+	sh      shape
+	results int
+	want    string // results, as the header's receipts field says it
+	r       *result
+}
+
+func (c *caseRun) check(a answer, what string) error {
+	if !strings.HasPrefix(a.tt, "accepted;") || ttField(a.tt, "receipts") != c.want {
+		return fmt.Errorf("%s: Token-Terminator %q, want accepted with receipts=%s", what, a.tt, c.want)
+	}
+	return nil
+}
+
+// pair times body through the gateway and straight to the sink, in the
+// order i gives, and notes the figures.
+func (c *caseRun) pair(g *gateway, i int, tenant string, body []byte) error {
+	b, r, direct := c.b, c.r, "http://"+c.b.sink.addr
+	var d, gwA answer
+	var err error
+	var ticks, faults int64
+	gwReq := func() error {
+		t0, f0, err := procStat(g.pid())
+		if err != nil {
+			return err
+		}
+		gwA, err = b.cl.post(c.ctx, g.url, c.sh.path, "Bearer "+tenant, body)
+		if err != nil {
+			return err
+		}
+		t1, f1, err := procStat(g.pid())
+		ticks, faults = t1-t0, f1-f0
+		return err
+	}
+	if i%2 == 1 {
+		if d, err = b.cl.post(c.ctx, direct, c.sh.path, "Bearer direct", body); err != nil {
+			return err
+		}
+	}
+	if err := gwReq(); err != nil {
+		return err
+	}
+	if i%2 == 0 {
+		if d, err = b.cl.post(c.ctx, direct, c.sh.path, "Bearer direct", body); err != nil {
+			return err
+		}
+	}
+	// A request the gateway forwarded uncompiled (fail open: a compile
+	// past compile_timeout on a loaded machine) got the right answer;
+	// it is counted and reported, not an error.
+	if c.check(gwA, "timed request") != nil {
+		w, _, _ := strings.Cut(gwA.tt, ";")
+		if w == "" {
+			w = "no Token-Terminator header"
+		}
+		r.notCompiled[w]++
+	}
+	r.gw = append(r.gw, gwA.dur)
+	r.direct = append(r.direct, d.dur)
+	r.added = append(r.added, gwA.dur-d.dur)
+	r.cpuTicks += ticks
+	r.faults += faults
+	r.tokens[tokenStatus(gwA.tt)]++
+	r.sentBytes = max(r.sentBytes, atoiOr(ttField(gwA.tt, "sent_bytes")))
+	r.bodyBytes = len(body)
+	return nil
+}
+
+// first runs the case of a gateway's first request after a start: a
+// gateway restarted on the vault it already had (as an operator's restart
+// or upgrade is). One untimed start fills it with a conversation first,
+// so the samples measure the start of the process, not the creation of
+// the vault's files.
+func (c *caseRun) first() (*result, error) {
+	b, ctx, sh, r := c.b, c.ctx, c.sh, c.r
+	vaultDir, err := os.MkdirTemp(b.tmp, "vault-")
+	if err != nil {
+		return nil, err
+	}
+	g, err := startGateway(ctx, b.o.caddy, b.template, b.tmp, b.sink.addr, vaultDir)
+	if err != nil {
+		return nil, err
+	}
+	prev, body := b.nextConversation(sh, c.results)
+	err = b.verify(ctx, g, sh, "sk-first-setup")
+	if err == nil {
+		_, err = b.cl.post(ctx, g.url, sh.path, "Bearer sk-first-setup", prev)
+	}
+	if err == nil {
+		_, err = b.cl.post(ctx, g.url, sh.path, "Bearer sk-first-setup", body)
+	}
+	g.stop()
+	if err != nil {
+		return nil, err
+	}
+	for i := 0; i < b.o.firstN; i++ {
+		prev, body := b.nextConversation(sh, c.results)
+		g, err := startGateway(ctx, b.o.caddy, b.template, b.tmp, b.sink.addr, vaultDir)
+		if err != nil {
+			return nil, err
+		}
+		tenant := fmt.Sprintf("sk-first-%d", i)
+		err = b.verify(ctx, g, sh, tenant)
+		if err == nil {
+			_, err = b.cl.post(ctx, g.url, sh.path, "Bearer "+tenant, prev)
+		}
+		if err == nil {
+			err = c.pair(g, i, tenant, body)
+		}
+		r.peakKB = max(r.peakKB, statusKB(g.pid(), "VmHWM"))
+		g.stop()
+		if err != nil {
+			return nil, fmt.Errorf("%w (caddy log: %s)", err, g.logPath)
+		}
+	}
+	r.finish()
+	return r, nil
+}
+
+// setup vaults and counts a conversation for tenant, until the tokenizer
+// (built in the background at start) answers within the budget, and
+// returns the conversation's next request. A first compile of a large
+// body can pass the compile timeout on a loaded machine (the gateway then
+// forwards the original): it is sent again, what it vaulted is kept.
+func (c *caseRun) setup(g *gateway, tenant string) ([]byte, error) {
+	b, ctx, sh := c.b, c.ctx, c.sh
+	prev, body := b.nextConversation(sh, c.results)
+	if err := b.verify(ctx, g, sh, tenant); err != nil {
+		return nil, err
+	}
+	if _, err := b.cl.post(ctx, g.url, sh.path, "Bearer "+tenant, prev); err != nil {
+		return nil, err
+	}
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		a, err := b.cl.post(ctx, g.url, sh.path, "Bearer "+tenant, body)
+		if err != nil {
+			return nil, err
+		}
+		err = c.check(a, "setup")
+		if err == nil && ttField(a.tt, "tokens") != "budget" {
+			return body, nil
+		}
+		if time.Now().After(deadline) {
+			if err == nil {
+				err = fmt.Errorf("tokenizer not ready after two minutes: %q", a.tt)
+			}
+			return nil, err
+		}
+	}
+}
+
+// coldStep starts a new conversation of tenant: it sends its previous
+// request, untimed, and returns the next one.
+func (c *caseRun) coldStep(g *gateway, tenant string) (string, []byte, error) {
+	prev, body := c.b.nextConversation(c.sh, c.results)
+	if err := c.b.verify(c.ctx, g, c.sh, tenant); err != nil {
+		return "", nil, err
+	}
+	if _, err := c.b.cl.post(c.ctx, g.url, c.sh.path, "Bearer "+tenant, prev); err != nil {
+		return "", nil, err
+	}
+	return tenant, body, nil
 }
 
 func (r *result) finish() {

@@ -228,28 +228,9 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	} else {
 		defer os.RemoveAll(tmp)
 	}
-	if o.caddy == "" {
-		root, err := moduleRoot()
-		if err != nil {
-			return err
-		}
-		o.caddy = filepath.Join(tmp, "caddy")
-		tags := ""
-		if o.profile != "" {
-			tags = "ttbench"
-		}
-		fmt.Fprintf(os.Stderr, "tt-bench: building %s\n", o.caddy)
-		if err := buildCaddy(ctx, root, o.caddy, tags); err != nil {
-			return err
-		}
-	}
-	template := defaultCaddyfile
-	if o.caddyfile != "" {
-		data, err := os.ReadFile(o.caddyfile)
-		if err != nil {
-			return err
-		}
-		template = string(data)
+	template, err := prepareCaddy(ctx, &o, tmp)
+	if err != nil {
+		return err
 	}
 	if o.profile != "" {
 		if err := os.MkdirAll(o.profile, 0o755); err != nil {
@@ -266,25 +247,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if o.markdown {
 		printMarkdownHeader(out, o)
 	}
-	type kase struct {
-		size int
-		sh   shape
-		mode string
-	}
-	var cases []kase
-	for _, size := range o.sizes {
-		for _, sh := range o.formats {
-			for _, mode := range o.modes {
-				cases = append(cases, kase{size, sh, mode})
-			}
-		}
-	}
-	for _, size := range o.warmSizes {
-		for _, sh := range o.formats {
-			cases = append(cases, kase{size, sh, "warm"})
-		}
-	}
-	for _, c := range cases {
+	for _, c := range o.cases() {
 		size, sh, mode := c.size, c.sh, c.mode
 		if err := ctx.Err(); err != nil {
 			return err
@@ -307,4 +270,59 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		printTargets(out, results)
 	}
 	return nil
+}
+
+// prepareCaddy builds the caddy binary into tmp unless o names one, and
+// returns the Caddyfile template (o's file, or the default).
+func prepareCaddy(ctx context.Context, o *options, tmp string) (string, error) {
+	if o.caddy == "" {
+		root, err := moduleRoot()
+		if err != nil {
+			return "", err
+		}
+		o.caddy = filepath.Join(tmp, "caddy")
+		tags := ""
+		if o.profile != "" {
+			tags = "ttbench"
+		}
+		fmt.Fprintf(os.Stderr, "tt-bench: building %s\n", o.caddy)
+		if err := buildCaddy(ctx, root, o.caddy, tags); err != nil {
+			return "", err
+		}
+	}
+	template := defaultCaddyfile
+	if o.caddyfile != "" {
+		data, err := os.ReadFile(o.caddyfile)
+		if err != nil {
+			return "", err
+		}
+		template = string(data)
+	}
+	return template, nil
+}
+
+// kase is one case of a run.
+type kase struct {
+	size int
+	sh   shape
+	mode string
+}
+
+// cases are the run's cases: every size, format and mode, then the
+// extra warm sizes of every format.
+func (o options) cases() []kase {
+	var cases []kase
+	for _, size := range o.sizes {
+		for _, sh := range o.formats {
+			for _, mode := range o.modes {
+				cases = append(cases, kase{size, sh, mode})
+			}
+		}
+	}
+	for _, size := range o.warmSizes {
+		for _, sh := range o.formats {
+			cases = append(cases, kase{size, sh, "warm"})
+		}
+	}
+	return cases
 }
