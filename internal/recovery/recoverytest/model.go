@@ -165,7 +165,7 @@ func OwnResults(format string, body []byte) []string {
 	return out
 }
 
-// checkRequest enforces what the providers enforce (with a 400): every tool
+// CheckRequest enforces what the providers enforce (with a 400): every tool
 // call answered by a result (Anthropic: in the next message), no result
 // without its call, the gateway's tool defined exactly once.
 func CheckRequest(format string, body []byte) error {
@@ -188,55 +188,17 @@ func CheckRequest(format string, body []byte) error {
 		return fmt.Errorf("400: %d definitions of %s", defs, ToolName)
 	}
 	calls, results := map[string]int{}, map[string]int{}
+	var err error
 	switch format {
 	case response.FormatChat:
-		for _, m := range v.Messages {
-			tcs, _ := m["tool_calls"].([]any)
-			for _, tc := range tcs {
-				calls[fmt.Sprint(tc.(map[string]any)["id"])]++
-			}
-			if m["role"] == "tool" {
-				id := fmt.Sprint(m["tool_call_id"])
-				if calls[id] == 0 {
-					return fmt.Errorf("400: tool result %s before its call", id)
-				}
-				results[id]++
-			}
-		}
+		err = chatCalls(v.Messages, calls, results)
 	case response.FormatResponses:
-		var items []map[string]any
-		if err := json.Unmarshal(v.Input, &items); err != nil {
-			return fmt.Errorf("400: input: %v", err)
-		}
-		for _, it := range items {
-			switch it["type"] {
-			case "function_call":
-				calls[fmt.Sprint(it["call_id"])]++
-			case "function_call_output":
-				id := fmt.Sprint(it["call_id"])
-				if calls[id] == 0 {
-					return fmt.Errorf("400: output %s before its call", id)
-				}
-				results[id]++
-			}
-		}
+		err = responsesCalls(v.Input, calls, results)
 	case response.FormatAnthropic:
-		for i, m := range v.Messages {
-			blocks, _ := m["content"].([]any)
-			for _, b := range blocks {
-				bm, _ := b.(map[string]any)
-				switch bm["type"] {
-				case "tool_use":
-					id := fmt.Sprint(bm["id"])
-					calls[id]++
-					if i+1 >= len(v.Messages) || !hasResult(v.Messages[i+1], id) {
-						return fmt.Errorf("400: tool_use %s without tool_result immediately after", id)
-					}
-				case "tool_result":
-					results[fmt.Sprint(bm["tool_use_id"])]++
-				}
-			}
-		}
+		err = anthropicCalls(v.Messages, calls, results)
+	}
+	if err != nil {
+		return err
 	}
 	// Ids may be reused across turns (some providers number them per turn:
 	// functions.bash:0), so calls and results are counted per id.
@@ -248,6 +210,69 @@ func CheckRequest(format string, body []byte) error {
 	for id := range results {
 		if calls[id] == 0 {
 			return fmt.Errorf("400: result %s without a call", id)
+		}
+	}
+	return nil
+}
+
+// chatCalls counts the tool calls and results of Chat messages; a result
+// before its call is an error.
+func chatCalls(msgs []map[string]any, calls, results map[string]int) error {
+	for _, m := range msgs {
+		tcs, _ := m["tool_calls"].([]any)
+		for _, tc := range tcs {
+			calls[fmt.Sprint(tc.(map[string]any)["id"])]++
+		}
+		if m["role"] == "tool" {
+			id := fmt.Sprint(m["tool_call_id"])
+			if calls[id] == 0 {
+				return fmt.Errorf("400: tool result %s before its call", id)
+			}
+			results[id]++
+		}
+	}
+	return nil
+}
+
+// responsesCalls counts the function calls and outputs of Responses input
+// items; an output before its call is an error.
+func responsesCalls(input json.RawMessage, calls, results map[string]int) error {
+	var items []map[string]any
+	if err := json.Unmarshal(input, &items); err != nil {
+		return fmt.Errorf("400: input: %v", err)
+	}
+	for _, it := range items {
+		switch it["type"] {
+		case "function_call":
+			calls[fmt.Sprint(it["call_id"])]++
+		case "function_call_output":
+			id := fmt.Sprint(it["call_id"])
+			if calls[id] == 0 {
+				return fmt.Errorf("400: output %s before its call", id)
+			}
+			results[id]++
+		}
+	}
+	return nil
+}
+
+// anthropicCalls counts the tool_use and tool_result blocks of Messages;
+// a tool_use not answered in the next message is an error.
+func anthropicCalls(msgs []map[string]any, calls, results map[string]int) error {
+	for i, m := range msgs {
+		blocks, _ := m["content"].([]any)
+		for _, b := range blocks {
+			bm, _ := b.(map[string]any)
+			switch bm["type"] {
+			case "tool_use":
+				id := fmt.Sprint(bm["id"])
+				calls[id]++
+				if i+1 >= len(msgs) || !hasResult(msgs[i+1], id) {
+					return fmt.Errorf("400: tool_use %s without tool_result immediately after", id)
+				}
+			case "tool_result":
+				results[fmt.Sprint(bm["tool_use_id"])]++
+			}
 		}
 	}
 	return nil
@@ -350,77 +375,95 @@ func (t Turn) Stream(format string, round int) []byte {
 	}
 	switch format {
 	case response.FormatAnthropic:
-		ev("message_start", fmt.Sprintf(`{"type":"message_start","message":{"id":"msg_%d","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[],"stop_reason":null,"stop_sequence":null,"usage":%s}}`, round, t.anthropicUsage(false)))
-		ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`)
-		ev("ping", `{"type": "ping"}`)
-		for _, h := range halvesOf(t.text) {
-			ev("content_block_delta", fmt.Sprintf(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":%s}}`, jsq(h)))
-		}
-		ev("content_block_stop", `{"type":"content_block_stop","index":0}`)
-		for i, c := range t.calls {
-			ev("content_block_start", fmt.Sprintf(`{"type":"content_block_start","index":%d,"content_block":{"type":"tool_use","id":%q,"name":%q,"input":{}}}`, i+1, c.id, c.name))
-			ev("content_block_delta", fmt.Sprintf(`{"type":"content_block_delta","index":%d,"delta":{"type":"input_json_delta","partial_json":""}}`, i+1))
-			for _, h := range halvesOf(c.args) {
-				ev("content_block_delta", fmt.Sprintf(`{"type":"content_block_delta","index":%d,"delta":{"type":"input_json_delta","partial_json":%s}}`, i+1, jsq(h)))
-			}
-			ev("content_block_stop", fmt.Sprintf(`{"type":"content_block_stop","index":%d}`, i+1))
-		}
-		ev("message_delta", fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":%q,"stop_sequence":null},"usage":{"output_tokens":%d}}`, t.stopReason(), t.usage.Output))
-		ev("message_stop", `{"type":"message_stop"}`)
+		t.anthropicStream(ev, round)
 	case response.FormatChat:
-		chunk := func(delta, finish, usage string) {
-			ev("", fmt.Sprintf(`{"id":"chatcmpl-%d","object":"chat.completion.chunk","created":1733000000,"model":"gpt-4o","choices":[{"index":0,"delta":%s,"logprobs":null,"finish_reason":%s}],"usage":%s}`, round, delta, finish, usage))
-		}
-		chunk(`{"role":"assistant","content":"","refusal":null}`, "null", "null")
-		for _, h := range halvesOf(t.text) {
-			chunk(fmt.Sprintf(`{"content":%s}`, jsq(h)), "null", "null")
-		}
-		for i, c := range t.calls {
-			chunk(fmt.Sprintf(`{"tool_calls":[{"index":%d,"id":%q,"type":"function","function":{"name":%q,"arguments":""}}]}`, i, c.id, c.name), "null", "null")
-			for _, h := range halvesOf(c.args) {
-				chunk(fmt.Sprintf(`{"tool_calls":[{"index":%d,"function":{"arguments":%s}}]}`, i, jsq(h)), "null", "null")
-			}
-		}
-		finish := `"stop"`
-		if len(t.calls) > 0 {
-			finish = `"tool_calls"`
-		}
-		chunk(`{}`, finish, "null")
-		ev("", fmt.Sprintf(`{"id":"chatcmpl-%d","object":"chat.completion.chunk","created":1733000000,"model":"gpt-4o","choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d}}}`,
-			round, t.usage.Input, t.usage.Output, t.usage.Input+t.usage.Output, t.usage.CacheRead))
-		ev("", "[DONE]")
+		t.chatStream(ev, round)
 	case response.FormatResponses:
-		seq := 0
-		rev := func(name, data string) {
-			ev(name, fmt.Sprintf(`{"type":%q,"sequence_number":%d,%s}`, name, seq, data))
-			seq++
-		}
-		shell := fmt.Sprintf(`"response":{"id":"resp_%d","object":"response","status":"in_progress","output":[]%s,"usage":null}`, round, t.echo())
-		rev("response.created", shell)
-		rev("response.in_progress", shell)
-		msgID := fmt.Sprintf("msg_%d", round)
-		rev("response.output_item.added", fmt.Sprintf(`"output_index":0,"item":{"id":%q,"type":"message","status":"in_progress","role":"assistant","content":[]}`, msgID))
-		rev("response.content_part.added", fmt.Sprintf(`"item_id":%q,"output_index":0,"content_index":0,"part":{"type":"output_text","annotations":[],"text":""}`, msgID))
-		for _, h := range halvesOf(t.text) {
-			rev("response.output_text.delta", fmt.Sprintf(`"item_id":%q,"output_index":0,"content_index":0,"delta":%s`, msgID, jsq(h)))
-		}
-		rev("response.output_text.done", fmt.Sprintf(`"item_id":%q,"output_index":0,"content_index":0,"text":%s`, msgID, jsq(t.text)))
-		rev("response.output_item.done", fmt.Sprintf(`"output_index":0,"item":%s`, t.responsesMessage(round)))
-		rev("response.output_item.added", fmt.Sprintf(`"output_index":1,"item":{"id":"rs_%d","type":"reasoning","summary":[]}`, round))
-		rev("response.output_item.done", fmt.Sprintf(`"output_index":1,"item":%s`, responsesReasoning(round)))
-		items := []string{t.responsesMessage(round), responsesReasoning(round)}
-		for i, c := range t.calls {
-			i := i + 1 // after the message and the reasoning item
-			fcID := fmt.Sprintf("fc_%d_%d", round, i)
-			rev("response.output_item.added", fmt.Sprintf(`"output_index":%d,"item":{"id":%q,"type":"function_call","status":"in_progress","arguments":"","call_id":%q,"name":%q}`, i+1, fcID, c.id, c.name))
-			for _, h := range halvesOf(c.args) {
-				rev("response.function_call_arguments.delta", fmt.Sprintf(`"item_id":%q,"output_index":%d,"delta":%s`, fcID, i+1, jsq(h)))
-			}
-			rev("response.function_call_arguments.done", fmt.Sprintf(`"item_id":%q,"output_index":%d,"arguments":%s`, fcID, i+1, jsq(c.args)))
-			rev("response.output_item.done", fmt.Sprintf(`"output_index":%d,"item":%s`, i+1, c.responsesItem(round, i)))
-			items = append(items, c.responsesItem(round, i))
-		}
-		rev("response.completed", fmt.Sprintf(`"response":{"id":"resp_%d","object":"response","status":"completed","output":[%s]%s,"usage":%s}`, round, strings.Join(items, ","), t.echo(), t.responsesUsage()))
+		t.responsesStream(ev, round)
 	}
 	return []byte(b.String())
+}
+
+// sseFunc writes one server-sent event (no event line when name is empty).
+type sseFunc func(name, data string)
+
+// anthropicStream writes the turn as a Messages stream's events.
+func (t Turn) anthropicStream(ev sseFunc, round int) {
+	ev("message_start", fmt.Sprintf(`{"type":"message_start","message":{"id":"msg_%d","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[],"stop_reason":null,"stop_sequence":null,"usage":%s}}`, round, t.anthropicUsage(false)))
+	ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`)
+	ev("ping", `{"type": "ping"}`)
+	for _, h := range halvesOf(t.text) {
+		ev("content_block_delta", fmt.Sprintf(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":%s}}`, jsq(h)))
+	}
+	ev("content_block_stop", `{"type":"content_block_stop","index":0}`)
+	for i, c := range t.calls {
+		ev("content_block_start", fmt.Sprintf(`{"type":"content_block_start","index":%d,"content_block":{"type":"tool_use","id":%q,"name":%q,"input":{}}}`, i+1, c.id, c.name))
+		ev("content_block_delta", fmt.Sprintf(`{"type":"content_block_delta","index":%d,"delta":{"type":"input_json_delta","partial_json":""}}`, i+1))
+		for _, h := range halvesOf(c.args) {
+			ev("content_block_delta", fmt.Sprintf(`{"type":"content_block_delta","index":%d,"delta":{"type":"input_json_delta","partial_json":%s}}`, i+1, jsq(h)))
+		}
+		ev("content_block_stop", fmt.Sprintf(`{"type":"content_block_stop","index":%d}`, i+1))
+	}
+	ev("message_delta", fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":%q,"stop_sequence":null},"usage":{"output_tokens":%d}}`, t.stopReason(), t.usage.Output))
+	ev("message_stop", `{"type":"message_stop"}`)
+}
+
+// chatStream writes the turn as a Chat Completions stream's chunks.
+func (t Turn) chatStream(ev sseFunc, round int) {
+	chunk := func(delta, finish, usage string) {
+		ev("", fmt.Sprintf(`{"id":"chatcmpl-%d","object":"chat.completion.chunk","created":1733000000,"model":"gpt-4o","choices":[{"index":0,"delta":%s,"logprobs":null,"finish_reason":%s}],"usage":%s}`, round, delta, finish, usage))
+	}
+	chunk(`{"role":"assistant","content":"","refusal":null}`, "null", "null")
+	for _, h := range halvesOf(t.text) {
+		chunk(fmt.Sprintf(`{"content":%s}`, jsq(h)), "null", "null")
+	}
+	for i, c := range t.calls {
+		chunk(fmt.Sprintf(`{"tool_calls":[{"index":%d,"id":%q,"type":"function","function":{"name":%q,"arguments":""}}]}`, i, c.id, c.name), "null", "null")
+		for _, h := range halvesOf(c.args) {
+			chunk(fmt.Sprintf(`{"tool_calls":[{"index":%d,"function":{"arguments":%s}}]}`, i, jsq(h)), "null", "null")
+		}
+	}
+	finish := `"stop"`
+	if len(t.calls) > 0 {
+		finish = `"tool_calls"`
+	}
+	chunk(`{}`, finish, "null")
+	ev("", fmt.Sprintf(`{"id":"chatcmpl-%d","object":"chat.completion.chunk","created":1733000000,"model":"gpt-4o","choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d}}}`,
+		round, t.usage.Input, t.usage.Output, t.usage.Input+t.usage.Output, t.usage.CacheRead))
+	ev("", "[DONE]")
+}
+
+// responsesStream writes the turn as a Responses stream's events.
+func (t Turn) responsesStream(ev sseFunc, round int) {
+	seq := 0
+	rev := func(name, data string) {
+		ev(name, fmt.Sprintf(`{"type":%q,"sequence_number":%d,%s}`, name, seq, data))
+		seq++
+	}
+	shell := fmt.Sprintf(`"response":{"id":"resp_%d","object":"response","status":"in_progress","output":[]%s,"usage":null}`, round, t.echo())
+	rev("response.created", shell)
+	rev("response.in_progress", shell)
+	msgID := fmt.Sprintf("msg_%d", round)
+	rev("response.output_item.added", fmt.Sprintf(`"output_index":0,"item":{"id":%q,"type":"message","status":"in_progress","role":"assistant","content":[]}`, msgID))
+	rev("response.content_part.added", fmt.Sprintf(`"item_id":%q,"output_index":0,"content_index":0,"part":{"type":"output_text","annotations":[],"text":""}`, msgID))
+	for _, h := range halvesOf(t.text) {
+		rev("response.output_text.delta", fmt.Sprintf(`"item_id":%q,"output_index":0,"content_index":0,"delta":%s`, msgID, jsq(h)))
+	}
+	rev("response.output_text.done", fmt.Sprintf(`"item_id":%q,"output_index":0,"content_index":0,"text":%s`, msgID, jsq(t.text)))
+	rev("response.output_item.done", fmt.Sprintf(`"output_index":0,"item":%s`, t.responsesMessage(round)))
+	rev("response.output_item.added", fmt.Sprintf(`"output_index":1,"item":{"id":"rs_%d","type":"reasoning","summary":[]}`, round))
+	rev("response.output_item.done", fmt.Sprintf(`"output_index":1,"item":%s`, responsesReasoning(round)))
+	items := []string{t.responsesMessage(round), responsesReasoning(round)}
+	for i, c := range t.calls {
+		i := i + 1 // after the message and the reasoning item
+		fcID := fmt.Sprintf("fc_%d_%d", round, i)
+		rev("response.output_item.added", fmt.Sprintf(`"output_index":%d,"item":{"id":%q,"type":"function_call","status":"in_progress","arguments":"","call_id":%q,"name":%q}`, i+1, fcID, c.id, c.name))
+		for _, h := range halvesOf(c.args) {
+			rev("response.function_call_arguments.delta", fmt.Sprintf(`"item_id":%q,"output_index":%d,"delta":%s`, fcID, i+1, jsq(h)))
+		}
+		rev("response.function_call_arguments.done", fmt.Sprintf(`"item_id":%q,"output_index":%d,"arguments":%s`, fcID, i+1, jsq(c.args)))
+		rev("response.output_item.done", fmt.Sprintf(`"output_index":%d,"item":%s`, i+1, c.responsesItem(round, i)))
+		items = append(items, c.responsesItem(round, i))
+	}
+	rev("response.completed", fmt.Sprintf(`"response":{"id":"resp_%d","object":"response","status":"completed","output":[%s]%s,"usage":%s}`, round, strings.Join(items, ","), t.echo(), t.responsesUsage()))
 }
