@@ -270,7 +270,7 @@ type Request struct {
 }
 
 // Scratch is memory that serves one compile after another: the parse
-// trees of a request, a third of what a warm compile allocates. The zero
+// trees of a request, a large part of what a warm compile allocates. The zero
 // value is ready; it serves one compile at a time.
 type Scratch struct {
 	trees *jsonv.Arena

@@ -119,7 +119,7 @@ func (d *doc) info(i int) *msgInfo {
 func (d *doc) addResult(h *hasher, unit int, value *jsonv.Node, partType string, call toolCall) {
 	if d.bare {
 		// A rewrite is checked for structure and rules, which read no slot:
-		// hashing its results again was a tenth of the check.
+		// hashing its results again would be work for nothing.
 		return
 	}
 	sl := slot{unit: unit, value: value, tool: call.name, args: call.args}

@@ -70,7 +70,7 @@ func (c *textCache) put(k textKey, v textVal) { c.texts.put(k, v) }
 // rawText returns the text of raw JSON bytes taken as they are (a folded
 // turn's exact messages). The digest and size come from the cache when
 // these bytes were seen: a folded turn is resent on every request, and
-// hashing it again was a sixth of a warm compile. The string is a
+// hashing it again would be much of a warm compile's work. The string is a
 // read-only view of raw, not a copy: the body is never modified while a
 // compile uses it. Raw bytes of a turn start with '{' and a long string's
 // with '"', so the two kinds of entry never share a key. c may be nil.

@@ -220,11 +220,10 @@ func wsUserMessage(src []byte, m *jsonv.Node) bool {
 // no cache_control breakpoint. With a breakpoint in it, the provider keys a
 // cache entry at the marked block, before the block, but the team's
 // simulator (cost.Render) keys it at the end of the message, block included,
-// so the next request could not read it: measured with tt-replay on the
-// corpus's SWE-agent session (breakpoints on the last two messages), every
-// step would write its newest message again and the session would cost
-// more than the original. Until that is settled against the provider, such
-// a message gets no block.
+// so the next request could not read it: in a session that marks its last
+// messages, every step would write its newest message again and the
+// session would cost more than the original. Until that is settled against
+// the provider, such a message gets no block.
 // cacheControl is the marker's key as bytes: a message whose bytes hold it
 // anywhere (a breakpoint, or a tool result quoting one) gets no block.
 var cacheControl = []byte(`"cache_control"`)

@@ -181,10 +181,11 @@ const (
 	// the rest waits for a cold cache, where it costs nothing extra.
 	DefaultMaxHorizon = 4
 	// DefaultReceiptHorizon: the horizon of leases and duplicates (see
-	// ReceiptHorizon). Measured with the replay: 8 turns the real Claude
-	// Code CLI session's billed saving from -6% (horizon 2 at its third
-	// request) to -24%, where folds at 8 would cost more than compaction
-	// off (their boundary moves again every 4 turns).
+	// ReceiptHorizon). Receipts stay for the rest of a conversation, so
+	// they are judged over more requests than folds: a short horizon
+	// declines early receipts that pay back a few requests later, while
+	// folds at this horizon would cost more than no compaction (their
+	// boundary moves again every few turns).
 	DefaultReceiptHorizon = 8
 	// DefaultLeaseMinChars: a receipt with its recovery hint is 200-300
 	// bytes; from about 2000 characters a result's receipt saves most of

@@ -174,7 +174,8 @@ func (c *Counter) CountHeld(ctx context.Context, model string, body []byte, hint
 	}
 	// Stop waiting budget/8 early: when every P is tokenizing, the timer's
 	// goroutine can wait for a preemption or a GC mark phase before it runs
-	// again (measured up to ~25 ms on 2 cores), and the budget is a ceiling.
+	// again (tens of milliseconds on a small machine), and the budget is a
+	// ceiling.
 	deadline := time.Now().Add(c.budget - c.budget/8)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
@@ -201,8 +202,9 @@ type segMiss struct {
 // count sums cached segment and piece counts and tokenizes the missing
 // pieces in parallel; false when the deadline or ctx came first. The
 // workers start at the first missing piece, while the rest of body is
-// still being split: on a cold body the split and its lookups are a sixth
-// of the work, and they overlap the counting instead of coming first.
+// still being split: on a cold body the split and its lookups are a
+// sizeable part of the work, and they overlap the counting instead of
+// coming first.
 // hold, if not nil, lets the workers read body after count returns (job).
 func (c *Counter) count(ctx context.Context, enc *encoding, body []byte, hints []int, hold compiler.Hold, deadline time.Time) (int, bool) {
 	t := &tally{c: c, enc: enc, body: body, hold: hold}

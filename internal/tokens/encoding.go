@@ -31,7 +31,7 @@ func encodingNamed(name string) *encoding {
 	return nil
 }
 
-// load builds the tables, once per process (about 20-40 ms each).
+// load builds the tables, once per process (tens of milliseconds each).
 func (e *encoding) load() (*ranks, error) {
 	e.once.Do(func() { e.ranks, e.err = loadRanks(e.name) })
 	return e.ranks, e.err

@@ -20,8 +20,8 @@ import (
 // may reuse the body. The job either holds the body (compiler.Hold: the
 // gateway's pooled body buffer stays out of reuse until the last worker is
 // done, and an immutable body costs nothing) or copies every piece it
-// queues. Copying a cold 16 MB body took 18 ms, most of it faulting in the
-// fresh pages, before any counting started.
+// queues. Copying a large cold body costs milliseconds, most of them
+// faulting in fresh pages, before any counting can start.
 type job struct {
 	c    *Counter
 	enc  *encoding

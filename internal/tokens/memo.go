@@ -13,7 +13,7 @@ import (
 // Pre-tokens that are tokens never reach the memo (the rank table
 // answers), and short ones it answered are then in the worker's hot table
 // (hot.go). It is sharded: every counting worker of every request shares
-// it, and one lock was a tenth of a cold count on real agent text.
+// it, and one lock would make them wait on each other.
 type memo struct {
 	shard [memoShards]memoGens
 }
