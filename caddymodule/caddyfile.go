@@ -308,3 +308,19 @@ func setOnOff(dst **bool, v string) error {
 	}
 	return nil
 }
+
+// unmarshalTenantLabel reads `tenant_label <tenant-id> <name>`.
+func (t *Handler) unmarshalTenantLabel(d *caddyfile.Dispenser) error {
+	args := d.RemainingArgs()
+	if len(args) != 2 {
+		return d.Errf("tenant_label takes a tenant id and a name, got %d arguments", len(args))
+	}
+	if t.TenantLabels == nil {
+		t.TenantLabels = map[string]string{}
+	}
+	if _, dup := t.TenantLabels[args[0]]; dup {
+		return d.Errf("duplicate tenant_label '%s'", args[0])
+	}
+	t.TenantLabels[args[0]] = args[1]
+	return nil
+}

@@ -4,20 +4,19 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/gateway"
 	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
-	"github.com/tokenterminator/caddy-token-terminator/internal/response"
 )
 
 // Recovery modes (subdirective recovery).
 const (
 	// RecoveryTool offers the model the token_terminator tool and answers
 	// its calls; the artifact API is served too.
-	RecoveryTool = "tool"
+	RecoveryTool = gateway.RecoveryTool
 	// RecoveryAPI serves the artifact API only; receipts name its path.
-	RecoveryAPI = "api"
+	RecoveryAPI = gateway.RecoveryAPI
 	// RecoveryOff serves nothing and offers nothing.
-	RecoveryOff = "off"
+	RecoveryOff = gateway.RecoveryOff
 
 	DefaultRecovery          = RecoveryTool
 	DefaultRecoveryPath      = recovery.DefaultPath
@@ -108,26 +107,6 @@ func (c *RecoveryConfig) recoveryConfig() recovery.Config {
 		MaxCalls:         *c.MaxRecoveryCalls,
 	}.WithDefaults()
 }
-
-// compilerRecovery is what the compiler is told of recovery for the
-// effective mode: the receipts' hint and, with tool, the definitions.
-func compilerRecovery(mode string, cfg recovery.Config) compiler.Recovery {
-	switch mode {
-	case RecoveryTool:
-		tools := compiler.ToolDefinitions{
-			Chat:      string(recovery.Definition(response.FormatChat)),
-			Responses: string(recovery.Definition(response.FormatResponses)),
-			Anthropic: string(recovery.Definition(response.FormatAnthropic)),
-		}
-		return compiler.Recovery{Hint: recovery.ToolName + " artifact_get", ToolName: recovery.ToolName, Tools: tools, ConflictHint: apiHint(cfg)}
-	case RecoveryAPI:
-		return compiler.Recovery{Hint: apiHint(cfg)}
-	}
-	return compiler.Recovery{}
-}
-
-// apiHint is the receipts' hint that names the artifact API.
-func apiHint(cfg recovery.Config) string { return "GET " + cfg.Path + "artifacts/{id}" }
 
 // The Caddyfile's recovery subdirectives; UnmarshalCaddyfile finds them in
 // subdirectives.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 )
 
@@ -64,4 +65,32 @@ func (h *Handler) warnClientIdentity() {
 			return
 		}
 	}
+}
+
+// minTenantKeyBytes is the shortest operator tenant key accepted: shorter
+// keys make tenant ids guessable from credentials.
+const minTenantKeyBytes = 16
+
+// resolveTenantKey is the operator's tenant_key (placeholders resolved once,
+// e.g. {env.TT_TENANT_KEY} or {file./etc/tt/key}), else the vault
+// backend's own persistent key.
+func (h *Handler) resolveTenantKey(ov *openVault) ([]byte, error) {
+	if h.TenantKey == "" {
+		key, err := ov.tenantKey()
+		if err != nil {
+			return nil, fmt.Errorf("reading the vault's tenant key: %v", err)
+		}
+		return key, nil
+	}
+	// An unknown or empty placeholder is refused rather than taken as a
+	// literal key (a typo would otherwise become everyone's key).
+	v, err := caddy.NewReplacer().ReplaceOrErr(h.TenantKey, true, true)
+	if err != nil {
+		return nil, fmt.Errorf("tenant_key '%s': %v", h.TenantKey, err)
+	}
+	if len(v) < minTenantKeyBytes {
+		// Name the setting, never the value it resolved to.
+		return nil, fmt.Errorf("tenant_key '%s' resolves to %d bytes, want at least %d", h.TenantKey, len(v), minTenantKeyBytes)
+	}
+	return []byte(v), nil
 }

@@ -1,4 +1,4 @@
-package caddymodule
+package gateway
 
 import (
 	"context"
@@ -57,8 +57,8 @@ func readShare(max int64) int64 { return max / (1 + compileWorkFactor) }
 // reserve starts a candidate's reservation; compiles is false when it is
 // known from the headers that the body will only be forwarded (no tenant,
 // no vault), so that it reserves no working memory.
-func (h *Handler) reserve(compiles bool) *reservation {
-	r := &reservation{budget: h.buffered, reading: h.reading, max: *h.MaxBufferedBytes, readMax: readShare(*h.MaxBufferedBytes)}
+func (g *Gateway) reserve(compiles bool) *reservation {
+	r := &reservation{budget: g.Buffered, reading: g.Reading, max: g.MaxBufferedBytes, readMax: readShare(g.MaxBufferedBytes)}
 	if compiles {
 		r.factor = compileWorkFactor
 	}
@@ -125,9 +125,9 @@ func (r *reservation) release() {
 // body's. It is taken as the compile returns; until then the rewrite was
 // the compile's working memory, returned when the compile said it stopped
 // (Request.Done), an instant before.
-func (h *Handler) holdRewrite(n int) (release func()) {
-	h.buffered.Add(int64(n))
-	return func() { h.buffered.Add(-int64(n)) }
+func (g *Gateway) holdRewrite(n int) (release func()) {
+	g.Buffered.Add(int64(n))
+	return func() { g.Buffered.Add(-int64(n)) }
 }
 
 // Compile slots. A compile is CPU work: parsing, hashing, counting tokens.
@@ -141,15 +141,15 @@ func (h *Handler) holdRewrite(n int) (release func()) {
 // wait, holding only their bodies, for a slot within compile_timeout, and
 // go upstream uncompiled (passthrough=busy) if none comes.
 
-// compileSlots is a counting semaphore of compiles; nil means no limit.
-type compileSlots chan struct{}
+// CompileSlots is a counting semaphore of compiles; nil means no limit.
+type CompileSlots chan struct{}
 
-func newCompileSlots(n int) compileSlots { return make(compileSlots, n) }
+func NewCompileSlots(n int) CompileSlots { return make(CompileSlots, n) }
 
 // acquire waits for a slot until ctx ends. release returns it; it is due
 // when the compile stops, which for one abandoned at compile_timeout is
 // after the handler has moved on.
-func (s compileSlots) acquire(ctx context.Context) (release func(), ok bool) {
+func (s CompileSlots) acquire(ctx context.Context) (release func(), ok bool) {
 	if s == nil {
 		return func() {}, true
 	}

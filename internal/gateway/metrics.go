@@ -1,25 +1,21 @@
-package caddymodule
+package gateway
 
 import (
-	"errors"
 	"strings"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
-	"github.com/tokenterminator/caddy-token-terminator/internal/vault/redisvault"
 )
 
-// metrics are the gateway's Prometheus series. They live in the App's
+// Metrics are the gateway's Prometheus series. They live in the App's
 // shared state, so their values survive `caddy reload`, and are registered
 // on each loaded config's registry (ctx.GetMetricsRegistry(), served by the
 // admin API's /metrics). Labels are bounded: format, decision, reason,
 // receipt kind, stage, the normalized model family and the operator's
 // tenant labels (tenant_label, a configured set); never tenant ids,
 // conversation ids or raw model names.
-type metrics struct {
+type Metrics struct {
 	candidates     *prometheus.CounterVec   // format, decision, reason, model
 	bytes          *prometheus.CounterVec   // format, model, kind (raw, sent, saved)
 	tokens         *prometheus.CounterVec   // format, model, kind
@@ -35,7 +31,6 @@ type metrics struct {
 	latency        *prometheus.HistogramVec // stage, format
 	ledgerDropped  prometheus.Counter
 	ledgerFailures prometheus.Counter
-	vault          *vaultCollector
 }
 
 const metricsNamespace = "token_terminator"
@@ -61,11 +56,12 @@ const (
 	stageCommit  = "commit"  // recording the lineage after the answer
 )
 
-func newMetrics(sh *shared) *metrics {
+// NewMetrics makes the series, registered nowhere yet.
+func NewMetrics() *Metrics {
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metricsNamespace, Name: name, Help: help}, labels)
 	}
-	return &metrics{
+	return &Metrics{
 		candidates:     counter("candidate_requests_total", "Candidate provider requests by outcome.", "format", "decision", "reason", "model"),
 		bytes:          counter("bytes_total", "Request body bytes: raw (as the client sent), sent (forwarded), saved (raw - sent of accepted rewrites).", "format", "model", "kind"),
 		tokens:         counter("tokens_total", "Request tokens as the gate measured them: raw, sent, saved.", "format", "model", "kind"),
@@ -87,31 +83,13 @@ func newMetrics(sh *shared) *metrics {
 			Help: "Ledger records dropped because the writer's queue was full."}),
 		ledgerFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metricsNamespace, Name: "ledger_write_failures_total",
 			Help: "Ledger batches the vault refused."}),
-		vault: &vaultCollector{sh: sh},
 	}
 }
 
-func (m *metrics) collectors() []prometheus.Collector {
+// Collectors are the series, for a registry.
+func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.candidates, m.bytes, m.tokens, m.cost, m.tenantCost, m.usageTokens, m.receipts, m.failOpen, m.vaultFailures,
-		m.recoveryRounds, m.recoveryReads, m.upgrades, m.latency, m.ledgerDropped, m.ledgerFailures, m.vault}
-}
-
-// register adds the metrics to a config's registry. Registering again
-// (another handler or app of the same config) reuses what is there.
-func (m *metrics) register(reg *prometheus.Registry) error {
-	if reg == nil {
-		return nil
-	}
-	for _, c := range m.collectors() {
-		if err := reg.Register(c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if errors.As(err, &are) {
-				continue
-			}
-			return err
-		}
-	}
-	return nil
+		m.recoveryRounds, m.recoveryReads, m.upgrades, m.latency, m.ledgerDropped, m.ledgerFailures}
 }
 
 // failureReasons are the pass-through reasons that count as fail-open
@@ -121,43 +99,43 @@ func isFailOpen(r compiler.Reason) bool {
 	switch r {
 	case "", compiler.ReasonOff, compiler.ReasonNotCandidate, compiler.ReasonNoSlots, compiler.ReasonNothingToDo,
 		compiler.ReasonNotSmaller, compiler.ReasonMoreTokens, compiler.ReasonNotCheaper,
-		compiler.ReasonProviderContextManagement, compiler.ReasonNoTenant, compiler.ReasonBypass, compiler.ReasonUnverifiedTenant:
+		compiler.ReasonProviderContextManagement, ReasonNoTenant, ReasonBypass, ReasonUnverifiedTenant:
 		return false
 	}
 	return true
 }
 
 // observe counts one finished candidate.
-func (m *metrics) observe(rep *report, ob *observation) {
-	format, model := rep.format, ob.family
-	decision := string(rep.decisionWord())
-	m.candidates.WithLabelValues(format, decision, string(rep.reason), model).Inc()
-	if rep.rawBytes >= 0 {
-		m.bytes.WithLabelValues(format, model, "raw").Add(float64(rep.rawBytes))
-		sent := rep.sentBytes
-		if rep.decision != compiler.Accepted {
-			sent = rep.rawBytes // shadow reports what would have gone; the original went
+func (m *Metrics) observe(o *outcome) {
+	format, model := o.format, o.family
+	decision := string(o.decisionWord())
+	m.candidates.WithLabelValues(format, decision, string(o.reason), model).Inc()
+	if o.rawBytes >= 0 {
+		m.bytes.WithLabelValues(format, model, "raw").Add(float64(o.rawBytes))
+		sent := o.sentBytes
+		if o.decision != compiler.Accepted {
+			sent = o.rawBytes // shadow reports what would have gone; the original went
 		}
 		m.bytes.WithLabelValues(format, model, "sent").Add(float64(sent))
-		m.bytes.WithLabelValues(format, model, "saved").Add(float64(max(rep.rawBytes-sent, 0)))
+		m.bytes.WithLabelValues(format, model, "saved").Add(float64(max(o.rawBytes-sent, 0)))
 	}
-	if rep.tokens.Status.Measured() {
-		sent := rep.tokens.Sent
-		if rep.decision != compiler.Accepted {
-			sent = rep.tokens.Raw
+	if o.tokens.Status.Measured() {
+		sent := o.tokens.Sent
+		if o.decision != compiler.Accepted {
+			sent = o.tokens.Raw
 		}
-		m.tokens.WithLabelValues(format, model, "raw").Add(float64(rep.tokens.Raw))
+		m.tokens.WithLabelValues(format, model, "raw").Add(float64(o.tokens.Raw))
 		m.tokens.WithLabelValues(format, model, "sent").Add(float64(sent))
-		m.tokens.WithLabelValues(format, model, "saved").Add(float64(max(rep.tokens.Raw-sent, 0)))
+		m.tokens.WithLabelValues(format, model, "saved").Add(float64(max(o.tokens.Raw-sent, 0)))
 	}
-	m.observeCost(rep, ob)
-	if rep.decision == compiler.Accepted {
+	m.observeCost(o)
+	if o.decision == compiler.Accepted {
 		kinds := [...]struct {
 			kind string
 			n    int
 		}{
-			{receiptDuplicate, ob.kinds.Duplicate}, {receiptLease, ob.kinds.Lease},
-			{receiptCompaction, ob.kinds.Compaction}, {receiptFoldedTurn, rep.folded},
+			{receiptDuplicate, o.kinds.Duplicate}, {receiptLease, o.kinds.Lease},
+			{receiptCompaction, o.kinds.Compaction}, {receiptFoldedTurn, o.folded},
 		}
 		for _, k := range kinds {
 			if k.n > 0 {
@@ -165,26 +143,26 @@ func (m *metrics) observe(rep *report, ob *observation) {
 			}
 		}
 	}
-	if rep.decision == compiler.Passthrough && isFailOpen(rep.reason) {
-		m.failOpen.WithLabelValues(string(rep.reason)).Inc()
+	if o.decision == compiler.Passthrough && isFailOpen(o.reason) {
+		m.failOpen.WithLabelValues(string(o.reason)).Inc()
 	}
-	if rep.reason == compiler.ReasonVaultFull || rep.reason == compiler.ReasonVaultError {
-		m.vaultFailures.WithLabelValues(string(rep.reason)).Inc()
+	if o.reason == compiler.ReasonVaultFull || o.reason == compiler.ReasonVaultError {
+		m.vaultFailures.WithLabelValues(string(o.reason)).Inc()
 	}
-	m.latency.WithLabelValues(stageRead, format).Observe(rep.read.Seconds())
-	if rep.queue > 0 {
-		m.latency.WithLabelValues(stageQueue, format).Observe(rep.queue.Seconds())
+	m.latency.WithLabelValues(stageRead, format).Observe(o.read.Seconds())
+	if o.queue > 0 {
+		m.latency.WithLabelValues(stageQueue, format).Observe(o.queue.Seconds())
 	}
-	if rep.compiled {
-		m.latency.WithLabelValues(stageParse, format).Observe(rep.parse.Seconds())
-		m.latency.WithLabelValues(stageVault, format).Observe(rep.vault.Seconds())
-		m.latency.WithLabelValues(stageCompile, format).Observe(rep.compile.Seconds())
-		if rep.gate > 0 {
-			m.latency.WithLabelValues(stageGate, format).Observe(rep.gate.Seconds())
+	if o.compiled {
+		m.latency.WithLabelValues(stageParse, format).Observe(o.parse.Seconds())
+		m.latency.WithLabelValues(stageVault, format).Observe(o.vault.Seconds())
+		m.latency.WithLabelValues(stageCompile, format).Observe(o.compile.Seconds())
+		if o.gate > 0 {
+			m.latency.WithLabelValues(stageGate, format).Observe(o.gate.Seconds())
 		}
 	}
-	if rep.committed {
-		m.latency.WithLabelValues(stageCommit, format).Observe(rep.commit.Seconds())
+	if o.committed {
+		m.latency.WithLabelValues(stageCommit, format).Observe(o.commit.Seconds())
 	}
 }
 
@@ -224,9 +202,9 @@ const untenanted = "unlabelled"
 
 // observeCost counts a candidate's cost figures, per format and model
 // family and per tenant label.
-func (m *metrics) observeCost(rep *report, ob *observation) {
-	byModel := func(kind string, v float64) { m.cost.WithLabelValues(rep.format, ob.family, kind).Add(v) }
-	tenant := ob.label
+func (m *Metrics) observeCost(o *outcome) {
+	byModel := func(kind string, v float64) { m.cost.WithLabelValues(o.format, o.family, kind).Add(v) }
+	tenant := o.label
 	if tenant == "" {
 		tenant = untenanted
 	}
@@ -234,33 +212,33 @@ func (m *metrics) observeCost(rep *report, ob *observation) {
 		byModel(kind, v)
 		m.tenantCost.WithLabelValues(tenant, kind).Add(v)
 	}
-	if ob.costRaw > 0 {
-		both(costKindRaw, ob.costRaw)
-		both(costKindSent, ob.costSent)
+	if o.costRaw > 0 {
+		both(costKindRaw, o.costRaw)
+		both(costKindSent, o.costSent)
 		// What was sent can be judged dearer than the all-raw baseline
 		// (it counts what the conversation's earlier rewrites did to the
 		// cache); a counter never decreases, so that goes apart.
-		if d := ob.costRaw - ob.costSent; d >= 0 {
+		if d := o.costRaw - o.costSent; d >= 0 {
 			byModel(costKindSaved, d)
 		} else {
 			byModel(costKindExtra, -d)
 		}
 	}
-	if rep.costHorizonRaw > 0 {
-		both(costKindHorizonRaw, rep.costHorizonRaw)
-		both(costKindHorizonSent, rep.costHorizonSent)
+	if o.costHorizonRaw > 0 {
+		both(costKindHorizonRaw, o.costHorizonRaw)
+		both(costKindHorizonSent, o.costHorizonSent)
 	}
-	if u := ob.usage; u != nil {
+	if u := o.billed; u != nil {
 		both(costKindActual, u.Cost)
-		if ob.costRaw > 0 && u.RecoveryRounds == 0 { // the expected figures are of one upstream request
+		if o.costRaw > 0 && u.RecoveryRounds == 0 { // the expected figures are of one upstream request
 			both(costKindActualJudged, u.Cost)
-			both(costKindExpectedJudged, ob.costSent)
+			both(costKindExpectedJudged, o.costSent)
 		}
 		for _, k := range [...]struct {
 			kind string
 			n    int
 		}{{usageUncached, u.Uncached}, {usageCacheRead, u.CacheRead}, {usageCacheWrite, u.CacheWrite}} {
-			m.usageTokens.WithLabelValues(rep.format, ob.family, k.kind).Add(float64(k.n))
+			m.usageTokens.WithLabelValues(o.format, o.family, k.kind).Add(float64(k.n))
 		}
 	}
 }
@@ -310,102 +288,15 @@ var modelFamilies = []struct {
 	{"deepseek", "deepseek", true},
 }
 
-// vaultCollector reports the open vaults' sizes at scrape time, from the
-// backends that keep Stats (Badger, Redis); values are summed over the open
-// vaults. A Redis vault's sizes are the fleet's (every replica reports the
-// same), its counters the replica's own.
-type vaultCollector struct{ sh *shared }
-
-type vaultStatser interface{ Stats() vault.Stats }
-
-// Both built-in backends report their sizes.
-var (
-	_ vaultStatser = (*vault.Store)(nil)
-	_ vaultStatser = (*redisvault.Store)(nil)
-)
-
-var (
-	descVaultArtifacts = prometheus.NewDesc(metricsNamespace+"_vault_artifacts", "Artifacts stored in the open vaults.", nil, nil)
-	descVaultBytes     = prometheus.NewDesc(metricsNamespace+"_vault_bytes", "Bytes counted against the vaults' capacity (content and lineage).", nil, nil)
-	descVaultMaxBytes  = prometheus.NewDesc(metricsNamespace+"_vault_max_bytes", "Configured capacity of the open vaults.", nil, nil)
-	descVaultWritten   = prometheus.NewDesc(metricsNamespace+"_vault_artifacts_written_total", "Artifacts written since the vaults opened.", nil, nil)
-	descVaultEvicted   = prometheus.NewDesc(metricsNamespace+"_vault_evictions_total", "Artifacts evicted since the vaults opened.", nil, nil)
-	descVaultCorrupt   = prometheus.NewDesc(metricsNamespace+"_vault_corrupt_total", "Unreadable artifacts found and dropped since the vaults opened.", nil, nil)
-)
-
-func (c *vaultCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descVaultArtifacts, descVaultBytes, descVaultMaxBytes, descVaultWritten, descVaultEvicted, descVaultCorrupt} {
-		ch <- d
-	}
-}
-
-func (c *vaultCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.stats()
-	gauge := func(d *prometheus.Desc, v int64) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v))
-	}
-	count := func(d *prometheus.Desc, v uint64) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
-	}
-	gauge(descVaultArtifacts, st.Artifacts)
-	gauge(descVaultBytes, st.Bytes)
-	gauge(descVaultMaxBytes, st.MaxBytes)
-	count(descVaultWritten, st.Written)
-	count(descVaultEvicted, st.Evicted)
-	count(descVaultCorrupt, st.Corrupt)
-}
-
-// stats sums the Stats of the open vaults that keep them.
-func (c *vaultCollector) stats() vault.Stats {
-	var sum vault.Stats
-	c.sh.vaults.Range(func(_, v any) bool {
-		if s, ok := v.(*openVault).backend.(vaultStatser); ok {
-			st := s.Stats()
-			sum.Artifacts += st.Artifacts
-			sum.Bytes += st.Bytes
-			sum.MaxBytes += st.MaxBytes
-			sum.Written += st.Written
-			sum.Evicted += st.Evicted
-			sum.Corrupt += st.Corrupt
-		}
-		return true
-	})
-	return sum
-}
-
-// registerMetrics registers the App's metrics on the config's registry.
-func (a *App) registerMetrics(ctx caddy.Context) error {
-	return a.shared.metrics.register(ctx.GetMetricsRegistry())
-}
-
-// RecoveryRound counts one round in which the gateway answered the
-// model's recovery tool calls (format: the request's format). For the
-// recovery wiring, which has the App; a handler has the same as
-// h.metrics.recoveryRound. Safe on a nil App.
-func (a *App) RecoveryRound(format string) {
-	if a != nil && a.shared != nil {
-		a.shared.metrics.recoveryRound(format)
-	}
-}
-
-// RecoveryRead counts one vault read through the recovery tool or the
-// artifact API; action is artifact_get or artifact_search. Safe on a nil
-// App.
-func (a *App) RecoveryRead(action string) {
-	if a != nil && a.shared != nil {
-		a.shared.metrics.recoveryRead(action)
-	}
-}
-
-// recoveryRound and recoveryRead are the hooks of the recovery path; safe
-// on nil metrics (handlers in tests).
-func (m *metrics) recoveryRound(format string) {
+// RecoveryRound and RecoveryRead are the hooks of the recovery path; safe
+// on nil metrics.
+func (m *Metrics) RecoveryRound(format string) {
 	if m != nil {
 		m.recoveryRounds.WithLabelValues(format).Inc()
 	}
 }
 
-func (m *metrics) recoveryRead(action string) {
+func (m *Metrics) RecoveryRead(action string) {
 	if m != nil {
 		m.recoveryReads.WithLabelValues(action).Inc()
 	}

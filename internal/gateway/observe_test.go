@@ -1,4 +1,4 @@
-package caddymodule
+package gateway
 
 import (
 	"context"
@@ -13,9 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
@@ -26,11 +23,10 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
-// observedHandler is a test handler with the App's metrics attached.
-func observedHandler(t *testing.T, fc *fakeCompiler, mutate func(*Handler)) *Handler {
+// observedHandler is a test handler with its metrics (testHandler attaches them).
+func observedHandler(t *testing.T, fc *fakeCompiler, mutate func(*Gateway)) *Gateway {
 	t.Helper()
 	h, _ := testHandler(t, fc, mutate)
-	h.metrics = newMetrics(&shared{vaults: caddy.NewUsagePool()})
 	return h
 }
 
@@ -54,7 +50,11 @@ func TestBypass(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			fc := &fakeCompiler{}
-			h := observedHandler(t, fc, func(h *Handler) { h.BypassHeader = tt.header })
+			h := observedHandler(t, fc, func(h *Gateway) {
+				if tt.header != "" {
+					h.BypassHeader = tt.header
+				}
+			})
 			body := `{"model":"gpt-4o","messages":[]}`
 			r := newRequest(http.MethodPost, chatPath, strings.NewReader(body))
 			if tt.sendName != "" {
@@ -62,7 +62,7 @@ func TestBypass(t *testing.T) {
 			}
 			var upHeader http.Header
 			var upBody []byte
-			next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+			next := Next(func(w http.ResponseWriter, r *http.Request) error {
 				upHeader = r.Header.Clone()
 				upBody, _ = io.ReadAll(r.Body)
 				w.WriteHeader(http.StatusOK)
@@ -77,7 +77,7 @@ func TestBypass(t *testing.T) {
 			}
 			name := tt.header
 			if name == "" {
-				name = DefaultBypassHeader
+				name = HeaderName // the default bypass header
 			}
 			if _, ok := upHeader[http.CanonicalHeaderKey(name)]; ok {
 				t.Fatalf("bypass header %s forwarded upstream", name)
@@ -87,7 +87,7 @@ func TestBypass(t *testing.T) {
 				if fc.calls.Load() != 0 || !strings.HasPrefix(got, "passthrough=bypass;") {
 					t.Fatalf("compiled %d times, header %q; want bypass", fc.calls.Load(), got)
 				}
-				if v := testutil.ToFloat64(h.metrics.candidates.WithLabelValues("openai_chat", "passthrough", "bypass", "unknown")); v != 1 {
+				if v := testutil.ToFloat64(h.Metrics.candidates.WithLabelValues("openai_chat", "passthrough", "bypass", "unknown")); v != 1 {
 					t.Fatalf("bypass counted %v times", v)
 				}
 			} else if fc.calls.Load() != 1 {
@@ -132,21 +132,21 @@ func TestMetricsAfterSequence(t *testing.T) {
 		`{"prompt_tokens":50,"completion_tokens":9}`,
 	}
 	h := observedHandler(t, fc, nil)
-	h.tenants = tenantHasher([]byte("0123456789abcdef0123456789abcdef"))
-	h.TenantLabels = map[string]string{h.tenants("Bearer sk-team-a"): "team-a"}
+	h.Tenants = TenantHasher([]byte("0123456789abcdef0123456789abcdef"))
+	h.TenantLabels = map[string]string{h.Tenants("Bearer sk-team-a"): "team-a"}
 	store, err := vault.Open(vault.Config{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	h.ledger = newLedgerWriter(store, vault.LedgerLimits{Retention: time.Hour, MaxRecords: 100, MaxBytes: 1 << 20}, h.metrics, zap.NewNop())
-	defer h.ledger.close()
+	h.Ledger = NewLedgerWriter(store, vault.LedgerLimits{Retention: time.Hour, MaxRecords: 100, MaxBytes: 1 << 20}, h.Metrics, zap.NewNop())
+	defer h.Ledger.Close()
 	for i := range results {
 		r := newRequest(http.MethodPost, chatPath, strings.NewReader(orig))
 		if i == 0 {
 			r.Header.Set("Authorization", "Bearer sk-team-a")
 		}
-		next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+		next := Next(func(w http.ResponseWriter, r *http.Request) error {
 			io.Copy(io.Discard, r.Body)
 			w.Header().Set("Content-Type", "application/json")
 			_, err := io.WriteString(w, `{"id":"x","choices":[],"usage":`+usages[i]+`}`)
@@ -157,7 +157,7 @@ func TestMetricsAfterSequence(t *testing.T) {
 		}
 	}
 	ws := newRequest(http.MethodGet, "/v1/responses", nil)
-	h.formatFor = func(method, path string) (string, bool) {
+	h.FormatFor = func(method, path string) (string, bool) {
 		if strings.HasSuffix(path, "/responses") {
 			return "openai_responses", method == http.MethodPost
 		}
@@ -166,7 +166,7 @@ func TestMetricsAfterSequence(t *testing.T) {
 	ws.Header.Set("Upgrade", "websocket")
 	serve(t, h, ws)
 
-	m := h.metrics
+	m := h.Metrics
 	raw, sent := float64(len(orig)), float64(len(small))
 	checks := []struct {
 		name string
@@ -232,7 +232,7 @@ func TestMetricsAfterSequence(t *testing.T) {
 	}
 
 	// The ledger records carry the same figures.
-	h.ledger.flush(context.Background())
+	h.Ledger.Flush(context.Background())
 	recs, err := store.ReadLedger(context.Background(), vault.LedgerQuery{})
 	if err != nil || len(recs) != len(results) {
 		t.Fatalf("%d ledger records (err %v)", len(recs), err)
@@ -278,7 +278,7 @@ func TestUsageFigures(t *testing.T) {
 	tests := []struct {
 		name          string
 		format, model string
-		prices        map[string]CostPrices
+		prices        map[cost.Family]cost.Overrides
 		u             response.Usage
 		want          *vault.LedgerUsage
 	}{
@@ -291,7 +291,7 @@ func TestUsageFigures(t *testing.T) {
 		{"gpt-4.1 reads at 0.25", "openai_responses", "gpt-4.1-mini", nil,
 			response.Usage{Input: 4096, CacheRead: 2048, Known: true},
 			&vault.LedgerUsage{Uncached: 2048, CacheRead: 2048, Cost: 2048 + 512}},
-		{"cost_prices override", "anthropic_messages", "claude-opus-4", map[string]CostPrices{"anthropic": {CacheRead: &half}},
+		{"cost_prices override", "anthropic_messages", "claude-opus-4", map[cost.Family]cost.Overrides{"anthropic": {CacheRead: &half}},
 			response.Usage{Input: 300, CacheRead: 200, Known: true},
 			&vault.LedgerUsage{Uncached: 100, CacheRead: 200, Cost: 100 + 100}},
 		{"no usage", "openai_chat", "gpt-4o", nil, response.Usage{}, nil},
@@ -303,64 +303,18 @@ func TestUsageFigures(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := &Handler{}
-			h.CostPrices = tt.prices
-			got := h.usageFigures(&report{format: tt.format, usage: tt.u}, &observation{model: tt.model})
+			var cfg cost.Config // as caddymodule maps cost_prices
+			for f, o := range tt.prices {
+				if !cfg.SetOverrides(f, o) {
+					t.Fatalf("family %s", f)
+				}
+			}
+			h := &Gateway{Prices: &cfg}
+			got := h.usageFigures(&outcome{format: tt.format, usage: tt.u, model: tt.model})
 			if (got == nil) != (tt.want == nil) || (got != nil && *got != *tt.want) {
 				t.Fatalf("got %+v, want %+v", got, tt.want)
 			}
 		})
-	}
-}
-
-// TestSummarize checks the stats arithmetic against hand-computed sums.
-func TestSummarize(t *testing.T) {
-	day1 := time.Date(2026, 11, 30, 23, 59, 0, 0, time.UTC).UnixMilli()
-	day2 := time.Date(2026, 12, 1, 0, 1, 0, 0, time.UTC).UnixMilli()
-	recs := []vault.LedgerRecord{
-		{Time: day1, Tenant: "ta", TenantLabel: "acme", Conversation: "c1", Model: "gpt-4o", Decision: "accepted",
-			RawBytes: 1000, SentBytes: 300, RawTokens: 250, SentTokens: 80, Receipts: 2, Folded: 1, CostRaw: 250, CostSent: 90,
-			CostHorizonRaw: 900, CostHorizonSent: 400, Usage: &vault.LedgerUsage{Uncached: 40, CacheRead: 60, Cost: 70}},
-		{Time: day2, Tenant: "ta", Conversation: "c1", Model: "gpt-4o", Decision: "passthrough", Reason: "not_smaller",
-			RawBytes: 500, SentBytes: 500, RawTokens: 120, SentTokens: 125, CostRaw: 120, CostSent: 120,
-			CostHorizonRaw: 300, CostHorizonSent: 300},
-		// An older record (no horizon figures) with usage but no expected cost.
-		{Time: day2, Tenant: "tb", Conversation: "c2", Model: "claude-sonnet", Decision: "shadow",
-			RawBytes: 800, SentBytes: 100, Receipts: 4, Usage: &vault.LedgerUsage{Uncached: 5, CacheRead: 100, CacheWrite: 20, Cost: 40}},
-		// Its usage sums a recovery round: billed, but not set against
-		// the one request's expected cost.
-		{Time: day2, Tenant: "tb", Conversation: "c3", Model: "claude-sonnet", Decision: "accepted",
-			RawBytes: 2000, SentBytes: 200, Receipts: 1, CostRaw: 0.5, CostSent: 0.5,
-			Usage: &vault.LedgerUsage{Uncached: 1, Cost: 1, RecoveryRounds: 1}},
-	}
-	st := summarize(recs)
-	want := savings{Requests: 4, Accepted: 2, RawBytes: 4300, SentBytes: 300 + 500 + 800 + 200, RawTokens: 370, SentTokens: 80 + 120,
-		Receipts: 3, Folded: 1, CostRaw: 370.5, CostSent: 210.5, CostHorizonRaw: 1200, CostHorizonSent: 700,
-		UsageRequests: 3, UsageUncached: 46, UsageCacheRead: 160, UsageCacheWrite: 20, CostActual: 111,
-		JudgedRequests: 1, CostActualJudged: 70, CostExpectedJudged: 90}
-	want.SavedBytes, want.SavedTok, want.CostSaved = want.RawBytes-want.SentBytes, want.RawTokens-want.SentTokens, want.CostRaw-want.CostSent
-	want.CostHorizonSaved = 500
-	if st.Totals != want {
-		t.Fatalf("totals\n got %+v\nwant %+v", st.Totals, want)
-	}
-	if st.Decisions["accepted"] != 2 || st.Decisions["shadow"] != 1 || st.Reasons["not_smaller"] != 1 {
-		t.Fatalf("decisions %v reasons %v", st.Decisions, st.Reasons)
-	}
-	if len(st.Days) != 2 || st.Days[0].Day != "2026-11-30" || st.Days[0].SavedBytes != 700 || st.Days[1].SavedBytes != 1800 {
-		t.Fatalf("days %+v", st.Days)
-	}
-	if len(st.Tenants) != 2 || st.Tenants[0].Tenant != "tb" || st.Tenants[0].SavedBytes != 1800 || st.Tenants[1].Label != "acme" {
-		t.Fatalf("tenants %+v", st.Tenants)
-	}
-	if ta, tb := st.Tenants[1], st.Tenants[0]; ta.CostHorizonSaved != 500 || ta.CostActual != 70 || ta.CostExpectedJudged != 90 ||
-		tb.CostHorizonRaw != 0 || tb.CostActual != 41 || tb.JudgedRequests != 0 || tb.UsageCacheWrite != 20 {
-		t.Fatalf("tenant cost figures %+v / %+v", ta, tb)
-	}
-	if len(st.Models) != 2 || st.Models[0].Model != "claude-sonnet" || st.Models[1].SavedTok != 170 {
-		t.Fatalf("models %+v", st.Models)
-	}
-	if c := st.Conversations; len(c) != 3 || c[0].Conversation != "c3" || c[1].Conversation != "c1" || c[1].Requests != 2 || c[2].SavedBytes != 0 {
-		t.Fatalf("conversations %+v", c)
 	}
 }
 
@@ -372,19 +326,19 @@ func TestLedgerWriterBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	m := newMetrics(&shared{vaults: caddy.NewUsagePool()})
-	w := newLedgerWriter(s, vault.LedgerLimits{Retention: time.Hour, MaxRecords: 1000, MaxBytes: 1 << 20}, m, zap.NewNop())
+	m := NewMetrics()
+	w := NewLedgerWriter(s, vault.LedgerLimits{Retention: time.Hour, MaxRecords: 1000, MaxBytes: 1 << 20}, m, zap.NewNop())
 	now := time.Now()
 	for i := range 600 {
-		w.add(vault.LedgerRecord{Time: now.Add(time.Duration(i) * time.Millisecond).UnixMilli(), Decision: "accepted", RawBytes: int64(i)})
+		w.Add(vault.LedgerRecord{Time: now.Add(time.Duration(i) * time.Millisecond).UnixMilli(), Decision: "accepted", RawBytes: int64(i)})
 	}
-	w.flush(context.Background())
+	w.Flush(context.Background())
 	got, err := s.ReadLedger(context.Background(), vault.LedgerQuery{})
 	if err != nil || len(got) != 600 || got[0].RawBytes != 599 {
 		t.Fatalf("%d records (err %v), want 600 newest first", len(got), err)
 	}
-	w.add(vault.LedgerRecord{Time: now.Add(time.Second).UnixMilli(), Decision: "passthrough"})
-	w.close()
+	w.Add(vault.LedgerRecord{Time: now.Add(time.Second).UnixMilli(), Decision: "passthrough"})
+	w.Close()
 	if got, _ = s.ReadLedger(context.Background(), vault.LedgerQuery{}); len(got) != 601 {
 		t.Fatalf("close did not write the queue: %d records", len(got))
 	}
@@ -393,48 +347,17 @@ func TestLedgerWriterBatches(t *testing.T) {
 	}
 }
 
-func TestObserveConfig(t *testing.T) {
-	tests := []struct {
-		caddyfile string
-		wantErr   string // "" = valid
-	}{
-		{"bypass_header X-No-TT", ""},
-		{"ledger_retention 720h\nledger_max_records 1000\nledger_max_bytes 8MiB", ""},
-		{"tenant_label 0123456789abcdef0123456789abcdef acme\ntenant_label 89efabcd0123456789abcdef01234567 beta", ""},
-		{"tenant_label 0123abcd acme", "32 lower-case hex digits"}, // a 32-bit prefix could be ground
-		{"tenant_label 0123456789abcdef0123456789abcdef0 acme", "32 lower-case hex digits"},
-		{"tenant_label 0123456789abcdef0123456789abcdeZ acme", "32 lower-case hex digits"},
-		{"tenant_label 0123456789ABCDEF0123456789abcdef acme", "32 lower-case hex digits"},
-		{"tenant_label 0123abcd", "takes a tenant id and a name"},
-		{"tenant_label 0123456789abcdef0123456789abcdef a\ntenant_label 0123456789abcdef0123456789abcdef b", "duplicate tenant_label"},
-		{"ledger_retention -1h", "ledger_retention"},
-		{"ledger_max_records 0", "ledger_max_records"},
-		{"bypass_header X:Y", "bypass_header must be a header name"},
-	}
-	for _, tt := range tests {
-		var h Handler
-		d := caddyfile.NewTestDispenser("token_terminator {\n" + tt.caddyfile + "\n}")
-		err := h.UnmarshalCaddyfile(d)
-		switch {
-		case tt.wantErr == "" && err != nil:
-			t.Errorf("%q: %v", tt.caddyfile, err)
-		case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
-			t.Errorf("%q: error %v, want %q", tt.caddyfile, err, tt.wantErr)
-		}
-	}
-}
-
 // TestTenantLabel: a label names a tenant id (the keyed hash under the
 // tenant key) whole; a credential whose unkeyed hash the operator might
 // have known matches nothing, and no prefix matches.
 func TestTenantLabel(t *testing.T) {
-	h := &Handler{}
-	h.tenants = tenantHasher([]byte("0123456789abcdef0123456789abcdef"))
-	id := h.tenants("Bearer sk-acme")
+	h := &Gateway{}
+	h.Tenants = TenantHasher([]byte("0123456789abcdef0123456789abcdef"))
+	id := h.Tenants("Bearer sk-acme")
 	h.TenantLabels = map[string]string{id: "acme"}
 	for tenant, want := range map[string]string{
 		id:                           "acme",
-		h.tenants("Bearer sk-other"): "",
+		h.Tenants("Bearer sk-other"): "",
 		id[:31]:                      "",
 		sha256Hex("sk-acme")[:32]:    "",
 		"":                           "",
@@ -450,27 +373,6 @@ func sha256Hex(s string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// TestRecoveryHooks: the recovery path's counters, through the App and
-// through a handler's metrics; nil receivers are no-ops.
-func TestRecoveryHooks(t *testing.T) {
-	sh := &shared{vaults: caddy.NewUsagePool()}
-	sh.metrics = newMetrics(sh)
-	app := &App{shared: sh}
-	app.RecoveryRound("anthropic_messages")
-	sh.metrics.recoveryRound("anthropic_messages")
-	app.RecoveryRead("artifact_get")
-	var nilApp *App
-	nilApp.RecoveryRound("x")
-	var nilMetrics *metrics
-	nilMetrics.recoveryRead("x")
-	if v := testutil.ToFloat64(sh.metrics.recoveryRounds.WithLabelValues("anthropic_messages")); v != 2 {
-		t.Fatalf("rounds %v, want 2", v)
-	}
-	if v := testutil.ToFloat64(sh.metrics.recoveryReads.WithLabelValues("artifact_get")); v != 1 {
-		t.Fatalf("reads %v, want 1", v)
-	}
-}
-
 // BenchmarkAccount is what a finished candidate adds: metrics and the
 // ledger record queued (the writer drains it concurrently), without and
 // with the provider's usage to price.
@@ -480,30 +382,28 @@ func BenchmarkAccount(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	sh := &shared{vaults: caddy.NewUsagePool()}
-	h := &Handler{}
-	h.prices = &cost.Config{} // as provision maps it
-	h.metrics = newMetrics(sh)
-	h.ledger = newLedgerWriter(s, vault.LedgerLimits{Retention: time.Hour, MaxRecords: 1 << 20, MaxBytes: 1 << 30}, h.metrics, zap.NewNop())
-	defer h.ledger.close()
-	r := httptest.NewRequest(http.MethodPost, chatPath, nil)
-	ex := &exchange{start: time.Now(), rep: report{decision: compiler.Accepted, format: "openai_chat", rawBytes: 100000, sentBytes: 20000,
-		receipts: 3, compiled: true, tenant: "t1", tokens: compiler.TokenReport{Status: compiler.TokensExact, Raw: 25000, Sent: 5000}},
-		obs: observation{family: "gpt-4o", conversation: "c_1", kinds: compiler.ReceiptKinds{Lease: 3}, costRaw: 25000, costSent: 6000}}
+	h := &Gateway{}
+	h.Prices = &cost.Config{} // as provision maps it
+	h.Metrics = NewMetrics()
+	h.Ledger = NewLedgerWriter(s, vault.LedgerLimits{Retention: time.Hour, MaxRecords: 1 << 20, MaxBytes: 1 << 30}, h.Metrics, zap.NewNop())
+	defer h.Ledger.Close()
+	ex := &exchange{start: time.Now(), out: outcome{decision: compiler.Accepted, format: "openai_chat", rawBytes: 100000, sentBytes: 20000,
+		receipts: 3, compiled: true, tenant: "t1", tokens: compiler.TokenReport{Status: compiler.TokensExact, Raw: 25000, Sent: 5000},
+		family: "gpt-4o", conversation: "c_1", kinds: compiler.ReceiptKinds{Lease: 3}, costRaw: 25000, costSent: 6000}}
 	// A request is accounted once: each iteration accounts a fresh copy.
 	b.Run("no usage", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			e := *ex
-			h.account(r, &e)
+			h.account(&e)
 		}
 	})
-	ex.rep.usage = response.Usage{Input: 25000, CacheRead: 18000, Output: 300, Known: true}
+	ex.out.usage = response.Usage{Input: 25000, CacheRead: 18000, Output: 300, Known: true}
 	b.Run("usage", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			e := *ex
-			h.account(r, &e)
+			h.account(&e)
 		}
 	})
 }
@@ -527,13 +427,13 @@ func (stuckLedger) ReadLedger(context.Context, vault.LedgerQuery) ([]vault.Ledge
 // returns at once; what does not fit the queue is dropped and counted.
 func TestLedgerNeverBlocksRequests(t *testing.T) {
 	st := stuckLedger{release: make(chan struct{})}
-	m := newMetrics(&shared{vaults: caddy.NewUsagePool()})
-	w := newLedgerWriter(st, vault.LedgerLimits{Retention: time.Hour, MaxRecords: 1, MaxBytes: 1}, m, zap.NewNop())
+	m := NewMetrics()
+	w := NewLedgerWriter(st, vault.LedgerLimits{Retention: time.Hour, MaxRecords: 1, MaxBytes: 1}, m, zap.NewNop())
 	const n = 3 * ledgerQueue
 	done := make(chan struct{})
 	go func() {
 		for i := range n {
-			w.add(vault.LedgerRecord{Time: int64(i)})
+			w.Add(vault.LedgerRecord{Time: int64(i)})
 		}
 		close(done)
 	}()
@@ -547,7 +447,7 @@ func TestLedgerNeverBlocksRequests(t *testing.T) {
 		t.Fatalf("dropped %v of %d", d, n)
 	}
 	close(st.release)
-	w.close()
+	w.Close()
 }
 
 // TestMetricsCostDearerThanRaw: a request judged dearer than its all-raw
@@ -566,7 +466,7 @@ func TestMetricsCostDearerThanRaw(t *testing.T) {
 	if s.calls != 1 || w.Code != http.StatusOK {
 		t.Fatalf("calls %d code %d", s.calls, w.Code)
 	}
-	m := h.metrics
+	m := h.Metrics
 	if v := testutil.ToFloat64(m.cost.WithLabelValues("openai_chat", "gpt-4o", "extra")); v != 300 {
 		t.Fatalf("extra %v, want 300", v)
 	}
@@ -580,17 +480,17 @@ func TestMetricsCostDearerThanRaw(t *testing.T) {
 
 // histCount and histSum read one stage's latency histogram (format
 // openai_chat) as a scrape would.
-func histCount(t *testing.T, m *metrics, stage string) float64 {
+func histCount(t *testing.T, m *Metrics, stage string) float64 {
 	count, _ := histogram(t, m, stage)
 	return count
 }
 
-func histSum(t *testing.T, m *metrics, stage string) float64 {
+func histSum(t *testing.T, m *Metrics, stage string) float64 {
 	_, sum := histogram(t, m, stage)
 	return math.Round(sum*1e6) / 1e6 // a sum of float seconds is not exact
 }
 
-func histogram(t *testing.T, m *metrics, stage string) (count, sum float64) {
+func histogram(t *testing.T, m *Metrics, stage string) (count, sum float64) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m.latency)
@@ -629,11 +529,10 @@ func TestObserveCostJudged(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m := newMetrics(&shared{vaults: caddy.NewUsagePool()})
-			rep := &report{format: "openai_chat"}
-			ob := &observation{family: "gpt-4o", label: "team-a", costRaw: tt.costRaw, costSent: 60,
-				usage: &vault.LedgerUsage{Uncached: 40, Cost: 40, RecoveryRounds: tt.rounds}}
-			m.observeCost(rep, ob)
+			m := NewMetrics()
+			o := &outcome{format: "openai_chat", family: "gpt-4o", label: "team-a", costRaw: tt.costRaw, costSent: 60,
+				billed: &vault.LedgerUsage{Uncached: 40, Cost: 40, RecoveryRounds: tt.rounds}}
+			m.observeCost(o)
 			got := []float64{
 				testutil.ToFloat64(m.tenantCost.WithLabelValues("team-a", costKindActual)),
 				testutil.ToFloat64(m.cost.WithLabelValues("openai_chat", "gpt-4o", costKindActualJudged)),

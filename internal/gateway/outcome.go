@@ -1,4 +1,4 @@
-package caddymodule
+package gateway
 
 import (
 	"strconv"
@@ -9,12 +9,16 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/response"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
-// report is what the handler tells the client (Token-Terminator header) and
-// the log about one candidate request. It never holds content, tool
-// arguments or credentials.
-type report struct {
+// outcome is the one record of a candidate request: the response header
+// (Token-Terminator), the placeholders, the log line, the metrics and the
+// ledger all read it, and each fact in it is noted once. It never holds
+// content, tool arguments or credentials: the model is kept only to pick
+// its cost model and is recorded as its family, the conversation as a
+// keyed id.
+type outcome struct {
 	decision compiler.Decision
 	reason   compiler.Reason
 	format   string
@@ -26,7 +30,7 @@ type report struct {
 	folded              int    // old turns folded into summaries
 	workingState        int    // characters of the working-state block sent
 	detail              string // the store's error behind vault_error (no content)
-	invalidTotal        uint64 // with invalid_output: refused rewrites since start
+	invalidTotal        uint64 // with invalid_output: refused rewrites since start (read from the metric)
 	tokens              compiler.TokenReport
 	compiled            bool
 	// Expected billed input cost (base-input-token units) of the original
@@ -50,59 +54,69 @@ type report struct {
 	commit        time.Duration
 
 	recovery recoveryReport // recovery.go
+
+	// What the metrics and the ledger add (account.go).
+	family       string // modelFamily of the request's model
+	model        string // the request's model as sent: only to pick its cost model, never recorded
+	conversation string // the keyed conversation id (Gateway.conversationID)
+	kinds        compiler.ReceiptKinds
+	billed       *vault.LedgerUsage // the provider's usage priced (usageFigures); nil when none came back
+	label        string             // the operator's tenant label, if one matches
+	accounted    bool               // counted and queued: a request is accounted once
 }
 
-func (rep *report) passthrough(reason compiler.Reason) {
-	rep.decision = compiler.Passthrough
-	rep.reason = reason
+func (o *outcome) passthrough(reason compiler.Reason) {
+	o.decision = compiler.Passthrough
+	o.reason = reason
 }
 
 // fromResult fills the report from a compile. raw and sent are the byte
 // counts of the original body and of the body actually forwarded.
-func (rep *report) fromResult(res compiler.Result, raw, sent int64, mode compiler.Mode) {
-	rep.compiled = true
-	rep.decision = res.Decision
-	rep.reason = res.Reason
+func (o *outcome) fromResult(res compiler.Result, raw, sent int64, mode compiler.Mode) {
+	o.compiled = true
+	o.decision = res.Decision
+	o.reason = res.Reason
 	if res.Format != "" {
-		rep.format = res.Format
+		o.format = res.Format
 	}
-	rep.rawBytes = raw
-	rep.sentBytes = sent
-	rep.receipts = res.Receipts
-	rep.costRaw, rep.costSent = res.CostRaw, res.CostSent
-	rep.costHorizonRaw, rep.costHorizonSent, rep.costHorizon = res.CostHorizonRaw, res.CostHorizonSent, res.CostHorizon
-	rep.folded = res.Folded
-	rep.workingState = res.WorkingState
-	rep.detail = res.Detail
-	rep.slots = res.Slots
-	rep.tokens = res.Tokens
-	rep.parse, rep.vault, rep.gate, rep.compile = res.Parse, res.Vault, res.Gate, res.Total
+	o.family, o.model, o.kinds = modelFamily(res.Model), res.Model, res.Kinds
+	o.rawBytes = raw
+	o.sentBytes = sent
+	o.receipts = res.Receipts
+	o.costRaw, o.costSent = res.CostRaw, res.CostSent
+	o.costHorizonRaw, o.costHorizonSent, o.costHorizon = res.CostHorizonRaw, res.CostHorizonSent, res.CostHorizon
+	o.folded = res.Folded
+	o.workingState = res.WorkingState
+	o.detail = res.Detail
+	o.slots = res.Slots
+	o.tokens = res.Tokens
+	o.parse, o.vault, o.gate, o.compile = res.Parse, res.Vault, res.Gate, res.Total
 	switch {
 	case mode == compiler.ModeShadow && res.Decision != compiler.Passthrough:
 		// shadow reports what would have been sent
-		rep.decision = compiler.Shadow
+		o.decision = compiler.Shadow
 		if res.SentBytes > 0 {
-			rep.sentBytes = int64(res.SentBytes)
+			o.sentBytes = int64(res.SentBytes)
 		}
 	case res.Decision == compiler.Accepted:
 	default:
 		// Anything but an accepted rewrite forwarded the original.
-		rep.decision = compiler.Passthrough
-		rep.receipts, rep.folded = 0, 0
-		if rep.reason == "" {
-			rep.reason = compiler.ReasonInternal
+		o.decision = compiler.Passthrough
+		o.receipts, o.folded = 0, 0
+		if o.reason == "" {
+			o.reason = compiler.ReasonInternal
 		}
 	}
 }
 
-func (rep *report) decisionString() string {
-	switch rep.decision {
+func (o *outcome) decisionString() string {
+	switch o.decision {
 	case compiler.Passthrough:
-		return "passthrough=" + string(rep.reason)
+		return "passthrough=" + string(o.reason)
 	case "":
 		return "passthrough=unspecified"
 	default:
-		return string(rep.decision)
+		return string(o.decision)
 	}
 }
 
@@ -117,25 +131,25 @@ func (rep *report) decisionString() string {
 //
 // or with "; tokens=none" / "; tokens=budget" when no count applies.
 // Byte counts of a streamed body of unknown length are omitted.
-func (rep *report) header() string {
+func (o *outcome) header() string {
 	var b strings.Builder
 	b.Grow(128)
-	b.WriteString(rep.decisionString())
-	if rep.rawBytes >= 0 {
+	b.WriteString(o.decisionString())
+	if o.rawBytes >= 0 {
 		b.WriteString("; raw_bytes=")
-		b.WriteString(strconv.FormatInt(rep.rawBytes, 10))
+		b.WriteString(strconv.FormatInt(o.rawBytes, 10))
 		b.WriteString("; sent_bytes=")
-		b.WriteString(strconv.FormatInt(rep.sentBytes, 10))
+		b.WriteString(strconv.FormatInt(o.sentBytes, 10))
 	}
 	b.WriteString("; receipts=")
-	b.WriteString(strconv.Itoa(rep.receipts))
-	switch rep.tokens.Status {
+	b.WriteString(strconv.Itoa(o.receipts))
+	switch o.tokens.Status {
 	case compiler.TokensExact, compiler.TokensEstimate:
 		b.WriteString("; raw_tokens=")
-		b.WriteString(strconv.Itoa(rep.tokens.Raw))
+		b.WriteString(strconv.Itoa(o.tokens.Raw))
 		b.WriteString("; sent_tokens=")
-		b.WriteString(strconv.Itoa(rep.tokens.Sent))
-		if rep.tokens.Status == compiler.TokensEstimate {
+		b.WriteString(strconv.Itoa(o.tokens.Sent))
+		if o.tokens.Status == compiler.TokensEstimate {
 			b.WriteString("; tokens=estimate")
 		}
 	case compiler.TokensBudget:
@@ -145,98 +159,98 @@ func (rep *report) header() string {
 		// absent, not guessed.
 		b.WriteString("; tokens=none")
 	}
-	if rep.costRaw > 0 {
+	if o.costRaw > 0 {
 		b.WriteString("; cost_raw=")
-		b.WriteString(strconv.FormatFloat(rep.costRaw, 'f', 0, 64))
+		b.WriteString(strconv.FormatFloat(o.costRaw, 'f', 0, 64))
 		b.WriteString("; cost_sent=")
-		b.WriteString(strconv.FormatFloat(rep.costSent, 'f', 0, 64))
+		b.WriteString(strconv.FormatFloat(o.costSent, 'f', 0, 64))
 		b.WriteString("; cost_horizon_raw=")
-		b.WriteString(strconv.FormatFloat(rep.costHorizonRaw, 'f', 0, 64))
+		b.WriteString(strconv.FormatFloat(o.costHorizonRaw, 'f', 0, 64))
 		b.WriteString("; cost_horizon_sent=")
-		b.WriteString(strconv.FormatFloat(rep.costHorizonSent, 'f', 0, 64))
+		b.WriteString(strconv.FormatFloat(o.costHorizonSent, 'f', 0, 64))
 	}
-	rep.recovery.header(&b)
+	o.recovery.header(&b)
 	return b.String()
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // decisionWord is the decision without its reason.
-func (rep *report) decisionWord() compiler.Decision {
-	if rep.decision == "" {
+func (o *outcome) decisionWord() compiler.Decision {
+	if o.decision == "" {
 		return compiler.Passthrough
 	}
-	return rep.decision
+	return o.decision
 }
 
 // fields renders the structured log line, written after the response.
-func (rep *report) fields() []zap.Field {
+func (o *outcome) fields() []zap.Field {
 	f := make([]zap.Field, 0, 32)
 	f = append(f,
-		zap.String("decision", string(rep.decisionWord())),
-		zap.String("reason", string(rep.reason)),
-		zap.String("format", rep.format),
-		zap.String("path", rep.path),
-		zap.Int64("raw_bytes", rep.rawBytes),
-		zap.Int64("sent_bytes", rep.sentBytes),
-		zap.Int("receipts", rep.receipts),
-		zap.Int("folded", rep.folded),
-		zap.Int("slots", rep.slots),
+		zap.String("decision", string(o.decisionWord())),
+		zap.String("reason", string(o.reason)),
+		zap.String("format", o.format),
+		zap.String("path", o.path),
+		zap.Int64("raw_bytes", o.rawBytes),
+		zap.Int64("sent_bytes", o.sentBytes),
+		zap.Int("receipts", o.receipts),
+		zap.Int("folded", o.folded),
+		zap.Int("slots", o.slots),
 	)
-	if rep.workingState > 0 {
-		f = append(f, zap.Int("working_state_chars", rep.workingState))
+	if o.workingState > 0 {
+		f = append(f, zap.Int("working_state_chars", o.workingState))
 	}
-	if rep.detail != "" {
-		f = append(f, zap.String("detail", rep.detail))
+	if o.detail != "" {
+		f = append(f, zap.String("detail", o.detail))
 	}
-	if rep.invalidTotal > 0 {
-		f = append(f, zap.Uint64("invalid_outputs_total", rep.invalidTotal))
+	if o.invalidTotal > 0 {
+		f = append(f, zap.Uint64("invalid_outputs_total", o.invalidTotal))
 	}
-	if rep.tenant != "" {
-		f = append(f, zap.String("tenant", rep.tenant))
+	if o.tenant != "" {
+		f = append(f, zap.String("tenant", o.tenant))
 	}
-	if rep.tokens.Status != "" {
-		f = append(f, zap.String("tokens", string(rep.tokens.Status)))
-		if rep.tokens.Encoding != "" {
-			f = append(f, zap.String("token_encoding", rep.tokens.Encoding))
+	if o.tokens.Status != "" {
+		f = append(f, zap.String("tokens", string(o.tokens.Status)))
+		if o.tokens.Encoding != "" {
+			f = append(f, zap.String("token_encoding", o.tokens.Encoding))
 		}
-		if rep.tokens.Status.Measured() {
-			f = append(f, zap.Int("raw_tokens", rep.tokens.Raw), zap.Int("sent_tokens", rep.tokens.Sent))
+		if o.tokens.Status.Measured() {
+			f = append(f, zap.Int("raw_tokens", o.tokens.Raw), zap.Int("sent_tokens", o.tokens.Sent))
 		}
 	}
-	f = append(f, zap.Float64("read_ms", ms(rep.read)))
-	if rep.queue >= time.Millisecond/10 {
-		f = append(f, zap.Float64("queue_ms", ms(rep.queue)))
+	f = append(f, zap.Float64("read_ms", ms(o.read)))
+	if o.queue >= time.Millisecond/10 {
+		f = append(f, zap.Float64("queue_ms", ms(o.queue)))
 	}
-	if rep.compiled {
+	if o.compiled {
 		f = append(f,
-			zap.Float64("parse_ms", ms(rep.parse)),
-			zap.Float64("vault_ms", ms(rep.vault)),
-			zap.Float64("gate_ms", ms(rep.gate)),
-			zap.Float64("compile_ms", ms(rep.compile)),
+			zap.Float64("parse_ms", ms(o.parse)),
+			zap.Float64("vault_ms", ms(o.vault)),
+			zap.Float64("gate_ms", ms(o.gate)),
+			zap.Float64("compile_ms", ms(o.compile)),
 		)
 	}
 	f = append(f,
-		zap.Int("status", rep.status),
-		zap.Int64("response_bytes", rep.responseBytes),
-		zap.Bool("committed", rep.committed),
+		zap.Int("status", o.status),
+		zap.Int64("response_bytes", o.responseBytes),
+		zap.Bool("committed", o.committed),
 	)
-	if rep.outcome != "" {
-		f = append(f, zap.String("outcome", rep.outcome))
+	if o.outcome != "" {
+		f = append(f, zap.String("outcome", o.outcome))
 	}
-	f = append(f, usageFields(rep.usage)...)
-	if rep.costRaw > 0 {
-		f = append(f, zap.Float64("cost_raw", rep.costRaw), zap.Float64("cost_sent", rep.costSent),
-			zap.Float64("cost_horizon_raw", rep.costHorizonRaw), zap.Float64("cost_horizon_sent", rep.costHorizonSent),
-			zap.Float64("cost_horizon", rep.costHorizon))
+	f = append(f, usageFields(o.usage)...)
+	if o.costRaw > 0 {
+		f = append(f, zap.Float64("cost_raw", o.costRaw), zap.Float64("cost_sent", o.costSent),
+			zap.Float64("cost_horizon_raw", o.costHorizonRaw), zap.Float64("cost_horizon_sent", o.costHorizonSent),
+			zap.Float64("cost_horizon", o.costHorizon))
 	}
-	f = append(f, rep.recovery.fields()...)
-	if rep.committed {
-		f = append(f, zap.Float64("commit_ms", ms(rep.commit)))
+	f = append(f, o.recovery.fields()...)
+	if o.committed {
+		f = append(f, zap.Float64("commit_ms", ms(o.commit)))
 	}
 	f = append(f,
-		zap.Float64("upstream_ms", ms(rep.upstream)),
-		zap.Float64("total_ms", ms(rep.total)),
+		zap.Float64("upstream_ms", ms(o.upstream)),
+		zap.Float64("total_ms", ms(o.total)),
 	)
 	return f
 }
