@@ -8,9 +8,8 @@ import (
 // Memory admission. max_buffered_bytes bounds what the handler holds at
 // once; the body alone is only part of it: compiling a body parses it into
 // a node tree, builds up to three plans, splices the rewrite, re-parses it
-// for the validity check and counts both bodies' tokens. Admitting only the
-// bodies let 8 concurrent 30 MB compiles reach 1.6 GB against a 256 MiB
-// bound. So a candidate also reserves its compile's working memory,
+// for the validity check and counts both bodies' tokens, several times the
+// body's size. So a candidate also reserves its compile's working memory,
 // compileWorkFactor times its body.
 //
 // The body is reserved as it arrives, never for what its Content-Length
@@ -21,17 +20,16 @@ import (
 // whole, before the wait for a compile slot, and a body for which there is
 // no room then goes upstream uncompiled (passthrough=busy). The share
 // keeps bodies still arriving from filling the budget, so that a body that
-// completes finds room for its working memory (in CI, 16 concurrent 9 MB
-// candidates under 96 MiB all passed through when reading bodies could
-// take it all). A candidate that waits for a slot holds its working
-// memory's reservation, so the slot, when it comes, is used
-// (TestWaitingCandidatesHoldTheirWorkingMemory), and the queue is capped at
-// what the budget can compile. body_read_timeout (default 30s) bounds how
+// completes finds room for its working memory: were reading bodies allowed
+// the whole budget, a burst of large ones could leave none for any compile.
+// A candidate that waits for a slot holds its working memory's
+// reservation, so the slot, when it comes, is used, and the queue is
+// capped at what the budget can compile. body_read_timeout (default 30s) bounds how
 // long a slow client holds what it sent.
 
 // compileWorkFactor is a compile's peak working memory (live heap, beyond
-// the body itself) as a multiple of its body's size, measured with
-// TestCompileMemoryAdmitted on large chat histories, rounded up.
+// the body itself) as a multiple of its body's size, rounded up;
+// TestCompileMemoryAdmitted fails when a compile outgrows it.
 const compileWorkFactor = 4
 
 // A reservation is one candidate's share of max_buffered_bytes: the
@@ -133,11 +131,10 @@ func (g *Gateway) holdRewrite(n int) (release func()) {
 // Compile slots. A compile is CPU work: parsing, hashing, counting tokens.
 // More compiles at once than the process has cores finish no sooner in
 // total, and every one of them holds its working memory (compileWorkFactor
-// times its body) for as long as the slowest. Sixteen concurrent cold 1 MB
-// compiles on two cores peaked at 113-126 MB of Go heap unlimited and
-// 96-97 MB with two slots (BenchmarkGateway16x1MB/cold), and finished
-// sooner in the median, because the first ones were not slowed down by the
-// last. So at most max_concurrent_compiles compile at once; the others
+// times its body) for as long as the slowest; with as many slots as cores
+// the first ones are not slowed down by the last (docs/benchmarks.md has
+// the concurrent figures). So at most max_concurrent_compiles compile at
+// once; the others
 // wait, holding only their bodies, for a slot within compile_timeout, and
 // go upstream uncompiled (passthrough=busy) if none comes.
 
