@@ -463,3 +463,36 @@ func (h *Handler) checkObserve() error {
 	}
 	return nil
 }
+
+// checkRecovery validates a configuration whose defaults are applied.
+func (c *RecoveryConfig) checkRecovery() error {
+	switch c.Recovery {
+	case RecoveryTool, RecoveryAPI, RecoveryOff:
+	default:
+		return fmt.Errorf("recovery must be tool, api or off, got %q", c.Recovery)
+	}
+	if !strings.HasPrefix(c.RecoveryPath, "/") || strings.ContainsAny(c.RecoveryPath, "?#* \t") {
+		return fmt.Errorf("recovery_path must be a path starting with '/', got %q", c.RecoveryPath)
+	}
+	if *c.MaxRecoveryRounds < 1 {
+		return fmt.Errorf("max_recovery_rounds must be at least 1, got %d", *c.MaxRecoveryRounds)
+	}
+	if *c.MaxRecoveryCalls < 1 {
+		return fmt.Errorf("max_recovery_calls must be at least 1, got %d", *c.MaxRecoveryCalls)
+	}
+	if *c.MaxPageChars < 1 {
+		return fmt.Errorf("max_page_chars must be at least 1, got %d", *c.MaxPageChars)
+	}
+	if *c.MaxSearchResults < 1 {
+		return fmt.Errorf("max_search_results must be at least 1, got %d", *c.MaxSearchResults)
+	}
+	return nil
+}
+
+// checkTenant validates the tenant settings.
+func (h *Handler) checkTenant() error {
+	if *h.MaxNewTenantsPerMinute < 1 {
+		return fmt.Errorf("max_new_tenants_per_minute must be at least 1, got %d", *h.MaxNewTenantsPerMinute)
+	}
+	return nil
+}

@@ -1,9 +1,6 @@
 package caddymodule
 
 import (
-	"fmt"
-	"strings"
-
 	"github.com/tokenterminator/caddy-token-terminator/internal/gateway"
 	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
 )
@@ -72,31 +69,6 @@ func (c *RecoveryConfig) applyRecoveryDefaults() {
 	}
 }
 
-// checkRecovery validates a configuration whose defaults are applied.
-func (c *RecoveryConfig) checkRecovery() error {
-	switch c.Recovery {
-	case RecoveryTool, RecoveryAPI, RecoveryOff:
-	default:
-		return fmt.Errorf("recovery must be tool, api or off, got %q", c.Recovery)
-	}
-	if !strings.HasPrefix(c.RecoveryPath, "/") || strings.ContainsAny(c.RecoveryPath, "?#* \t") {
-		return fmt.Errorf("recovery_path must be a path starting with '/', got %q", c.RecoveryPath)
-	}
-	if *c.MaxRecoveryRounds < 1 {
-		return fmt.Errorf("max_recovery_rounds must be at least 1, got %d", *c.MaxRecoveryRounds)
-	}
-	if *c.MaxRecoveryCalls < 1 {
-		return fmt.Errorf("max_recovery_calls must be at least 1, got %d", *c.MaxRecoveryCalls)
-	}
-	if *c.MaxPageChars < 1 {
-		return fmt.Errorf("max_page_chars must be at least 1, got %d", *c.MaxPageChars)
-	}
-	if *c.MaxSearchResults < 1 {
-		return fmt.Errorf("max_search_results must be at least 1, got %d", *c.MaxSearchResults)
-	}
-	return nil
-}
-
 // recoveryConfig is the recovery package's Config of c (defaults applied).
 func (c *RecoveryConfig) recoveryConfig() recovery.Config {
 	return recovery.Config{
@@ -106,22 +78,4 @@ func (c *RecoveryConfig) recoveryConfig() recovery.Config {
 		MaxRounds:        *c.MaxRecoveryRounds,
 		MaxCalls:         *c.MaxRecoveryCalls,
 	}.WithDefaults()
-}
-
-// The Caddyfile's recovery subdirectives; UnmarshalCaddyfile finds them in
-// subdirectives.
-func init() {
-	subdirectives["recovery"] = func(t *Handler, v string) error {
-		switch v {
-		case RecoveryTool, RecoveryAPI, RecoveryOff:
-			t.Recovery = v
-			return nil
-		}
-		return fmt.Errorf("want tool, api or off, got '%s'", v)
-	}
-	subdirectives["recovery_path"] = func(t *Handler, v string) error { t.RecoveryPath = v; return nil }
-	subdirectives["max_recovery_rounds"] = func(t *Handler, v string) error { return setInt(&t.MaxRecoveryRounds, v, 1) }
-	subdirectives["max_recovery_calls"] = func(t *Handler, v string) error { return setInt(&t.MaxRecoveryCalls, v, 1) }
-	subdirectives["max_page_chars"] = func(t *Handler, v string) error { return setInt(&t.MaxPageChars, v, 1) }
-	subdirectives["max_search_results"] = func(t *Handler, v string) error { return setInt(&t.MaxSearchResults, v, 1) }
 }

@@ -24,23 +24,10 @@ type TenantSettings struct {
 	MaxNewTenantsPerMinute *int `json:"max_new_tenants_per_minute,omitempty"`
 }
 
-func init() {
-	subdirectives["max_new_tenants_per_minute"] = func(t *Handler, v string) error {
-		return setInt(&t.MaxNewTenantsPerMinute, v, 1)
-	}
-}
-
 func (h *Handler) applyTenantDefaults() {
 	if h.MaxNewTenantsPerMinute == nil {
 		h.MaxNewTenantsPerMinute = intp(DefaultMaxNewTenantsPerMinute)
 	}
-}
-
-func (h *Handler) checkTenant() error {
-	if *h.MaxNewTenantsPerMinute < 1 {
-		return fmt.Errorf("max_new_tenants_per_minute must be at least 1, got %d", *h.MaxNewTenantsPerMinute)
-	}
-	return nil
 }
 
 // clientSetPlaceholders are placeholder prefixes whose value any client
