@@ -716,3 +716,22 @@ func TestCostHeaderFigures(t *testing.T) {
 		}
 	}
 }
+
+// A plain http.Handler is a next handler too: a candidate reaches it
+// rewired and reported, as it reaches Caddy's.
+func TestPlainHandlerNext(t *testing.T) {
+	h, _ := testHandler(t, &fakeCompiler{}, nil)
+	var got []byte
+	next := HandlerNext(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, _ = io.ReadAll(r.Body)
+		w.WriteHeader(http.StatusOK)
+	}))
+	w := httptest.NewRecorder()
+	if err := h.ServeHTTP(w, newRequest(http.MethodPost, chatPath, strings.NewReader(`{"messages":[]}`)), next); err != nil {
+		t.Fatal(err)
+	}
+	// no_slots is the fake compiler's answer.
+	if string(got) != `{"messages":[]}` || !strings.HasPrefix(w.Header().Get(HeaderName), "passthrough=no_slots;") {
+		t.Fatalf("upstream got %q, header %q", got, w.Header().Get(HeaderName))
+	}
+}

@@ -70,7 +70,7 @@ func (o *outcome) passthrough(reason compiler.Reason) {
 	o.reason = reason
 }
 
-// fromResult fills the report from a compile. raw and sent are the byte
+// fromResult fills the outcome from a compile. raw and sent are the byte
 // counts of the original body and of the body actually forwarded.
 func (o *outcome) fromResult(res compiler.Result, raw, sent int64, mode compiler.Mode) {
 	o.compiled = true

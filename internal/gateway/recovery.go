@@ -111,7 +111,7 @@ type recoveryExchange struct {
 	reachable []compiler.Digest
 }
 
-// recoveryReport is the recovery part of the report.
+// recoveryReport is the recovery part of the outcome.
 type recoveryReport struct {
 	offered  bool   // the forwarded body carried the tool
 	conflict bool   // the client's tools already name ours: none offered

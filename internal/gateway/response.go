@@ -32,7 +32,7 @@ var newResponseReader = func(format string, stream bool) responseReader {
 	return response.NewReader(format, response.Options{Stream: stream})
 }
 
-// forward sets the report header and placeholders, passes the request on
+// forward sets the outcome header and placeholders, passes the request on
 // with a writer that watches the answer, then commits the lineage if the
 // provider accepted the request and writes the log line.
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, next Next, ex *exchange) error {
@@ -144,7 +144,7 @@ func (g *Gateway) commitIfAccepted(ex *exchange, status int, err error) {
 	}
 }
 
-// observeUsage notes the provider's usage in the report and, once, hands
+// observeUsage notes the provider's usage in the outcome and, once, hands
 // it to the compiler: the provider's own figures calibrate the cost model
 // (a response that read nothing from its cache says the cache is cold).
 func (ex *exchange) observeUsage(r responseReader) {
