@@ -270,8 +270,11 @@ func (h *Handler) Cleanup() error {
 }
 
 // ServeHTTP hands every request to the gateway, with next as its next
-// handler.
+// handler (a handler that was never provisioned only passes requests on).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	if h.gw == nil {
+		return next.ServeHTTP(w, r)
+	}
 	return h.gw.ServeHTTP(w, r, next.ServeHTTP)
 }
 
