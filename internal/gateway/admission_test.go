@@ -91,6 +91,7 @@ func realGatewayStore(t testing.TB, mutate func(*Gateway)) (*Gateway, *vault.Sto
 		t.Fatal(err)
 	}
 	comp, err := compiler.New(compiler.Options{
+		Timeout:    h.CompileTimeout,
 		Compaction: compiler.Compaction{Enabled: true, MinVaultChars: 4000, CollapseAfterTurns: 6, InlineRecentTurns: 5},
 		Recovery:   CompilerRecovery(RecoveryTool, recovery.Config{}.WithDefaults()),
 	}, store, counter)
