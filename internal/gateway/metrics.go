@@ -164,6 +164,9 @@ func (m *Metrics) observe(o *outcome) {
 	if o.committed {
 		m.latency.WithLabelValues(stageCommit, format).Observe(o.commit.Seconds())
 	}
+	if o.recovery.rounds > 0 {
+		m.recoveryRounds.WithLabelValues(format).Add(float64(o.recovery.rounds))
+	}
 }
 
 // Values of the kind label of cost_units_total and tenant_cost_units_total.

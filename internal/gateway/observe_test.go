@@ -544,3 +544,14 @@ func TestObserveCostJudged(t *testing.T) {
 		})
 	}
 }
+
+// TestRecoveryRoundsCounted: the rounds of a request's recovery loop, as
+// its outcome notes them, reach recovery_rounds_total by format.
+func TestRecoveryRoundsCounted(t *testing.T) {
+	m := NewMetrics()
+	m.observe(&outcome{format: "anthropic_messages", family: "claude-sonnet", recovery: recoveryReport{offered: true, rounds: 2}})
+	m.observe(&outcome{format: "anthropic_messages", family: "claude-sonnet", recovery: recoveryReport{offered: true}})
+	if v := testutil.ToFloat64(m.recoveryRounds.WithLabelValues("anthropic_messages")); v != 2 {
+		t.Fatalf("recovery_rounds_total %v, want 2", v)
+	}
+}
