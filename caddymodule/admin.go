@@ -176,8 +176,8 @@ func readLedgers(ctx context.Context, q vault.LedgerQuery) ([]vault.LedgerRecord
 		if l == nil {
 			return
 		}
-		l.flush(ctx)
-		recs, err := l.store.ReadLedger(ctx, q)
+		l.Flush(ctx)
+		recs, err := ov.backend.(vault.Ledger).ReadLedger(ctx, q) // a writer runs only for a backend with a ledger
 		if err != nil && firstErr == nil {
 			firstErr = err
 		}

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/gateway"
 	"github.com/tokenterminator/caddy-token-terminator/internal/tokens"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
@@ -57,7 +58,9 @@ type shared struct {
 	counters  *caddy.UsagePool // tokens config -> counterHandle
 	compilers *caddy.UsagePool // vault key + options -> compilerHandle
 	stats     Stats
-	metrics   *metrics // Prometheus series (metrics.go)
+	metrics   *gateway.Metrics // the gateway's Prometheus series
+	// vaultMetrics reports the open vaults' sizes (metrics.go).
+	vaultMetrics *vaultCollector
 }
 
 func (*shared) Destruct() error { return nil }
@@ -67,13 +70,9 @@ var owners = caddy.NewUsagePool()
 
 const sharedKey = "shared"
 
-// Stats are the gateway's running counters, kept across reloads. They hold
-// no content.
-type Stats struct {
-	InvalidOutputs    atomic.Uint64 // rewrites the validity check refused
-	WebSocketUpgrades atomic.Uint64 // upgrades passed through uncompiled
-	Uncommitted       atomic.Uint64 // compiled requests the provider did not accept (no lineage recorded)
-}
+// Stats are the gateway's running counters that no metric keeps, kept
+// across reloads. They hold no content.
+type Stats = gateway.Stats
 
 // CaddyModule returns the Caddy module information.
 func (App) CaddyModule() caddy.ModuleInfo {
@@ -93,7 +92,8 @@ func (a *App) Provision(ctx caddy.Context) error {
 			counters:  caddy.NewUsagePool(),
 			compilers: caddy.NewUsagePool(),
 		}
-		sh.metrics = newMetrics(sh)
+		sh.metrics = gateway.NewMetrics()
+		sh.vaultMetrics = &vaultCollector{sh: sh}
 		return sh, nil
 	})
 	if err != nil {
@@ -175,13 +175,13 @@ type openVault struct {
 	// ledger writes the request ledger when the backend keeps one
 	// (ledger.go); it stops, written out, before the backend closes.
 	ledgerOnce sync.Once
-	ledger     atomic.Pointer[ledgerWriter]
+	ledger     atomic.Pointer[gateway.LedgerWriter]
 }
 
 func (o *openVault) Destruct() error {
 	o.ledgerOnce.Do(func() {}) // no ledger starts after this
 	if l := o.ledger.Load(); l != nil {
-		l.close()
+		l.Close()
 	}
 	return o.backend.Close()
 }

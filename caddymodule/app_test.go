@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/gateway"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
@@ -86,7 +87,7 @@ func TestTenantIDMatchesVault(t *testing.T) {
 	if err != nil || len(key) != 32 {
 		t.Fatalf("key %d bytes, %v", len(key), err)
 	}
-	hash := tenantHasher(key)
+	hash := gateway.TenantHasher(key)
 	for _, cred := range []string{"Bearer sk-a", "sk-ant-b", "x"} {
 		if got, want := hash(cred), st.Tenant(cred); got != want {
 			t.Fatalf("tenant(%q) = %s, vault says %s", cred, got, want)
@@ -109,12 +110,12 @@ func TestTenantKey(t *testing.T) {
 		if err := provisionHandler(t, app, ctx, h); err != nil {
 			t.Fatal(err)
 		}
-		tenants = append(tenants, h.tenants("Bearer sk-same"))
+		tenants = append(tenants, h.gw.Tenants("Bearer sk-same"))
 	}
 	if tenants[0] == "" || tenants[0] != tenants[1] {
 		t.Fatalf("tenants %q differ across vaults with one tenant_key", tenants)
 	}
-	if want := tenantHasher([]byte("0123456789abcdef-fleet-key"))("Bearer sk-same"); tenants[0] != want {
+	if want := gateway.TenantHasher([]byte("0123456789abcdef-fleet-key"))("Bearer sk-same"); tenants[0] != want {
 		t.Fatal("tenant_key not used as the key")
 	}
 	// Without tenant_key each vault has its own key.
@@ -124,7 +125,7 @@ func TestTenantKey(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if h1.tenants("Bearer sk-same") == h2.tenants("Bearer sk-same") {
+	if h1.gw.Tenants("Bearer sk-same") == h2.gw.Tenants("Bearer sk-same") {
 		t.Fatal("two vaults' own keys gave one tenant")
 	}
 
@@ -149,7 +150,7 @@ func TestTenantKey(t *testing.T) {
 	if err := provisionHandler(t, app, ctx, hf); err != nil {
 		t.Fatal(err)
 	}
-	if hf.tenants("Bearer sk-same") != tenants[0] {
+	if hf.gw.Tenants("Bearer sk-same") != tenants[0] {
 		t.Fatal("tenant_key from a file differs from the same key from the environment")
 	}
 }
@@ -177,8 +178,8 @@ func TestDamagedVaultPassesThrough(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a damaged vault stopped the config: %v", err)
 	}
-	h.logger = zap.New(core)
-	if h.vaultErr == "" {
+	h.gw.Logger = zap.New(core)
+	if h.gw.VaultErr == "" {
 		t.Fatal("damaged vault not noticed")
 	}
 	r := newRequest("POST", chatPath, strings.NewReader(`{"messages":[]}`))

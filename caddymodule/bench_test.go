@@ -80,7 +80,7 @@ func provisionedHandler(b *testing.B) *Handler {
 	if err := app.Start(); err != nil {
 		b.Fatal(err)
 	}
-	h.logger = zap.NewNop()
+	h.gw.Logger = zap.NewNop()
 	b.Cleanup(func() {
 		cancel()
 		if err := h.Cleanup(); err != nil {
@@ -90,7 +90,7 @@ func provisionedHandler(b *testing.B) *Handler {
 			b.Error(err)
 		}
 	})
-	if h.comp == nil {
+	if h.gw.Compile == nil {
 		b.Fatal("handler not provisioned with a compiler")
 	}
 	return h

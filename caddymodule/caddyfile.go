@@ -178,7 +178,8 @@ func parseBlock(d *caddyfile.Dispenser, what string, setters map[string]func(str
 	return nil
 }
 
-// subdirectives maps each one-argument subdirective to its setter.
+// subdirectives maps each one-argument subdirective to its setter: the
+// handler's one table of them.
 var subdirectives = map[string]func(t *Handler, v string) error{
 	"vault_dir":               func(t *Handler, v string) error { t.VaultDir = v; return nil },
 	"vault_max_bytes":         func(t *Handler, v string) error { return setSize(&t.VaultMaxBytes, v) },
@@ -245,6 +246,36 @@ var subdirectives = map[string]func(t *Handler, v string) error{
 	},
 	"context_compaction": func(t *Handler, v string) error { return setOnOff(&t.ContextCompaction, v) },
 	"require_vault":      func(t *Handler, v string) error { return setOnOff(&t.RequireVault, v) },
+	// Recovery (recovery_config.go).
+	"recovery": func(t *Handler, v string) error {
+		switch v {
+		case RecoveryTool, RecoveryAPI, RecoveryOff:
+			t.Recovery = v
+			return nil
+		}
+		return fmt.Errorf("want tool, api or off, got '%s'", v)
+	},
+	"recovery_path":       func(t *Handler, v string) error { t.RecoveryPath = v; return nil },
+	"max_recovery_rounds": func(t *Handler, v string) error { return setInt(&t.MaxRecoveryRounds, v, 1) },
+	"max_recovery_calls":  func(t *Handler, v string) error { return setInt(&t.MaxRecoveryCalls, v, 1) },
+	"max_page_chars":      func(t *Handler, v string) error { return setInt(&t.MaxPageChars, v, 1) },
+	"max_search_results":  func(t *Handler, v string) error { return setInt(&t.MaxSearchResults, v, 1) },
+	// Tenants (tenant_config.go).
+	"max_new_tenants_per_minute": func(t *Handler, v string) error {
+		return setInt(&t.MaxNewTenantsPerMinute, v, 1)
+	},
+	// The cost model (cost_config.go).
+	"cost_model":           func(t *Handler, v string) error { return setOnOff(&t.CostModel, v) },
+	"cost_horizon":         func(t *Handler, v string) error { return setInt(&t.CostHorizon, v, 1) },
+	"cost_lease_min_chars": func(t *Handler, v string) error { return setInt(&t.CostLeaseMinChars, v, 1) },
+	"cost_bytes_per_token": func(t *Handler, v string) error { return setPositiveFloat(&t.CostBytesPerToken, v) },
+	"cost_currency": func(t *Handler, v string) error {
+		if len(v) < 1 || len(v) > 8 || strings.ContainsAny(v, " \t\"<>&") {
+			return fmt.Errorf("want a currency code such as USD, got '%s'", v)
+		}
+		t.CostCurrency = v
+		return nil
+	},
 }
 
 func setInt(dst **int, v string, min int) error {
@@ -306,5 +337,21 @@ func setOnOff(dst **bool, v string) error {
 	default:
 		return fmt.Errorf("want on or off, got '%s'", v)
 	}
+	return nil
+}
+
+// unmarshalTenantLabel reads `tenant_label <tenant-id> <name>`.
+func (t *Handler) unmarshalTenantLabel(d *caddyfile.Dispenser) error {
+	args := d.RemainingArgs()
+	if len(args) != 2 {
+		return d.Errf("tenant_label takes a tenant id and a name, got %d arguments", len(args))
+	}
+	if t.TenantLabels == nil {
+		t.TenantLabels = map[string]string{}
+	}
+	if _, dup := t.TenantLabels[args[0]]; dup {
+		return d.Errf("duplicate tenant_label '%s'", args[0])
+	}
+	t.TenantLabels[args[0]] = args[1]
 	return nil
 }

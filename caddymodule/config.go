@@ -10,6 +10,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/gateway"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
@@ -49,7 +50,18 @@ const (
 
 	// HeaderName is the response header reporting the decision for every
 	// candidate request.
-	HeaderName = "Token-Terminator"
+	HeaderName = gateway.HeaderName
+)
+
+// Placeholders set for every candidate request, for access logs (log_append)
+// and for handlers after token_terminator (e.g. header). They hold the
+// decision and sizes only, never content.
+const (
+	PlaceholderDecision  = gateway.PlaceholderDecision  // accepted, shadow or passthrough
+	PlaceholderReason    = gateway.PlaceholderReason    // pass-through reason, "" when accepted
+	PlaceholderRawBytes  = gateway.PlaceholderRawBytes  // -1 when unknown
+	PlaceholderSentBytes = gateway.PlaceholderSentBytes // -1 when unknown
+	PlaceholderReceipts  = gateway.PlaceholderReceipts
 )
 
 // Handler compiles LLM provider requests before they are proxied: large tool
@@ -417,8 +429,70 @@ func (h *Handler) compilerOptions() compiler.Options {
 			CollapseAfterTurns: *h.CollapseAfterTurns,
 			InlineRecentTurns:  *h.InlineRecentTurns,
 		},
-		Recovery:          h.compilerRecovery(),
+		Recovery:          h.gw.CompilerRecovery(),
 		WorkingStateChars: h.WorkingStateChars,
 		ReinlineRecovered: h.ReinlineRecovered,
 	}
+}
+
+// tenantIDLen is the length of a tenant id (hex digits of its keyed
+// hash), which a tenant label names whole.
+const tenantIDLen = 32
+
+// checkObserve validates the observability settings.
+func (h *Handler) checkObserve() error {
+	if strings.TrimSpace(h.BypassHeader) == "" || strings.ContainsAny(h.BypassHeader, " \t:") {
+		return fmt.Errorf("bypass_header must be a header name, got %q", h.BypassHeader)
+	}
+	if h.LedgerRetention < 0 {
+		return fmt.Errorf("ledger_retention must be positive, got %s", time.Duration(h.LedgerRetention))
+	}
+	if h.LedgerMaxRecords != nil && *h.LedgerMaxRecords < 1 {
+		return fmt.Errorf("ledger_max_records must be positive, got %d", *h.LedgerMaxRecords)
+	}
+	if h.LedgerMaxBytes != nil && *h.LedgerMaxBytes < 1 {
+		return fmt.Errorf("ledger_max_bytes must be positive, got %d", *h.LedgerMaxBytes)
+	}
+	for id, name := range h.TenantLabels {
+		if len(id) != tenantIDLen || strings.Trim(id, "0123456789abcdef") != "" {
+			return fmt.Errorf("tenant_label must name a tenant id, the %d lower-case hex digits of the ledger's tenant field, got %q", tenantIDLen, id)
+		}
+		if name == "" {
+			return fmt.Errorf("tenant_label %s has an empty name", id)
+		}
+	}
+	return nil
+}
+
+// checkRecovery validates a configuration whose defaults are applied.
+func (c *RecoveryConfig) checkRecovery() error {
+	switch c.Recovery {
+	case RecoveryTool, RecoveryAPI, RecoveryOff:
+	default:
+		return fmt.Errorf("recovery must be tool, api or off, got %q", c.Recovery)
+	}
+	if !strings.HasPrefix(c.RecoveryPath, "/") || strings.ContainsAny(c.RecoveryPath, "?#* \t") {
+		return fmt.Errorf("recovery_path must be a path starting with '/', got %q", c.RecoveryPath)
+	}
+	if *c.MaxRecoveryRounds < 1 {
+		return fmt.Errorf("max_recovery_rounds must be at least 1, got %d", *c.MaxRecoveryRounds)
+	}
+	if *c.MaxRecoveryCalls < 1 {
+		return fmt.Errorf("max_recovery_calls must be at least 1, got %d", *c.MaxRecoveryCalls)
+	}
+	if *c.MaxPageChars < 1 {
+		return fmt.Errorf("max_page_chars must be at least 1, got %d", *c.MaxPageChars)
+	}
+	if *c.MaxSearchResults < 1 {
+		return fmt.Errorf("max_search_results must be at least 1, got %d", *c.MaxSearchResults)
+	}
+	return nil
+}
+
+// checkTenant validates the tenant settings.
+func (h *Handler) checkTenant() error {
+	if *h.MaxNewTenantsPerMinute < 1 {
+		return fmt.Errorf("max_new_tenants_per_minute must be at least 1, got %d", *h.MaxNewTenantsPerMinute)
+	}
+	return nil
 }

@@ -139,21 +139,6 @@ func familyNames() string {
 	return strings.Join(names, ", ")
 }
 
-// The one-argument cost subdirectives join the handler's table.
-func init() {
-	subdirectives["cost_model"] = func(t *Handler, v string) error { return setOnOff(&t.CostModel, v) }
-	subdirectives["cost_horizon"] = func(t *Handler, v string) error { return setInt(&t.CostHorizon, v, 1) }
-	subdirectives["cost_lease_min_chars"] = func(t *Handler, v string) error { return setInt(&t.CostLeaseMinChars, v, 1) }
-	subdirectives["cost_bytes_per_token"] = func(t *Handler, v string) error { return setPositiveFloat(&t.CostBytesPerToken, v) }
-	subdirectives["cost_currency"] = func(t *Handler, v string) error {
-		if len(v) < 1 || len(v) > 8 || strings.ContainsAny(v, " \t\"<>&") {
-			return fmt.Errorf("want a currency code such as USD, got '%s'", v)
-		}
-		t.CostCurrency = v
-		return nil
-	}
-}
-
 // unmarshalCostPrices reads `cost_prices <family> { … }`, once per family.
 // The block is read on its own dispenser (nesting from 0, as the vault
 // backends' blocks are), so the one-argument rules of oneArg apply inside.

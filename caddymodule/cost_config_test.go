@@ -8,7 +8,6 @@ import (
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
 )
 
@@ -165,26 +164,5 @@ func TestCostCompilerKeyByValue(t *testing.T) {
 	}
 	if n, _ := app.shared.compilers.References(key(hs[2])); n != 1 {
 		t.Fatalf("compiler of other prices has %d users, want 1", n)
-	}
-}
-
-// The header carries this request's cost figures and the third veto's
-// horizon figures, named apart: an accepted request may cost more now
-// than the original (cost_sent > cost_raw) while the horizon figures show
-// it cheaper; without a cost model neither appears.
-func TestCostHeaderFigures(t *testing.T) {
-	for _, tt := range []struct {
-		rep  report
-		want string
-	}{
-		{report{decision: compiler.Accepted, rawBytes: 10, sentBytes: 5, receipts: 1,
-			costRaw: 100, costSent: 120.4, costHorizonRaw: 500, costHorizonSent: 450.6, costHorizon: 4},
-			"accepted; raw_bytes=10; sent_bytes=5; receipts=1; tokens=none; cost_raw=100; cost_sent=120; cost_horizon_raw=500; cost_horizon_sent=451"},
-		{report{decision: compiler.Accepted, rawBytes: 10, sentBytes: 5, receipts: 1},
-			"accepted; raw_bytes=10; sent_bytes=5; receipts=1; tokens=none"},
-	} {
-		if got := tt.rep.header(); got != tt.want {
-			t.Errorf("got  %q\nwant %q", got, tt.want)
-		}
 	}
 }

@@ -92,35 +92,19 @@ func TestConfigurationDocListsVaultSubdirectives(t *testing.T) {
 }
 
 // TestReadmeListsEveryPassthroughReason: the README's table of pass-through
-// reasons names every compiler.Reason constant, read from the compiler's
-// source, and no other.
+// reasons names every Reason constant, read from the source of both homes
+// of reasons (the compiler's and the gateway's), and no other.
 func TestReadmeListsEveryPassthroughReason(t *testing.T) {
-	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, "../internal/compiler/compiler.go", nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var reasons []string
-	for _, decl := range f.Decls {
-		gd, ok := decl.(*ast.GenDecl)
-		if !ok || gd.Tok != token.CONST {
-			continue
+	for _, file := range []string{"../internal/compiler/compiler.go", "../internal/gateway/reasons.go"} {
+		found := reasonConstants(t, file)
+		if len(found) < 5 {
+			t.Fatalf("found only %d Reason constants in %s", len(found), file)
 		}
-		for _, spec := range gd.Specs {
-			vs := spec.(*ast.ValueSpec)
-			if id, ok := vs.Type.(*ast.Ident); !ok || id.Name != "Reason" {
-				continue
-			}
-			for _, v := range vs.Values {
-				if lit, ok := v.(*ast.BasicLit); ok {
-					s, _ := strconv.Unquote(lit.Value)
-					reasons = append(reasons, s)
-				}
-			}
-		}
+		reasons = append(reasons, found...)
 	}
 	if len(reasons) < 20 {
-		t.Fatalf("found only %d Reason constants in compiler/compiler.go", len(reasons))
+		t.Fatalf("found only %d Reason constants", len(reasons))
 	}
 	data, err := os.ReadFile("../README.md")
 	if err != nil {
@@ -141,4 +125,43 @@ func TestReadmeListsEveryPassthroughReason(t *testing.T) {
 	for name := range listed {
 		t.Errorf("the README's pass-through table lists %q, which is no compiler.Reason", name)
 	}
+}
+
+// reasonConstants are the values of the constants of type Reason (or
+// compiler.Reason) declared in file.
+func reasonConstants(t *testing.T, file string) []string {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), file, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reasons []string
+	for _, decl := range f.Decls {
+		gd, ok := decl.(*ast.GenDecl)
+		if !ok || gd.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range gd.Specs {
+			vs := spec.(*ast.ValueSpec)
+			switch typ := vs.Type.(type) {
+			case *ast.Ident:
+				if typ.Name != "Reason" {
+					continue
+				}
+			case *ast.SelectorExpr:
+				if typ.Sel.Name != "Reason" {
+					continue
+				}
+			default:
+				continue
+			}
+			for _, v := range vs.Values {
+				if lit, ok := v.(*ast.BasicLit); ok {
+					s, _ := strconv.Unquote(lit.Value)
+					reasons = append(reasons, s)
+				}
+			}
+		}
+	}
+	return reasons
 }

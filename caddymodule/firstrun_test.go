@@ -65,7 +65,7 @@ func TestProvisionOpensNoVault(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "MANIFEST")); err != nil {
 		t.Fatalf("the started config has no vault: %v", err)
 	}
-	if h.comp == nil || !h.isOpen() {
+	if h.gw.Compile == nil || !isOpen(h) {
 		t.Fatal("the handler is not attached to its vault after Start")
 	}
 }
@@ -89,8 +89,8 @@ func TestRequireVault(t *testing.T) {
 	}
 	app2, ctx2 := newApp(t)
 	h := &Handler{VaultDir: dir, RequireVault: boolp(false)}
-	if err := provisionHandler(t, app2, ctx2, h); err != nil || h.vaultErr == "" {
-		t.Fatalf("require_vault off: %v, vaultErr %q", err, h.vaultErr)
+	if err := provisionHandler(t, app2, ctx2, h); err != nil || h.gw.VaultErr == "" {
+		t.Fatalf("require_vault off: %v, vaultErr %q", err, h.gw.VaultErr)
 	}
 }
 

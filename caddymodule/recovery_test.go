@@ -1,9 +1,9 @@
 package caddymodule
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -12,6 +12,8 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/gateway"
 	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
@@ -85,11 +87,11 @@ func TestRecoveryProvision(t *testing.T) {
 		core, logs := observer.New(zapcore.InfoLevel)
 		h := &Handler{RecoveryConfig: RecoveryConfig{Recovery: tc.mode}}
 		h.applyRecoveryDefaults()
-		h.logger = zap.New(core)
-		h.provisionRecovery(tc.backend)
-		rec := h.compilerRecovery()
-		if rec.Hint != tc.hint || (rec.Tools.Chat != "") != tc.tool || (h.recovery != nil) != (tc.hint != "") {
-			t.Fatalf("%s/%T: recovery %+v, runtime %v", tc.mode, tc.backend, rec, h.recovery != nil)
+		h.gw = gateway.New(gateway.Config{}, zap.New(core))
+		h.gw.EnableRecovery(h.Recovery, h.recoveryConfig(), tc.backend)
+		rec := h.gw.CompilerRecovery() // what compilerOptions tells the compiler
+		if rec.Hint != tc.hint || (rec.Tools.Chat != "") != tc.tool || (h.gw.Recovery != nil) != (tc.hint != "") {
+			t.Fatalf("%s/%T: recovery %+v, runtime %v", tc.mode, tc.backend, rec, h.gw.Recovery != nil)
 		}
 		if got := logs.FilterMessageSnippet("recovery is off").Len() == 1; got != tc.logged {
 			t.Fatalf("%s/%T: logged %v", tc.mode, tc.backend, got)
@@ -106,10 +108,12 @@ func TestRecoveryAPIServedNotForwarded(t *testing.T) {
 	}
 	defer store.Close()
 	h := &Handler{RecoveryConfig: RecoveryConfig{Recovery: RecoveryAPI}}
-	h.applyRecoveryDefaults()
+	h.applyDefaults()
 	h.logger = zap.NewNop()
-	h.tenants = tenantHasher([]byte("0123456789abcdef0123456789abcdef"))
-	h.provisionRecovery(store)
+	h.gw = h.newGateway(nil)
+	h.gw.Tenants = gateway.TenantHasher([]byte("0123456789abcdef0123456789abcdef"))
+	h.gw.Compile = func(context.Context, compiler.Request) compiler.Result { panic("no candidate is compiled here") }
+	h.gw.EnableRecovery(h.Recovery, h.recoveryConfig(), store)
 	for _, tc := range []struct {
 		path   string
 		served bool
@@ -120,8 +124,8 @@ func TestRecoveryAPIServedNotForwarded(t *testing.T) {
 		{"/token-terminator/other", true, http.StatusNotFound},
 		{"/v1/models", false, 0},
 	} {
-		w := httptest.NewRecorder()
-		served := h.serveRecoveryAPI(w, newRequest(http.MethodGet, tc.path, nil))
+		w, s := serve(t, h, newRequest(http.MethodGet, tc.path, nil))
+		served := s.calls == 0
 		if served != tc.served || (served && w.Code != tc.status) {
 			t.Fatalf("%s: served %v status %d", tc.path, served, w.Code)
 		}

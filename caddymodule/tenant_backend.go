@@ -4,6 +4,8 @@ import (
 	"sync/atomic"
 
 	"go.uber.org/zap"
+
+	"github.com/tokenterminator/caddy-token-terminator/internal/gateway"
 )
 
 // backendTenants returns the tenant function of the vault backend's own
@@ -14,14 +16,14 @@ import (
 // (vault_error), and each one may try the read again (at most once per
 // tenantKeyRetry, never waiting for another's), so the gateway resumes
 // without a reload. Tenants are never computed under any other key.
-func (h *Handler) backendTenants(ov *openVault, vaultKey string) (tenantFunc, func() bool) {
+func (h *Handler) backendTenants(ov *openVault, vaultKey string) (gateway.TenantFunc, func() bool) {
 	key, err := ov.tenantKey()
 	if err == nil {
-		return tenantHasher(key), nil
+		return gateway.TenantHasher(key), nil
 	}
 	h.logger.Warn("the vault's tenant key is not readable; candidates pass through (passthrough=vault_error) until it is",
 		zap.String("vault", vaultKey), zap.Error(err))
-	var ready atomic.Pointer[tenantFunc]
+	var ready atomic.Pointer[gateway.TenantFunc]
 	tenants := func(identity string) string {
 		if f := ready.Load(); f != nil {
 			return (*f)(identity)
@@ -30,7 +32,7 @@ func (h *Handler) backendTenants(ov *openVault, vaultKey string) (tenantFunc, fu
 		if !ok {
 			return ""
 		}
-		f := tenantHasher(key)
+		f := gateway.TenantHasher(key)
 		if ready.CompareAndSwap(nil, &f) {
 			h.logger.Info("the vault's tenant key was read; candidates are compiled again", zap.String("vault", vaultKey))
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 )
 
@@ -23,23 +24,10 @@ type TenantSettings struct {
 	MaxNewTenantsPerMinute *int `json:"max_new_tenants_per_minute,omitempty"`
 }
 
-func init() {
-	subdirectives["max_new_tenants_per_minute"] = func(t *Handler, v string) error {
-		return setInt(&t.MaxNewTenantsPerMinute, v, 1)
-	}
-}
-
 func (h *Handler) applyTenantDefaults() {
 	if h.MaxNewTenantsPerMinute == nil {
 		h.MaxNewTenantsPerMinute = intp(DefaultMaxNewTenantsPerMinute)
 	}
-}
-
-func (h *Handler) checkTenant() error {
-	if *h.MaxNewTenantsPerMinute < 1 {
-		return fmt.Errorf("max_new_tenants_per_minute must be at least 1, got %d", *h.MaxNewTenantsPerMinute)
-	}
-	return nil
 }
 
 // clientSetPlaceholders are placeholder prefixes whose value any client
@@ -64,4 +52,32 @@ func (h *Handler) warnClientIdentity() {
 			return
 		}
 	}
+}
+
+// minTenantKeyBytes is the shortest operator tenant key accepted: shorter
+// keys make tenant ids guessable from credentials.
+const minTenantKeyBytes = 16
+
+// resolveTenantKey is the operator's tenant_key (placeholders resolved once,
+// e.g. {env.TT_TENANT_KEY} or {file./etc/tt/key}), else the vault
+// backend's own persistent key.
+func (h *Handler) resolveTenantKey(ov *openVault) ([]byte, error) {
+	if h.TenantKey == "" {
+		key, err := ov.tenantKey()
+		if err != nil {
+			return nil, fmt.Errorf("reading the vault's tenant key: %v", err)
+		}
+		return key, nil
+	}
+	// An unknown or empty placeholder is refused rather than taken as a
+	// literal key (a typo would otherwise become everyone's key).
+	v, err := caddy.NewReplacer().ReplaceOrErr(h.TenantKey, true, true)
+	if err != nil {
+		return nil, fmt.Errorf("tenant_key '%s': %v", h.TenantKey, err)
+	}
+	if len(v) < minTenantKeyBytes {
+		// Name the setting, never the value it resolved to.
+		return nil, fmt.Errorf("tenant_key '%s' resolves to %d bytes, want at least %d", h.TenantKey, len(v), minTenantKeyBytes)
+	}
+	return []byte(v), nil
 }

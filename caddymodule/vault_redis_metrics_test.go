@@ -33,7 +33,7 @@ func TestRedisVaultMetrics(t *testing.T) {
 		t.Fatalf("rewrite not accepted: %q", tt)
 	}
 	reg := prometheus.NewRegistry()
-	if err := app.shared.metrics.register(reg); err != nil {
+	if err := registerMetrics(reg, app.shared); err != nil {
 		t.Fatal(err)
 	}
 	mfs, err := reg.Gather()

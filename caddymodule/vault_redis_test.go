@@ -123,10 +123,10 @@ func TestRedisVaultOpen(t *testing.T) {
 		if err := provisionHandler(t, app, ctx, h); err != nil {
 			t.Fatalf("a server that is down stopped the config: %v", err)
 		}
-		if h.comp == nil || h.tenantKeyPending == nil || !h.tenantKeyPending() {
+		if h.gw.Compile == nil || h.gw.TenantKeyPending == nil || !h.gw.TenantKeyPending() {
 			t.Fatal("handler not waiting for the tenant key")
 		}
-		if got := h.tenants("sk-test"); got != "" {
+		if got := h.gw.Tenants("sk-test"); got != "" {
 			t.Fatalf("tenant %q computed without the vault's key", got)
 		}
 		// A candidate meanwhile passes through untouched, with the reason.
@@ -137,13 +137,13 @@ func TestRedisVaultOpen(t *testing.T) {
 		}
 		srv.Restart()
 		deadline := time.Now().Add(5 * time.Second)
-		for h.tenants("sk-test") == "" {
+		for h.gw.Tenants("sk-test") == "" {
 			if time.Now().After(deadline) {
 				t.Fatal("tenant key not read after the server came back")
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		if h.tenantKeyPending() {
+		if h.gw.TenantKeyPending() {
 			t.Fatal("tenant key still pending after it was read")
 		}
 		// Every replica computes the same tenants: the key is the one in Redis.
@@ -152,7 +152,7 @@ func TestRedisVaultOpen(t *testing.T) {
 		if err := provisionHandler(t, app2, ctx2, h2); err != nil {
 			t.Fatal(err)
 		}
-		if a, b := h.tenants("sk-test"), h2.tenants("sk-test"); a != b || h2.tenantKeyPending != nil {
+		if a, b := h.gw.Tenants("sk-test"), h2.gw.Tenants("sk-test"); a != b || h2.gw.TenantKeyPending != nil {
 			t.Fatalf("replicas disagree on the tenant: %q and %q", a, b)
 		}
 	})
@@ -177,7 +177,7 @@ func TestRedisLogsThroughCaddy(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("go-redis wrote nothing to Caddy's logger")
 		}
-		h.tenants("sk-test") // a call that dials
+		h.gw.Tenants("sk-test") // a call that dials
 		time.Sleep(50 * time.Millisecond)
 	}
 	e := logs.All()[0]

@@ -12,20 +12,15 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
+	"github.com/tokenterminator/caddy-token-terminator/internal/gateway"
 	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
 	"github.com/tokenterminator/caddy-token-terminator/internal/response"
 )
 
 // ToolRecovery is the gateway's default recovery (recovery tool): the
-// receipts' hint and the tool definitions.
+// receipts' hint and the tool definitions, wired as the gateway wires them.
 func ToolRecovery() compiler.Recovery {
-	return compiler.Recovery{Hint: recovery.ToolName + " artifact_get", ToolName: recovery.ToolName,
-		ConflictHint: "GET " + recovery.DefaultPath + "artifacts/{id}",
-		Tools: compiler.ToolDefinitions{
-			Chat:      string(recovery.Definition(response.FormatChat)),
-			Responses: string(recovery.Definition(response.FormatResponses)),
-			Anthropic: string(recovery.Definition(response.FormatAnthropic)),
-		}}
+	return gateway.CompilerRecovery(gateway.RecoveryTool, recovery.Config{}.WithDefaults())
 }
 
 // RecoveryRow is the recovery figures of one session's replay.

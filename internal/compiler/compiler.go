@@ -22,8 +22,9 @@ import (
 // carries request content.
 type Reason string
 
-// Pass-through reasons reported in Result.Reason; the handler's own reasons
-// (the body was never compiled) are here too, so the set is closed.
+// Pass-through reasons reported in Result.Reason. The gateway's own reasons
+// (the body was never compiled, or the client left) are declared in
+// package gateway with this type.
 const (
 	ReasonOff           Reason = "off"
 	ReasonNotCandidate  Reason = "not_candidate"
@@ -51,28 +52,6 @@ const (
 	ReasonTimeout    Reason = "timeout"
 	ReasonPanic      Reason = "panic"
 	ReasonInternal   Reason = "internal_error"
-
-	// Reasons decided by the handler before the compiler sees the body.
-	ReasonContentEncoding Reason = "content_encoding"
-	ReasonTooLarge        Reason = "too_large"
-	ReasonReadError       Reason = "read_error"
-	ReasonBusy            Reason = "busy"
-	// ReasonNoTenant: the request names no credential (and no configured
-	// tenant), so it gets no cross-request state.
-	ReasonNoTenant Reason = "no_tenant"
-	// ReasonClientAbort: the client went away before the compile finished.
-	ReasonClientAbort Reason = "client_abort"
-	// ReasonSlowBody: the body did not arrive within the gateway's
-	// body_read_timeout, so it streamed through.
-	ReasonSlowBody Reason = "slow_body"
-	// ReasonBypass: the client asked for no compile (the bypass header).
-	ReasonBypass Reason = "bypass"
-	// ReasonUnverifiedTenant: the provider has not yet accepted a request
-	// of this tenant, so it gets no state; a 2xx answer verifies it.
-	ReasonUnverifiedTenant Reason = "unverified_tenant"
-	// ReasonTenantRate: the tenant is not verified and the gateway's cap
-	// on new tenants per minute was reached.
-	ReasonTenantRate Reason = "tenant_rate"
 )
 
 // Defaults of Options, applied by New to zero values. The gateway's

@@ -1,4 +1,4 @@
-package caddymodule
+package gateway
 
 import (
 	"bytes"
@@ -15,12 +15,12 @@ import (
 // refuseUnread decides from the headers alone that a candidate streams
 // through untouched: a body the module cannot decode, or one declared
 // larger than max_body_size.
-func (h *Handler) refuseUnread(r *http.Request) (compiler.Reason, bool) {
+func (g *Gateway) refuseUnread(r *http.Request) (compiler.Reason, bool) {
 	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(strings.TrimSpace(ce), "identity") {
-		return compiler.ReasonContentEncoding, false
+		return ReasonContentEncoding, false
 	}
-	if r.ContentLength > *h.MaxBodySize {
-		return compiler.ReasonTooLarge, false
+	if r.ContentLength > g.MaxBodySize {
+		return ReasonTooLarge, false
 	}
 	return "", true
 }
@@ -36,30 +36,30 @@ func (h *Handler) refuseUnread(r *http.Request) (compiler.Reason, bool) {
 // for a body that will only be forwarded, which never reserves any. The
 // body read whole is held by ex.body (bodybuf.go); its reference is
 // dropped by the caller.
-func (h *Handler) readBody(r *http.Request, ex *exchange, compiles bool) (buf []byte, reason compiler.Reason, res *reservation) {
-	rep := &ex.rep
-	res = h.reserve(compiles)
+func (g *Gateway) readBody(r *http.Request, ex *exchange, compiles bool) (buf []byte, reason compiler.Reason, res *reservation) {
+	o := &ex.out
+	res = g.reserve(compiles)
 
 	orig := r.Body
 	if orig == nil {
 		orig = http.NoBody
 	}
 	var pumped *pumpedBody
-	if h.BodyReadTimeout > 0 && orig != http.NoBody {
-		pumped = pump(orig, ex.start.Add(time.Duration(h.BodyReadTimeout)))
+	if g.BodyReadTimeout > 0 && orig != http.NoBody {
+		pumped = pump(orig, ex.start.Add(g.BodyReadTimeout))
 		orig = pumped
 	}
 	ex.body = newBodyBuffer(0) // replaced by the pooled buffer of a declared length, once the body reaches it
 	var whole func(size int64) []byte
-	if r.ContentLength >= 0 && r.ContentLength <= *h.MaxBodySize {
+	if r.ContentLength >= 0 && r.ContentLength <= g.MaxBodySize {
 		whole = func(size int64) []byte {
 			ex.body = newBodyBuffer(size)
 			return ex.body.b
 		}
 	}
-	buf, over, busy, readErr := readAtMostInto(orig, *h.MaxBodySize, r.ContentLength, res.grow, whole)
+	buf, over, busy, readErr := readAtMostInto(orig, g.MaxBodySize, r.ContentLength, res.grow, whole)
 	res.doneReading()
-	rep.read = time.Since(ex.start)
+	o.read = time.Since(ex.start)
 	ex.body.keep(buf)
 	if readErr != nil || over || busy {
 		// Handed on below through readers that take no reference.
@@ -71,9 +71,9 @@ func (h *Handler) readBody(r *http.Request, ex *exchange, compiles bool) (buf []
 		pumped.stream()
 		r.Body = readCloser{io.MultiReader(bytes.NewReader(buf), orig), orig}
 		if r.ContentLength < 0 {
-			rep.rawBytes, rep.sentBytes = -1, -1
+			o.rawBytes, o.sentBytes = -1, -1
 		}
-		return nil, compiler.ReasonSlowBody, res
+		return nil, ReasonSlowBody, res
 	}
 	if pumped != nil {
 		pumped.stream()
@@ -84,19 +84,19 @@ func (h *Handler) readBody(r *http.Request, ex *exchange, compiles bool) (buf []
 		// the same error, so upstream sees what it would have seen without
 		// the module.
 		r.Body = readCloser{io.MultiReader(bytes.NewReader(buf), errReader{readErr}), orig}
-		rep.rawBytes, rep.sentBytes = int64(len(buf)), int64(len(buf))
-		return nil, compiler.ReasonReadError, res
+		o.rawBytes, o.sentBytes = int64(len(buf)), int64(len(buf))
+		return nil, ReasonReadError, res
 	case over, busy:
 		// Too large (or past the budget) without a Content-Length: stream
 		// the rest through.
 		r.Body = readCloser{io.MultiReader(bytes.NewReader(buf), orig), orig}
 		if r.ContentLength < 0 {
-			rep.rawBytes, rep.sentBytes = -1, -1
+			o.rawBytes, o.sentBytes = -1, -1
 		}
 		if busy {
-			return nil, compiler.ReasonBusy, res
+			return nil, ReasonBusy, res
 		}
-		return nil, compiler.ReasonTooLarge, res
+		return nil, ReasonTooLarge, res
 	}
 	return buf, "", res
 }

@@ -1,4 +1,4 @@
-package caddymodule
+package gateway
 
 import (
 	"net/http"
@@ -17,14 +17,14 @@ const (
 	PlaceholderReceipts  = "http.token_terminator.receipts"
 )
 
-func setPlaceholders(r *http.Request, rep *report) {
+func setPlaceholders(r *http.Request, o *outcome) {
 	repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	if !ok {
 		return
 	}
-	repl.Set(PlaceholderDecision, string(rep.decisionWord()))
-	repl.Set(PlaceholderReason, string(rep.reason))
-	repl.Set(PlaceholderRawBytes, rep.rawBytes)
-	repl.Set(PlaceholderSentBytes, rep.sentBytes)
-	repl.Set(PlaceholderReceipts, rep.receipts)
+	repl.Set(PlaceholderDecision, string(o.decisionWord()))
+	repl.Set(PlaceholderReason, string(o.reason))
+	repl.Set(PlaceholderRawBytes, o.rawBytes)
+	repl.Set(PlaceholderSentBytes, o.sentBytes)
+	repl.Set(PlaceholderReceipts, o.receipts)
 }

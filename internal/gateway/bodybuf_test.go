@@ -1,4 +1,4 @@
-package caddymodule
+package gateway
 
 import (
 	"bytes"
@@ -202,7 +202,7 @@ func TestBodyOutlivesHandler(t *testing.T) {
 			h, _ := testHandler(t, fc, nil)
 			var held io.ReadCloser
 			var buf []byte
-			next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+			next := Next(func(w http.ResponseWriter, r *http.Request) error {
 				held = r.Body // read only after the handler returned
 				buf = unsafe.Slice(unsafe.SliceData(fc.last.Body), cap(fc.last.Body))
 				w.WriteHeader(http.StatusOK)
@@ -288,7 +288,7 @@ func TestPooledBodyThroughTransport(t *testing.T) {
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	h, _ := testHandler(t, &fakeCompiler{}, nil)
 	var compiles atomic.Int32
-	h.comp = func(ctx context.Context, req compiler.Request) compiler.Result {
+	h.Compile = func(ctx context.Context, req compiler.Request) compiler.Result {
 		compiles.Add(1)
 		return compiler.Result{Body: req.Body, Decision: compiler.Passthrough, Reason: compiler.ReasonNoSlots, RawBytes: len(req.Body), SentBytes: len(req.Body)}
 	}
@@ -299,7 +299,7 @@ func TestPooledBodyThroughTransport(t *testing.T) {
 		// the cancellation).
 		ctx := context.WithoutCancel(r.Context())
 		r = r.WithContext(context.WithValue(ctx, caddy.ReplacerCtxKey, caddyhttp.NewTestReplacer(r)))
-		_ = h.ServeHTTP(w, r, caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+		_ = h.ServeHTTP(w, r, Next(func(w http.ResponseWriter, r *http.Request) error {
 			proxy.ServeHTTP(w, r)
 			return nil
 		}))

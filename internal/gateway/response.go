@@ -1,4 +1,4 @@
-package caddymodule
+package gateway
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/response"
 )
 
@@ -33,18 +32,17 @@ var newResponseReader = func(format string, stream bool) responseReader {
 	return response.NewReader(format, response.Options{Stream: stream})
 }
 
-// forward sets the report header and placeholders, passes the request on
+// forward sets the outcome header and placeholders, passes the request on
 // with a writer that watches the answer, then commits the lineage if the
 // provider accepted the request and writes the log line.
-func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, ex *exchange) error {
-	rep := &ex.rep
-	w.Header().Set(HeaderName, rep.header())
-	setPlaceholders(r, rep)
+func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, next Next, ex *exchange) error {
+	w.Header().Set(HeaderName, ex.out.header())
+	setPlaceholders(r, &ex.out)
 
-	tap := &responseTap{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, format: rep.format, length: -1}
+	tap := &responseTap{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, format: ex.out.format, length: -1}
 	if ex.commit != nil || ex.observe != nil {
 		tap.onComplete = func() {
-			h.commit(ex)
+			commit(ex)
 			ex.observeUsage(tap.reader)
 		}
 	}
@@ -54,17 +52,17 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 		// reset, client gone) with a panic; it is not accepted, and the log
 		// line is still written before the panic goes on.
 		if v := recover(); v != nil {
-			h.finish(r, ex, tap, upstart, errAborted)
+			g.finalize(r, ex, tap, upstart, errAborted)
 			panic(v)
 		}
 	}()
 	var err error
 	if ex.rec != nil {
-		err = h.serveRecovering(tap, r, next, ex)
+		err = g.serveRecovering(tap, r, next, ex)
 	} else {
-		err = next.ServeHTTP(tap, r)
+		err = next(tap, r)
 	}
-	h.finish(r, ex, tap, upstart, err)
+	g.finalize(r, ex, tap, upstart, err)
 	return err
 }
 
@@ -93,70 +91,82 @@ const statusClientClosedRequest = 499
 // errAborted stands for a response aborted with a panic.
 var errAborted = errors.New("response aborted")
 
-// finish notes the provider's answer, commits the lineage if the provider
-// accepted the request and writes the log line.
-func (h *Handler) finish(r *http.Request, ex *exchange, tap *responseTap, upstart time.Time, err error) {
-	rep := &ex.rep
-	rep.upstream = time.Since(upstart)
-	rep.status, rep.written = clientStatus(tap.status, err), tap.status
-	rep.responseBytes = tap.n
+// finalize notes the provider's answer in the outcome, settles the
+// tenant's verification, commits the lineage if the provider accepted the
+// request, accounts the outcome and writes the log line.
+func (g *Gateway) finalize(r *http.Request, ex *exchange, tap *responseTap, upstart time.Time, err error) {
+	o := &ex.out
+	o.upstream = time.Since(upstart)
+	o.status, o.written = clientStatus(tap.status, err), tap.status
+	o.responseBytes = tap.n
 	ex.observeUsage(tap.reader)
-
-	// The provider's answer is part of "accepted": a receipt's lease counts
-	// only for a request it answered 2xx in full. An error status, a reset
-	// (next fails or aborts) or a client that left records nothing.
-	accepted := err == nil && tap.status >= 200 && tap.status < 300
-	if g := ex.gate; g.tenant != "" && h.gate != nil {
-		status := tap.status
-		if err != nil {
-			status = 0 // an answer that broke verifies nothing
-		}
-		h.gate.settle(g.tenant, g.verified, g.reason, status)
-	}
-	switch {
-	case rep.committed: // at the answer's last bytes, before the client got them
-	case accepted && ex.commit != nil:
-		h.commit(ex)
-	case ex.commit != nil && h.stats != nil:
-		h.stats.Uncommitted.Add(1)
-	}
+	g.settle(ex, tap.status, err)
+	g.commitIfAccepted(ex, tap.status, err)
 	switch {
 	case err == nil:
 	case r.Context().Err() != nil:
-		rep.outcome = string(compiler.ReasonClientAbort)
+		o.outcome = string(ReasonClientAbort)
 	case err == errAborted:
-		rep.outcome = "aborted"
+		o.outcome = "aborted"
 	default:
-		rep.outcome = "error"
+		o.outcome = "error"
 	}
-	rep.total = time.Since(ex.start)
-	h.logger.Info("request", rep.fields()...)
-	h.account(r, ex)
+	o.total = time.Since(ex.start)
+	g.account(ex)
+	g.Logger.Info("request", o.fields()...)
 }
 
-// observeUsage notes the provider's usage in the report and, once, hands
+// settle hands the provider's verdict on the request to the verified set.
+func (g *Gateway) settle(ex *exchange, status int, err error) {
+	gt := ex.gate
+	if gt.tenant == "" || g.Gate == nil {
+		return
+	}
+	if err != nil {
+		status = 0 // an answer that broke verifies nothing
+	}
+	g.Gate.settle(gt.tenant, gt.verified, gt.reason, status)
+}
+
+// commitIfAccepted records the lineage unless the answer's last bytes
+// already did. The provider's answer is part of "accepted": a receipt's
+// lease counts only for a request it answered 2xx in full. An error
+// status, a reset (next fails or aborts) or a client that left records
+// nothing.
+func (g *Gateway) commitIfAccepted(ex *exchange, status int, err error) {
+	accepted := err == nil && status >= 200 && status < 300
+	switch {
+	case ex.out.committed: // at the answer's last bytes, before the client got them
+	case accepted && ex.commit != nil:
+		commit(ex)
+	case ex.commit != nil && g.Stats != nil:
+		g.Stats.Uncommitted.Add(1)
+	}
+}
+
+// observeUsage notes the provider's usage in the outcome and, once, hands
 // it to the compiler: the provider's own figures calibrate the cost model
 // (a response that read nothing from its cache says the cache is cold).
 func (ex *exchange) observeUsage(r responseReader) {
 	if r == nil || ex.observed {
 		return
 	}
-	ex.rep.usage = r.Usage()
-	if ex.rep.usage.Known && ex.observe != nil {
+	ex.out.usage = r.Usage()
+	if ex.out.usage.Known && ex.observe != nil {
 		ex.observed = true
-		ex.observe(ex.rep.usage)
+		ex.observe(ex.out.usage)
 	}
 }
 
 // commit records the request's lineage, once.
-func (h *Handler) commit(ex *exchange) {
-	if ex.rep.committed || ex.commit == nil {
+func commit(ex *exchange) {
+	if ex.out.committed || ex.commit == nil {
 		return
 	}
 	tc := time.Now()
 	ex.commit()
-	ex.rep.commit = time.Since(tc)
-	ex.rep.committed = true
+	ex.out.commit = time.Since(tc)
+	ex.out.committed = true
 }
 
 // responseTap passes the response through unbuffered and notes its status

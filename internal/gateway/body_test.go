@@ -1,4 +1,4 @@
-package caddymodule
+package gateway
 
 import (
 	"io"
@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/caddyserver/caddy/v2"
 )
 
 // trickle gives head, then blocks until release is closed, then gives tail.
@@ -41,7 +39,7 @@ func TestBodyReadTimeout(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			fc := &fakeCompiler{}
-			h, _ := testHandler(t, fc, func(h *Handler) { h.BodyReadTimeout = caddy.Duration(50 * time.Millisecond) })
+			h, _ := testHandler(t, fc, func(h *Gateway) { h.BodyReadTimeout = 50 * time.Millisecond })
 			body := &trickle{head: `{"messages":[`, tail: `]}`, release: make(chan struct{})}
 			r := newRequest(http.MethodPost, chatPath, nil)
 			r.Body = io.NopCloser(body)
@@ -57,9 +55,9 @@ func TestBodyReadTimeout(t *testing.T) {
 					t.Errorf("handler waited %s for a slow body", d)
 				}
 				close(body.release)
-				return recordNext(&s).ServeHTTP(w, r)
+				return recordNext(&s)(w, r)
 			}
-			if err := h.ServeHTTP(w, r, handlerFunc(next)); err != nil {
+			if err := h.ServeHTTP(w, r, Next(next)); err != nil {
 				t.Fatal(err)
 			}
 			if got := w.Header().Get(HeaderName); !strings.HasPrefix(got, "passthrough=slow_body;") {
@@ -68,14 +66,14 @@ func TestBodyReadTimeout(t *testing.T) {
 			if string(s.body) != `{"messages":[]}` || fc.calls.Load() != 0 {
 				t.Fatalf("upstream got %q, %d compiles", s.body, fc.calls.Load())
 			}
-			if n := h.buffered.Load(); n != 0 {
+			if n := h.Buffered.Load(); n != 0 {
 				t.Fatalf("%d bytes still reserved", n)
 			}
 		})
 	}
 	t.Run("fast body compiled", func(t *testing.T) {
 		fc := &fakeCompiler{}
-		h, _ := testHandler(t, fc, func(h *Handler) { h.BodyReadTimeout = caddy.Duration(time.Second) })
+		h, _ := testHandler(t, fc, func(h *Gateway) { h.BodyReadTimeout = time.Second })
 		r := newRequest(http.MethodPost, chatPath, strings.NewReader(`{"messages":[]}`))
 		r.ContentLength = -1
 		if _, s := serve(t, h, r); string(s.body) != `{"messages":[]}` || fc.calls.Load() != 1 {
@@ -90,7 +88,7 @@ func TestBodyReadTimeout(t *testing.T) {
 // through (busy) with every byte.
 func TestUnknownLengthReservesAsItGrows(t *testing.T) {
 	fc := &fakeCompiler{}
-	h, _ := testHandler(t, fc, func(h *Handler) { h.MaxBufferedBytes = int64p(4096) }) // max_body_size 32 MiB
+	h, _ := testHandler(t, fc, func(h *Gateway) { h.MaxBufferedBytes = 4096 }) // max_body_size 32 MiB
 	small := `{"messages":[]}`
 	r := newRequest(http.MethodPost, chatPath, io.NopCloser(strings.NewReader(small)))
 	r.ContentLength = -1
@@ -104,11 +102,7 @@ func TestUnknownLengthReservesAsItGrows(t *testing.T) {
 	if got := w.Header().Get(HeaderName); !strings.HasPrefix(got, "passthrough=busy;") || string(s.body) != big {
 		t.Fatalf("big chunked body: header %q, upstream got %d bytes", got, len(s.body))
 	}
-	if n := h.buffered.Load(); n != 0 {
+	if n := h.Buffered.Load(); n != 0 {
 		t.Fatalf("%d bytes still reserved", n)
 	}
 }
-
-type handlerFunc func(http.ResponseWriter, *http.Request) error
-
-func (f handlerFunc) ServeHTTP(w http.ResponseWriter, r *http.Request) error { return f(w, r) }

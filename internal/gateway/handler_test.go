@@ -1,4 +1,4 @@
-package caddymodule
+package gateway
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -38,8 +39,8 @@ type seen struct {
 }
 
 // recordNext is the next handler: it records what it was given.
-func recordNext(s *seen) caddyhttp.Handler {
-	return caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+func recordNext(s *seen) Next {
+	return Next(func(w http.ResponseWriter, r *http.Request) error {
 		s.calls++
 		s.bodyObj = r.Body
 		s.cl = r.ContentLength
@@ -73,30 +74,34 @@ func (f *fakeCompiler) compile(ctx context.Context, req compiler.Request) compil
 	return compiler.Result{Body: req.Body, Decision: compiler.Passthrough, Reason: "no_slots", RawBytes: len(req.Body), SentBytes: len(req.Body)}
 }
 
-func testHandler(t *testing.T, fc *fakeCompiler, mutate func(*Handler)) (*Handler, *observer.ObservedLogs) {
+// testHandler is a gateway with the handler's defaults, a fake compiler
+// and a fake candidate check; mutate sets its configuration.
+func testHandler(t testing.TB, fc *fakeCompiler, mutate func(*Gateway)) (*Gateway, *observer.ObservedLogs) {
 	t.Helper()
 	core, logs := observer.New(zapcore.InfoLevel)
-	h := &Handler{}
+	h := New(Config{
+		Mode:                  compiler.ModeEnforce,
+		MaxBodySize:           32 << 20,
+		MaxBufferedBytes:      256 << 20,
+		MaxConcurrentCompiles: runtime.GOMAXPROCS(0),
+		CompileTimeout:        compiler.DefaultTimeout,
+		BodyReadTimeout:       30 * time.Second,
+		BypassHeader:          HeaderName,
+	}, zap.New(core))
 	if mutate != nil {
 		mutate(h)
 	}
-	h.applyDefaults()
-	if err := h.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	h.buffered = new(atomic.Int64)
-	h.reading = new(atomic.Int64)
-	h.slots = newCompileSlots(*h.MaxConcurrentCompiles)
-	h.stats = new(Stats)
-	h.logger = zap.New(core)
-	h.comp = fc.compile
-	h.tenants = func(c string) string {
+	h.Slots = NewCompileSlots(h.MaxConcurrentCompiles)
+	h.Stats = new(Stats)
+	h.Metrics = NewMetrics()
+	h.Compile = fc.compile
+	h.Tenants = func(c string) string {
 		if c == "" {
 			return ""
 		}
 		return "t:" + strconv.Itoa(len(c)) + ":" + c[len(c)-1:]
 	}
-	h.formatFor = func(method, path string) (string, bool) {
+	h.FormatFor = func(method, path string) (string, bool) {
 		if method == http.MethodPost && strings.HasSuffix(path, "/chat/completions") {
 			return "openai_chat", true
 		}
@@ -141,7 +146,7 @@ func TestNonCandidateUntouched(t *testing.T) {
 
 func TestModeOffUntouched(t *testing.T) {
 	fc := &fakeCompiler{}
-	h, _ := testHandler(t, fc, func(h *Handler) { h.Mode = "off" })
+	h, _ := testHandler(t, fc, func(h *Gateway) { h.Mode = "off" })
 	body := io.NopCloser(strings.NewReader(`{}`))
 	r := newRequest(http.MethodPost, chatPath, nil)
 	r.Body = body
@@ -189,17 +194,17 @@ func TestContentEncodingPassthrough(t *testing.T) {
 
 func TestTooLargeDeclared(t *testing.T) {
 	fc := &fakeCompiler{}
-	h, _ := testHandler(t, fc, func(h *Handler) { h.MaxBodySize = int64p(100) })
+	h, _ := testHandler(t, fc, func(h *Gateway) { h.MaxBodySize = 100 })
 	body := &countingReader{r: bytes.NewReader(bytes.Repeat([]byte("x"), 101))}
 	r := newRequest(http.MethodPost, chatPath, nil)
 	r.Body, r.ContentLength = io.NopCloser(body), 101
 	w := httptest.NewRecorder()
 	var s seen
-	next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+	next := Next(func(w http.ResponseWriter, r *http.Request) error {
 		if body.n.Load() != 0 {
 			t.Errorf("handler read %d bytes of a body declared too large", body.n.Load())
 		}
-		return recordNext(&s).ServeHTTP(w, r)
+		return recordNext(&s)(w, r)
 	})
 	if err := h.ServeHTTP(w, r, next); err != nil {
 		t.Fatal(err)
@@ -229,19 +234,19 @@ func TestTooLargeChunkedStreams(t *testing.T) {
 	const limit = 1000
 	full := bytes.Repeat([]byte("0123456789"), 100000) // 1 MB
 	fc := &fakeCompiler{}
-	h, _ := testHandler(t, fc, func(h *Handler) { h.MaxBodySize = int64p(limit) })
+	h, _ := testHandler(t, fc, func(h *Gateway) { h.MaxBodySize = limit })
 	body := &countingReader{r: bytes.NewReader(full)}
 	r := newRequest(http.MethodPost, chatPath, nil)
 	r.Body, r.ContentLength, r.TransferEncoding = io.NopCloser(body), -1, []string{"chunked"}
 	w := httptest.NewRecorder()
 	var s seen
-	next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+	next := Next(func(w http.ResponseWriter, r *http.Request) error {
 		// limit+1 bytes, and what the pump of body_read_timeout (on by
 		// default) read ahead: the chunk in hand, one queued, one read.
 		if n := body.n.Load(); n < limit+1 || n > limit+1+3*pumpChunk {
 			t.Errorf("handler read %d bytes before forwarding, want %d and at most the pump's read-ahead", n, limit+1)
 		}
-		return recordNext(&s).ServeHTTP(w, r)
+		return recordNext(&s)(w, r)
 	})
 	if err := h.ServeHTTP(w, r, next); err != nil {
 		t.Fatal(err)
@@ -259,7 +264,7 @@ func TestTooLargeChunkedStreams(t *testing.T) {
 
 func TestExactlyMaxBodyIsCompiled(t *testing.T) {
 	fc := &fakeCompiler{}
-	h, _ := testHandler(t, fc, func(h *Handler) { h.MaxBodySize = int64p(10) })
+	h, _ := testHandler(t, fc, func(h *Gateway) { h.MaxBodySize = 10 })
 	r := newRequest(http.MethodPost, chatPath, nil)
 	r.Body, r.ContentLength = io.NopCloser(strings.NewReader("0123456789")), -1
 	var s seen
@@ -424,7 +429,7 @@ func TestShadowForwardsOriginal(t *testing.T) {
 		return compiler.Result{Body: []byte(`{}`), Decision: compiler.Shadow, RawBytes: len(req.Body), SentBytes: 2, Receipts: 1,
 			Tokens: compiler.TokenReport{Status: "none"}}
 	}}
-	h, _ := testHandler(t, fc, func(h *Handler) { h.Mode = "shadow" })
+	h, _ := testHandler(t, fc, func(h *Gateway) { h.Mode = "shadow" })
 	r := newRequest(http.MethodPost, chatPath, bytes.NewReader(orig))
 	w, s := serve(t, h, r)
 	if !bytes.Equal(s.body, orig) {
@@ -487,7 +492,7 @@ func TestScope(t *testing.T) {
 
 func TestSessionPlaceholderHashed(t *testing.T) {
 	fc := &fakeCompiler{}
-	h, _ := testHandler(t, fc, func(h *Handler) { h.Session = "{http.request.header.X-Session-Id}" })
+	h, _ := testHandler(t, fc, func(h *Gateway) { h.Session = "{http.request.header.X-Session-Id}" })
 	scopeFor := func(sid string) compiler.Scope {
 		r := newRequest(http.MethodPost, chatPath, strings.NewReader("{}"))
 		if sid != "" {
@@ -515,7 +520,7 @@ func TestCompileTimeoutBoundsContext(t *testing.T) {
 		<-ctx.Done()
 		return compiler.Result{Body: req.Body, Decision: compiler.Passthrough, Reason: "timeout", RawBytes: len(req.Body), SentBytes: len(req.Body)}
 	}}
-	h, _ := testHandler(t, fc, func(h *Handler) { h.CompileTimeout = caddy.Duration(20 * time.Millisecond) })
+	h, _ := testHandler(t, fc, func(h *Gateway) { h.CompileTimeout = 20 * time.Millisecond })
 	r := newRequest(http.MethodPost, chatPath, strings.NewReader("{}"))
 	w := httptest.NewRecorder()
 	start := time.Now()
@@ -533,20 +538,20 @@ func TestCompileTimeoutBoundsContext(t *testing.T) {
 
 func TestHeaderFormat(t *testing.T) {
 	tests := []struct {
-		rep  report
+		rep  outcome
 		want string
 	}{
-		{report{decision: compiler.Accepted, rawBytes: 10, sentBytes: 5, receipts: 1}, "accepted; raw_bytes=10; sent_bytes=5; receipts=1; tokens=none"},
-		{report{decision: compiler.Accepted, rawBytes: 10, sentBytes: 5, receipts: 1, tokens: compiler.TokenReport{Status: "exact", Raw: 7, Sent: 3}},
+		{outcome{decision: compiler.Accepted, rawBytes: 10, sentBytes: 5, receipts: 1}, "accepted; raw_bytes=10; sent_bytes=5; receipts=1; tokens=none"},
+		{outcome{decision: compiler.Accepted, rawBytes: 10, sentBytes: 5, receipts: 1, tokens: compiler.TokenReport{Status: "exact", Raw: 7, Sent: 3}},
 			"accepted; raw_bytes=10; sent_bytes=5; receipts=1; raw_tokens=7; sent_tokens=3"},
-		{report{decision: compiler.Accepted, rawBytes: 10, sentBytes: 5, receipts: 1, tokens: compiler.TokenReport{Status: "estimate", Raw: 7, Sent: 3}},
+		{outcome{decision: compiler.Accepted, rawBytes: 10, sentBytes: 5, receipts: 1, tokens: compiler.TokenReport{Status: "estimate", Raw: 7, Sent: 3}},
 			"accepted; raw_bytes=10; sent_bytes=5; receipts=1; raw_tokens=7; sent_tokens=3; tokens=estimate"},
-		{report{decision: compiler.Passthrough, reason: "gate", rawBytes: 10, sentBytes: 10, tokens: compiler.TokenReport{Status: "none"}},
+		{outcome{decision: compiler.Passthrough, reason: "gate", rawBytes: 10, sentBytes: 10, tokens: compiler.TokenReport{Status: "none"}},
 			"passthrough=gate; raw_bytes=10; sent_bytes=10; receipts=0; tokens=none"},
-		{report{decision: compiler.Passthrough, reason: "gate", rawBytes: 10, sentBytes: 10, tokens: compiler.TokenReport{Status: "budget"}},
+		{outcome{decision: compiler.Passthrough, reason: "gate", rawBytes: 10, sentBytes: 10, tokens: compiler.TokenReport{Status: "budget"}},
 			"passthrough=gate; raw_bytes=10; sent_bytes=10; receipts=0; tokens=budget"},
-		{report{decision: compiler.Shadow, rawBytes: 10, sentBytes: 4, receipts: 2}, "shadow; raw_bytes=10; sent_bytes=4; receipts=2; tokens=none"},
-		{report{rawBytes: 1, sentBytes: 1}, "passthrough=unspecified; raw_bytes=1; sent_bytes=1; receipts=0; tokens=none"},
+		{outcome{decision: compiler.Shadow, rawBytes: 10, sentBytes: 4, receipts: 2}, "shadow; raw_bytes=10; sent_bytes=4; receipts=2; tokens=none"},
+		{outcome{rawBytes: 1, sentBytes: 1}, "passthrough=unspecified; raw_bytes=1; sent_bytes=1; receipts=0; tokens=none"},
 	}
 	for _, tt := range tests {
 		if got := tt.rep.header(); got != tt.want {
@@ -586,14 +591,14 @@ func TestMaxBufferedBytes(t *testing.T) {
 	fc := &fakeCompiler{}
 	// 55 bytes (54 and the byte that sees EOF) per body, and 4× that while
 	// it compiles (admission.go): one request compiles in 300, two do not.
-	h, _ := testHandler(t, fc, func(h *Handler) { h.MaxBufferedBytes = int64p(300) })
+	h, _ := testHandler(t, fc, func(h *Gateway) { h.MaxBufferedBytes = 300 })
 	body := `{"messages":[` + strings.Repeat(" ", 40) + `]}` // 54 bytes
 	held := make(chan struct{})
 	release := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
 		r := newRequest(http.MethodPost, chatPath, strings.NewReader(body))
-		done <- h.ServeHTTP(httptest.NewRecorder(), r, caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+		done <- h.ServeHTTP(httptest.NewRecorder(), r, Next(func(w http.ResponseWriter, r *http.Request) error {
 			close(held)
 			<-release
 			return nil
@@ -614,7 +619,7 @@ func TestMaxBufferedBytes(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if n := h.buffered.Load(); n != 0 {
+	if n := h.Buffered.Load(); n != 0 {
 		t.Fatalf("%d bytes still counted as held", n)
 	}
 	// With the budget free again, a candidate is compiled.
@@ -634,7 +639,7 @@ func TestInvalidOutputLogged(t *testing.T) {
 		return compiler.Result{Body: req.Body, Decision: compiler.Passthrough, Reason: compiler.ReasonInvalidOutput, RawBytes: len(req.Body), SentBytes: len(req.Body)}
 	}}
 	h, logs := testHandler(t, fc, nil)
-	h.stats.InvalidOutputs.Store(2)
+	h.Metrics.failOpen.WithLabelValues(string(compiler.ReasonInvalidOutput)).Add(2) // two before
 	if err := h.ServeHTTP(httptest.NewRecorder(), newRequest(http.MethodPost, chatPath, strings.NewReader("{}")), recordNext(&seen{})); err != nil {
 		t.Fatal(err)
 	}
@@ -642,13 +647,13 @@ func TestInvalidOutputLogged(t *testing.T) {
 	if len(entries) != 1 || entries[0].ContextMap()["invalid_outputs_total"] != uint64(3) {
 		t.Fatalf("log: %+v", entries)
 	}
-	if n := h.stats.InvalidOutputs.Load(); n != 3 {
+	if n := h.Metrics.failOpenTotal(compiler.ReasonInvalidOutput); n != 3 {
 		t.Fatalf("owner counts %d invalid outputs, want 3", n)
 	}
 }
 
 // serve runs one request through h to a recording next handler.
-func serve(t *testing.T, h *Handler, r *http.Request) (*httptest.ResponseRecorder, *seen) {
+func serve(t *testing.T, h *Gateway, r *http.Request) (*httptest.ResponseRecorder, *seen) {
 	t.Helper()
 	w := httptest.NewRecorder()
 	s := &seen{}
@@ -673,7 +678,7 @@ func TestUpstreamFailureStatusLogged(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			h, logs := testHandler(t, &fakeCompiler{}, nil)
-			next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+			next := Next(func(w http.ResponseWriter, r *http.Request) error {
 				_, _ = io.ReadAll(r.Body)
 				return tt.err
 			})
@@ -688,5 +693,45 @@ func TestUpstreamFailureStatusLogged(t *testing.T) {
 				t.Fatalf("logged status %v, want %d", got, tt.want)
 			}
 		})
+	}
+}
+
+// The header carries this request's cost figures and the third veto's
+// horizon figures, named apart: an accepted request may cost more now
+// than the original (cost_sent > cost_raw) while the horizon figures show
+// it cheaper; without a cost model neither appears.
+func TestCostHeaderFigures(t *testing.T) {
+	for _, tt := range []struct {
+		rep  outcome
+		want string
+	}{
+		{outcome{decision: compiler.Accepted, rawBytes: 10, sentBytes: 5, receipts: 1,
+			costRaw: 100, costSent: 120.4, costHorizonRaw: 500, costHorizonSent: 450.6, costHorizon: 4},
+			"accepted; raw_bytes=10; sent_bytes=5; receipts=1; tokens=none; cost_raw=100; cost_sent=120; cost_horizon_raw=500; cost_horizon_sent=451"},
+		{outcome{decision: compiler.Accepted, rawBytes: 10, sentBytes: 5, receipts: 1},
+			"accepted; raw_bytes=10; sent_bytes=5; receipts=1; tokens=none"},
+	} {
+		if got := tt.rep.header(); got != tt.want {
+			t.Errorf("got  %q\nwant %q", got, tt.want)
+		}
+	}
+}
+
+// A plain http.Handler is a next handler too: a candidate reaches it
+// rewired and reported, as it reaches Caddy's.
+func TestPlainHandlerNext(t *testing.T) {
+	h, _ := testHandler(t, &fakeCompiler{}, nil)
+	var got []byte
+	next := HandlerNext(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, _ = io.ReadAll(r.Body)
+		w.WriteHeader(http.StatusOK)
+	}))
+	w := httptest.NewRecorder()
+	if err := h.ServeHTTP(w, newRequest(http.MethodPost, chatPath, strings.NewReader(`{"messages":[]}`)), next); err != nil {
+		t.Fatal(err)
+	}
+	// no_slots is the fake compiler's answer.
+	if string(got) != `{"messages":[]}` || !strings.HasPrefix(w.Header().Get(HeaderName), "passthrough=no_slots;") {
+		t.Fatalf("upstream got %q, header %q", got, w.Header().Get(HeaderName))
 	}
 }

@@ -1,4 +1,4 @@
-package caddymodule
+package gateway
 
 import (
 	"bytes"
@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
@@ -25,53 +24,52 @@ import (
 // token_terminator tool for a request that carried it, so that the client
 // sees one ordinary answer with no trace of the tool.
 
-// recoveryRuntime is a provisioned handler's recovery; nil when recovery is
+// RecoveryRuntime is a gateway's recovery; nil when recovery is
 // off (configured, or the vault cannot resolve artifacts).
-type recoveryRuntime struct {
+type RecoveryRuntime struct {
 	mode string // RecoveryTool or RecoveryAPI
 	cfg  recovery.Config
 	arts recovery.Artifacts
 	api  http.Handler
 }
 
-// provisionRecovery sets up recovery over the opened backend. A backend without Resolve/Search cannot
-// serve either the API or the tool: recovery is then off, and the log says
-// so.
-func (h *Handler) provisionRecovery(backend vault.Backend) {
-	if h.Recovery == RecoveryOff {
+// EnableRecovery sets up recovery of mode (RecoveryTool or RecoveryAPI;
+// RecoveryOff does nothing) over the opened backend. A backend without
+// Resolve/Search cannot serve either the API or the tool: recovery is then
+// off, and the log says so.
+func (g *Gateway) EnableRecovery(mode string, cfg recovery.Config, backend vault.Backend) {
+	if mode == RecoveryOff {
 		return
 	}
 	arts, ok := backend.(recovery.Artifacts)
 	if !ok {
-		h.logger.Warn("the vault backend cannot resolve or search artifacts; recovery is off",
-			zap.String("recovery", h.Recovery), zap.String("backend_type", fmt.Sprintf("%T", backend)))
+		g.Logger.Warn("the vault backend cannot resolve or search artifacts; recovery is off",
+			zap.String("recovery", mode), zap.String("backend_type", fmt.Sprintf("%T", backend)))
 		return
 	}
-	cfg := h.recoveryConfig()
-	h.recovery = &recoveryRuntime{mode: h.Recovery, cfg: cfg, arts: arts,
-		api: recovery.NewAPI(arts, h.apiTenant, cfg)}
+	g.Recovery = &RecoveryRuntime{mode: mode, cfg: cfg, arts: arts, api: recovery.NewAPI(arts, g.apiTenant, cfg)}
 }
 
-// compilerRecovery is what the compiler is told of the effective recovery:
+// CompilerRecovery is what the compiler is told of the effective recovery:
 // the receipts' hint and, with tool, the definitions.
-func (h *Handler) compilerRecovery() compiler.Recovery {
-	if h.recovery == nil {
+func (g *Gateway) CompilerRecovery() compiler.Recovery {
+	if g == nil || g.Recovery == nil {
 		return compiler.Recovery{}
 	}
-	return compilerRecovery(h.recovery.mode, h.recovery.cfg)
+	return CompilerRecovery(g.Recovery.mode, g.Recovery.cfg)
 }
 
 // apiTenant is the tenant of an API caller: its identity selects it
 // exactly as for provider requests, and only a verified tenant (one the
 // provider has accepted, and not refused since) is served. The API is
 // tenant-wide: the tenant's own credential (or configured identity) asks.
-func (h *Handler) apiTenant(r *http.Request) (string, bool) {
-	t := h.tenant(r, "")
+func (g *Gateway) apiTenant(r *http.Request) (string, bool) {
+	t := g.tenant(r, "")
 	if t == "" {
 		return "", false
 	}
-	if h.gate != nil {
-		if ok, _, _ := h.gate.check(r.Context(), t); !ok {
+	if g.Gate != nil {
+		if ok, _, _ := g.Gate.check(r.Context(), t); !ok {
 			return "", false
 		}
 	}
@@ -80,8 +78,8 @@ func (h *Handler) apiTenant(r *http.Request) (string, bool) {
 
 // serveRecoveryAPI serves requests under recovery_path and reports whether
 // it did; they are never forwarded upstream.
-func (h *Handler) serveRecoveryAPI(w http.ResponseWriter, r *http.Request) bool {
-	rt := h.recovery
+func (g *Gateway) serveRecoveryAPI(w http.ResponseWriter, r *http.Request) bool {
+	rt := g.Recovery
 	if rt == nil || !strings.HasPrefix(r.URL.Path, rt.cfg.Path) {
 		return false
 	}
@@ -89,8 +87,8 @@ func (h *Handler) serveRecoveryAPI(w http.ResponseWriter, r *http.Request) bool 
 	rt.api.ServeHTTP(sw, r)
 	// The path names only an opaque id; the query (search text) is never
 	// logged.
-	h.logger.Info("recovery api", zap.String("method", r.Method), zap.Int("status", sw.status),
-		zap.Bool("tenant", h.tenant(r, "") != ""))
+	g.Logger.Info("recovery api", zap.String("method", r.Method), zap.Int("status", sw.status),
+		zap.Bool("tenant", g.tenant(r, "") != ""))
 	return true
 }
 
@@ -113,7 +111,7 @@ type recoveryExchange struct {
 	reachable []compiler.Digest
 }
 
-// recoveryReport is the recovery part of the report.
+// recoveryReport is the recovery part of the outcome.
 type recoveryReport struct {
 	offered  bool   // the forwarded body carried the tool
 	conflict bool   // the client's tools already name ours: none offered
@@ -150,18 +148,18 @@ func (rr *recoveryReport) fields() []zap.Field {
 // noteRecovery prepares the loop for a request whose forwarded body
 // carries the tool. Upstream is asked for an identity-encoded answer: the
 // loop must read it.
-func (h *Handler) noteRecovery(r *http.Request, ex *exchange, res compiler.Result, original, out []byte, tenant string) {
-	rep := &ex.rep
+func (g *Gateway) noteRecovery(r *http.Request, ex *exchange, res compiler.Result, original, out []byte, tenant string) {
+	o := &ex.out
 	if res.ToolConflict {
-		rep.recovery.conflict = true
-		h.logger.Info("the client defines a tool named token_terminator; no recovery tool offered (receipts name none)",
-			zap.String("format", rep.format))
+		o.recovery.conflict = true
+		g.Logger.Info("the client defines a tool named token_terminator; no recovery tool offered (receipts name none)",
+			zap.String("format", o.format))
 	}
-	if h.recovery == nil || h.recovery.mode != RecoveryTool || !res.RecoveryTool || res.Body == nil || !bytes.Equal(res.Body, out) {
+	if g.Recovery == nil || g.Recovery.mode != RecoveryTool || !res.RecoveryTool || res.Body == nil || !bytes.Equal(res.Body, out) {
 		return
 	}
-	rep.recovery.offered = true
-	ex.rec = &recoveryExchange{tenant: tenant, format: rep.format, body: out, original: original, recovered: res.Recovered, reachable: res.Reachable}
+	o.recovery.offered = true
+	ex.rec = &recoveryExchange{tenant: tenant, format: o.format, body: out, original: original, recovered: res.Recovered, reachable: res.Reachable}
 	r.Header.Del("Accept-Encoding")
 }
 
@@ -175,77 +173,77 @@ const (
 // loop on its answer: buffered when it is JSON, stitched when it is SSE,
 // passed through untouched when it is anything else (an error status, a
 // compressed or oversized body).
-func (h *Handler) serveRecovering(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, ex *exchange) error {
-	rx, rt := ex.rec, h.recovery
+func (g *Gateway) serveRecovering(w http.ResponseWriter, r *http.Request, next Next, ex *exchange) error {
+	rx, rt := ex.rec, g.Recovery
 	// The model reads only its own conversation's artifacts, never the
 	// rest of the tenant's: anything else answers as an unknown id.
 	arts := &recordingArtifacts{Artifacts: recovery.Within(rt.arts, rx.reachable)}
 	defer markRecovered(ex, arts)
-	held := &heldBytes{budget: h.buffered, max: *h.MaxBufferedBytes}
+	held := &heldBytes{budget: g.Buffered, max: g.MaxBufferedBytes}
 	defer held.release()
 	ex.held = held
-	c := &firstRound{w: w, header: http.Header{}, max: int(*h.MaxBodySize), hold: held.take, cfg: rt.cfg, format: rx.format,
+	c := &firstRound{w: w, header: http.Header{}, max: int(g.MaxBodySize), hold: held.take, cfg: rt.cfg, format: rx.format,
 		onStream: func() {
 			// The rounds of a stream are not known when its header goes
 			// out: the header omits them (the log has them).
-			ex.rep.recovery.streamed = true
-			w.Header().Set(HeaderName, ex.rep.header())
+			ex.out.recovery.streamed = true
+			w.Header().Set(HeaderName, ex.out.header())
 		}}
-	err := next.ServeHTTP(c, r)
+	err := next(c, r)
 	switch c.kind {
 	case roundJSON:
 		if err != nil {
 			c.passOn()
 			return err
 		}
-		return h.loopJSON(w, r, next, ex, arts, c)
+		return g.loopJSON(w, r, next, ex, arts, c)
 	case roundStream:
-		return h.loopStream(w, r, next, ex, arts, c, err)
+		return g.loopStream(w, r, next, ex, arts, c, err)
 	}
 	return err // passed through as it came (or nothing was written)
 }
 
-func (h *Handler) loopJSON(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, ex *exchange, arts *recordingArtifacts, c *firstRound) error {
-	rx, rep := ex.rec, &ex.rep
+func (g *Gateway) loopJSON(w http.ResponseWriter, r *http.Request, next Next, ex *exchange, arts *recordingArtifacts, c *firstRound) error {
+	rx, o := ex.rec, &ex.out
 	send := func(ctx context.Context, body []byte) (io.ReadCloser, error) {
 		if !ex.held.take(len(body)) {
 			return nil, errRecoveryBusy
 		}
 		var buf bytes.Buffer
-		if err := h.sendFollowUp(ctx, r, next, ex.body, body, &boundedWriter{b: &buf, max: c.max, hold: ex.held.take}); err != nil {
+		if err := g.sendFollowUp(ctx, r, next, ex.body, body, &boundedWriter{b: &buf, max: c.max, hold: ex.held.take}); err != nil {
 			return nil, err
 		}
 		return io.NopCloser(&buf), nil
 	}
-	final, rounds, err := recovery.LoopJSON(r.Context(), h.recovery.cfg, arts, rx.tenant, rx.format, rx.body, c.buf.Bytes(), c.max, send)
-	rep.recovery.rounds = rounds
+	final, rounds, err := recovery.LoopJSON(r.Context(), g.Recovery.cfg, arts, rx.tenant, rx.format, rx.body, c.buf.Bytes(), c.max, send)
+	o.recovery.rounds = rounds
 	markRecovered(ex, arts)
 	if err != nil {
 		// Nothing reached the client yet: it gets the answer to its own
 		// request, as if the gateway had never touched it.
-		return h.fallback(w, r, next, ex, fallbackRoundFailed, err)
+		return g.fallback(w, r, next, ex, fallbackRoundFailed, err)
 	}
-	w.Header().Set(HeaderName, rep.header()) // now with recovery_rounds
+	w.Header().Set(HeaderName, o.header()) // now with recovery_rounds
 	writeAnswer(w, c.header, c.status, final)
 	return nil
 }
 
-func (h *Handler) loopStream(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, ex *exchange, arts *recordingArtifacts, c *firstRound, firstErr error) error {
-	rx, rep, st := ex.rec, &ex.rep, c.st
+func (g *Gateway) loopStream(w http.ResponseWriter, r *http.Request, next Next, ex *exchange, arts *recordingArtifacts, c *firstRound, firstErr error) error {
+	rx, o, st := ex.rec, &ex.out, c.st
 	ctx := r.Context()
 	request := rx.body
 	fail := func(reason string, err error) error {
 		if !st.Started() {
-			return h.fallback(w, r, next, ex, reason, err)
+			return g.fallback(w, r, next, ex, reason, err)
 		}
 		// Bytes reached the client: end its stream well formed at what was
 		// delivered.
-		rep.recovery.err = err.Error()
+		o.recovery.err = err.Error()
 		if cerr := st.Close(); cerr != nil && !errors.Is(cerr, recovery.ErrIncomplete) {
-			rep.recovery.err += "; " + cerr.Error()
+			o.recovery.err += "; " + cerr.Error()
 		}
-		h.logger.Warn("recovery round failed after the stream started; the client stream was ended where it was",
-			zap.String("format", rx.format), zap.Int("recovery_rounds", rep.recovery.rounds), zap.Error(err))
+		g.Logger.Warn("recovery round failed after the stream started; the client stream was ended where it was",
+			zap.String("format", rx.format), zap.Int("recovery_rounds", o.recovery.rounds), zap.Error(err))
 		return nil
 	}
 	if firstErr != nil {
@@ -259,7 +257,7 @@ func (h *Handler) loopStream(w http.ResponseWriter, r *http.Request, next caddyh
 		if !round.Continue {
 			return nil
 		}
-		recovery.Run(ctx, h.recovery.cfg, arts, rx.tenant, round.Calls)
+		recovery.Run(ctx, g.Recovery.cfg, arts, rx.tenant, round.Calls)
 		body, err := recovery.FollowUp(rx.format, request, round.Answer, round.Calls)
 		if err != nil {
 			return fail(fallbackRoundFailed, err)
@@ -267,9 +265,9 @@ func (h *Handler) loopStream(w http.ResponseWriter, r *http.Request, next caddyh
 		if !ex.held.take(len(body)) {
 			return fail(fallbackRoundFailed, errRecoveryBusy)
 		}
-		rep.recovery.rounds++
+		o.recovery.rounds++
 		markRecovered(ex, arts)
-		if err := h.sendFollowUp(ctx, r, next, ex.body, body, st); err != nil {
+		if err := g.sendFollowUp(ctx, r, next, ex.body, body, st); err != nil {
 			return fail(fallbackRoundFailed, err)
 		}
 		request = body
@@ -278,22 +276,22 @@ func (h *Handler) loopStream(w http.ResponseWriter, r *http.Request, next caddyh
 
 // fallback sends the client's original request upstream unchanged and
 // passes its answer to w (nothing has been written to w yet).
-func (h *Handler) fallback(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, ex *exchange, reason string, err error) error {
-	rep := &ex.rep
-	rep.recovery.fallback, rep.recovery.err = reason, err.Error()
-	h.logger.Warn("recovery round failed; sending the client's original request",
+func (g *Gateway) fallback(w http.ResponseWriter, r *http.Request, next Next, ex *exchange, reason string, err error) error {
+	o := &ex.out
+	o.recovery.fallback, o.recovery.err = reason, err.Error()
+	g.Logger.Warn("recovery round failed; sending the client's original request",
 		zap.String("format", ex.rec.format), zap.String("reason", reason),
-		zap.Int("recovery_rounds", rep.recovery.rounds), zap.Error(err))
+		zap.Int("recovery_rounds", o.recovery.rounds), zap.Error(err))
 	fr := r.Clone(r.Context())
 	setBody(fr, ex.body, ex.rec.original)
-	w.Header().Set(HeaderName, rep.header())
-	return next.ServeHTTP(w, fr)
+	w.Header().Set(HeaderName, o.header())
+	return next(w, fr)
 }
 
 // sendFollowUp sends body upstream as a fresh request of r (same method,
 // path and headers) and writes a successful answer's body to dst. Another
 // status, an error or an aborted answer is an error.
-func (h *Handler) sendFollowUp(ctx context.Context, r *http.Request, next caddyhttp.Handler, o *bodyBuffer, body []byte, dst io.Writer) (err error) {
+func (g *Gateway) sendFollowUp(ctx context.Context, r *http.Request, next Next, o *bodyBuffer, body []byte, dst io.Writer) (err error) {
 	fr := r.Clone(ctx)
 	setBody(fr, o, body) // a rewrite or a follow-up: held like the client's body should it ever lie in it
 	fw := &followUpWriter{header: http.Header{}, dst: dst}
@@ -302,7 +300,7 @@ func (h *Handler) sendFollowUp(ctx context.Context, r *http.Request, next caddyh
 			err = fmt.Errorf("recovery: follow-up aborted: %v", errAborted)
 		}
 	}()
-	if err := next.ServeHTTP(fw, fr); err != nil {
+	if err := next(fw, fr); err != nil {
 		return fmt.Errorf("recovery: follow-up: %w", err)
 	}
 	if fw.status < 200 || fw.status > 299 {
@@ -504,7 +502,7 @@ func markRecovered(ex *exchange, arts *recordingArtifacts) {
 		rx.recovered(arts.got[arts.noted:]...)
 		arts.noted = len(arts.got)
 	}
-	if ex.rep.recovery.rounds > 0 {
+	if ex.out.recovery.rounds > 0 {
 		ex.observe = nil
 	}
 }

@@ -1,4 +1,4 @@
-package caddymodule
+package gateway
 
 import (
 	"context"
@@ -8,9 +8,8 @@ import (
 // Memory admission. max_buffered_bytes bounds what the handler holds at
 // once; the body alone is only part of it: compiling a body parses it into
 // a node tree, builds up to three plans, splices the rewrite, re-parses it
-// for the validity check and counts both bodies' tokens. Admitting only the
-// bodies let 8 concurrent 30 MB compiles reach 1.6 GB against a 256 MiB
-// bound. So a candidate also reserves its compile's working memory,
+// for the validity check and counts both bodies' tokens, several times the
+// body's size. So a candidate also reserves its compile's working memory,
 // compileWorkFactor times its body.
 //
 // The body is reserved as it arrives, never for what its Content-Length
@@ -21,17 +20,16 @@ import (
 // whole, before the wait for a compile slot, and a body for which there is
 // no room then goes upstream uncompiled (passthrough=busy). The share
 // keeps bodies still arriving from filling the budget, so that a body that
-// completes finds room for its working memory (in CI, 16 concurrent 9 MB
-// candidates under 96 MiB all passed through when reading bodies could
-// take it all). A candidate that waits for a slot holds its working
-// memory's reservation, so the slot, when it comes, is used
-// (TestWaitingCandidatesHoldTheirWorkingMemory), and the queue is capped at
-// what the budget can compile. body_read_timeout (default 30s) bounds how
+// completes finds room for its working memory: were reading bodies allowed
+// the whole budget, a burst of large ones could leave none for any compile.
+// A candidate that waits for a slot holds its working memory's
+// reservation, so the slot, when it comes, is used, and the queue is
+// capped at what the budget can compile. body_read_timeout (default 30s) bounds how
 // long a slow client holds what it sent.
 
 // compileWorkFactor is a compile's peak working memory (live heap, beyond
-// the body itself) as a multiple of its body's size, measured with
-// TestCompileMemoryAdmitted on large chat histories, rounded up.
+// the body itself) as a multiple of its body's size, rounded up;
+// TestCompileMemoryAdmitted fails when a compile outgrows it.
 const compileWorkFactor = 4
 
 // A reservation is one candidate's share of max_buffered_bytes: the
@@ -57,8 +55,8 @@ func readShare(max int64) int64 { return max / (1 + compileWorkFactor) }
 // reserve starts a candidate's reservation; compiles is false when it is
 // known from the headers that the body will only be forwarded (no tenant,
 // no vault), so that it reserves no working memory.
-func (h *Handler) reserve(compiles bool) *reservation {
-	r := &reservation{budget: h.buffered, reading: h.reading, max: *h.MaxBufferedBytes, readMax: readShare(*h.MaxBufferedBytes)}
+func (g *Gateway) reserve(compiles bool) *reservation {
+	r := &reservation{budget: g.Buffered, reading: g.Reading, max: g.MaxBufferedBytes, readMax: readShare(g.MaxBufferedBytes)}
 	if compiles {
 		r.factor = compileWorkFactor
 	}
@@ -125,31 +123,30 @@ func (r *reservation) release() {
 // body's. It is taken as the compile returns; until then the rewrite was
 // the compile's working memory, returned when the compile said it stopped
 // (Request.Done), an instant before.
-func (h *Handler) holdRewrite(n int) (release func()) {
-	h.buffered.Add(int64(n))
-	return func() { h.buffered.Add(-int64(n)) }
+func (g *Gateway) holdRewrite(n int) (release func()) {
+	g.Buffered.Add(int64(n))
+	return func() { g.Buffered.Add(-int64(n)) }
 }
 
 // Compile slots. A compile is CPU work: parsing, hashing, counting tokens.
 // More compiles at once than the process has cores finish no sooner in
 // total, and every one of them holds its working memory (compileWorkFactor
-// times its body) for as long as the slowest. Sixteen concurrent cold 1 MB
-// compiles on two cores peaked at 113-126 MB of Go heap unlimited and
-// 96-97 MB with two slots (BenchmarkGateway16x1MB/cold), and finished
-// sooner in the median, because the first ones were not slowed down by the
-// last. So at most max_concurrent_compiles compile at once; the others
+// times its body) for as long as the slowest; with as many slots as cores
+// the first ones are not slowed down by the last (docs/benchmarks.md has
+// the concurrent figures). So at most max_concurrent_compiles compile at
+// once; the others
 // wait, holding only their bodies, for a slot within compile_timeout, and
 // go upstream uncompiled (passthrough=busy) if none comes.
 
-// compileSlots is a counting semaphore of compiles; nil means no limit.
-type compileSlots chan struct{}
+// CompileSlots is a counting semaphore of compiles; nil means no limit.
+type CompileSlots chan struct{}
 
-func newCompileSlots(n int) compileSlots { return make(compileSlots, n) }
+func NewCompileSlots(n int) CompileSlots { return make(CompileSlots, n) }
 
 // acquire waits for a slot until ctx ends. release returns it; it is due
 // when the compile stops, which for one abandoned at compile_timeout is
 // after the handler has moved on.
-func (s compileSlots) acquire(ctx context.Context) (release func(), ok bool) {
+func (s CompileSlots) acquire(ctx context.Context) (release func(), ok bool) {
 	if s == nil {
 		return func() {}, true
 	}

@@ -1,4 +1,4 @@
-package caddymodule
+package gateway
 
 import (
 	"bytes"
@@ -69,9 +69,9 @@ const (
 	poolMaxShift    = 21
 	classesPerShift = 8
 	// maxFreeBytes bounds the buffers kept free, all classes together. A
-	// free buffer is live heap and raises the collector's goal twice over:
-	// keeping 4 MiB free raised the peak RSS of 16 concurrent 1 MB
-	// requests by ~8 MB. One buffer serves a request stream that follows
+	// free buffer is live heap and raises the collector's goal twice over,
+	// so a larger list costs peak memory under a burst. One buffer serves
+	// a request stream that follows
 	// one body with the next (the hot path); a burst of concurrent bodies
 	// allocates the rest, as it would without the list.
 	maxFreeBytes = 2 << 20

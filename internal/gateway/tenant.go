@@ -1,10 +1,9 @@
-package caddymodule
+package gateway
 
 import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"net/http"
 
 	"github.com/caddyserver/caddy/v2"
@@ -17,8 +16,8 @@ import (
 // Badger vault used before the gateway took it over, so a vault's existing
 // tenants keep their ids (TestTenantIDMatchesVault).
 
-// tenantHasher returns the tenant function of key.
-func tenantHasher(key []byte) tenantFunc {
+// TenantHasher returns the tenant function of key.
+func TenantHasher(key []byte) TenantFunc {
 	key = append([]byte(nil), key...)
 	return func(identity string) string {
 		if identity == "" {
@@ -30,55 +29,27 @@ func tenantHasher(key []byte) tenantFunc {
 	}
 }
 
-// minTenantKeyBytes is the shortest operator tenant key accepted: shorter
-// keys make tenant ids guessable from credentials.
-const minTenantKeyBytes = 16
-
-// resolveTenantKey is the operator's tenant_key (placeholders resolved once,
-// e.g. {env.TT_TENANT_KEY} or {file./etc/tt/key}), else the vault
-// backend's own persistent key.
-func (h *Handler) resolveTenantKey(ov *openVault) ([]byte, error) {
-	if h.TenantKey == "" {
-		key, err := ov.tenantKey()
-		if err != nil {
-			return nil, fmt.Errorf("reading the vault's tenant key: %v", err)
-		}
-		return key, nil
-	}
-	// An unknown or empty placeholder is refused rather than taken as a
-	// literal key (a typo would otherwise become everyone's key).
-	v, err := caddy.NewReplacer().ReplaceOrErr(h.TenantKey, true, true)
-	if err != nil {
-		return nil, fmt.Errorf("tenant_key '%s': %v", h.TenantKey, err)
-	}
-	if len(v) < minTenantKeyBytes {
-		// Name the setting, never the value it resolved to.
-		return nil, fmt.Errorf("tenant_key '%s' resolves to %d bytes, want at least %d", h.TenantKey, len(v), minTenantKeyBytes)
-	}
-	return []byte(v), nil
-}
-
 // tenant returns the request's tenant id, "" when it has no identity.
 // With a configured tenant identity, that identity alone decides: a
 // credential never overrides it (clients behind an auth layer may all send
 // the same placeholder key), and a request whose identity is empty has no
 // tenant. Without one, the credential the provider authenticates the
 // request by decides.
-func (h *Handler) tenant(r *http.Request, format string) string {
-	if h.Tenant != "" {
+func (g *Gateway) tenant(r *http.Request, format string) string {
+	if g.Tenant != "" {
 		repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 		if !ok {
 			return ""
 		}
-		v := repl.ReplaceAll(h.Tenant, "")
+		v := repl.ReplaceAll(g.Tenant, "")
 		if v == "" {
 			return ""
 		}
 		// Prefixed so that a configured identity never equals a credential.
-		return h.tenants("tenant\x00" + v)
+		return g.Tenants("tenant\x00" + v)
 	}
 	if c := credential(r.Header, format); c != "" {
-		return h.tenants(c)
+		return g.Tenants(c)
 	}
 	return ""
 }
@@ -128,11 +99,11 @@ func credential(h http.Header, format string) string {
 // the tenant key of the tenant and the conversation's opening, 128 bits,
 // so it confirms nothing about a guessed prompt without the key and
 // cannot be ground to equal another's.
-func (h *Handler) conversationID(tenant string, opening compiler.Digest) string {
-	if h.tenants == nil || tenant == "" || opening == (compiler.Digest{}) {
+func (g *Gateway) conversationID(tenant string, opening compiler.Digest) string {
+	if g.Tenants == nil || tenant == "" || opening == (compiler.Digest{}) {
 		return ""
 	}
-	id := h.tenants("conversation\x00" + tenant + "\x00" + hex.EncodeToString(opening[:]))
+	id := g.Tenants("conversation\x00" + tenant + "\x00" + hex.EncodeToString(opening[:]))
 	if id == "" {
 		return ""
 	}
@@ -140,13 +111,13 @@ func (h *Handler) conversationID(tenant string, opening compiler.Digest) string 
 }
 
 // session evaluates the session placeholder and hashes its value.
-func (h *Handler) session(r *http.Request) string {
-	if h.Session == "" {
+func (g *Gateway) session(r *http.Request) string {
+	if g.Session == "" {
 		return ""
 	}
-	v := h.Session
+	v := g.Session
 	if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
-		v = repl.ReplaceAll(h.Session, "")
+		v = repl.ReplaceAll(g.Session, "")
 	}
 	if v == "" {
 		return ""

@@ -1,4 +1,4 @@
-package caddymodule
+package gateway
 
 import (
 	"bufio"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/response"
@@ -54,7 +55,7 @@ func TestCommitOnlyWhenProviderAccepts(t *testing.T) {
 		{"client abort", func(w http.ResponseWriter, r *http.Request) error {
 			<-r.Context().Done()
 			return r.Context().Err()
-		}, true, false, 499, string(compiler.ReasonClientAbort)},
+		}, true, false, 499, string(ReasonClientAbort)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -64,7 +65,7 @@ func TestCommitOnlyWhenProviderAccepts(t *testing.T) {
 			ctx, cancel := context.WithCancel(r.Context())
 			defer cancel()
 			r = r.WithContext(ctx)
-			next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+			next := Next(func(w http.ResponseWriter, r *http.Request) error {
 				if tt.cancel {
 					cancel()
 				}
@@ -74,7 +75,7 @@ func TestCommitOnlyWhenProviderAccepts(t *testing.T) {
 			if got := commits.Load() == 1; got != tt.commit {
 				t.Fatalf("committed %v, want %v", got, tt.commit)
 			}
-			if !tt.commit && h.stats.Uncommitted.Load() != 1 {
+			if !tt.commit && h.Stats.Uncommitted.Load() != 1 {
 				t.Fatal("uncommitted request not counted")
 			}
 			e := logs.All()
@@ -145,7 +146,7 @@ func TestResponseTeedAndUsageLogged(t *testing.T) {
 	h, logs := testHandler(t, committingCompiler(&commits), nil)
 	events := []string{"data: {\"a\":1}\n\n", "data: {\"b\":2}\n\n", "data: [DONE]\n\n"}
 	w := httptest.NewRecorder()
-	next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+	next := Next(func(w http.ResponseWriter, r *http.Request) error {
 		w.Header().Set("Content-Type", "text/event-stream")
 		rc := http.NewResponseController(w)
 		for i, ev := range events {
@@ -219,7 +220,7 @@ func TestTapKeepsHijack(t *testing.T) {
 	var commits atomic.Int32
 	h, _ := testHandler(t, committingCompiler(&commits), nil)
 	w := &hijackRecorder{ResponseRecorder: httptest.NewRecorder()}
-	next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+	next := Next(func(w http.ResponseWriter, r *http.Request) error {
 		_, _, err := http.NewResponseController(w).Hijack()
 		return err
 	})
@@ -244,8 +245,8 @@ func TestWebSocketUpgradeCounted(t *testing.T) {
 			t.Fatal("upgrade not passed on")
 		}
 	}
-	if fc.calls.Load() != 0 || h.stats.WebSocketUpgrades.Load() != 1 {
-		t.Fatalf("compiles %d, upgrades %d", fc.calls.Load(), h.stats.WebSocketUpgrades.Load())
+	if fc.calls.Load() != 0 || testutil.ToFloat64(h.Metrics.upgrades.WithLabelValues("openai_chat")) != 1 {
+		t.Fatalf("compiles %d, upgrades %v", fc.calls.Load(), testutil.ToFloat64(h.Metrics.upgrades.WithLabelValues("openai_chat")))
 	}
 	e := logs.All()
 	if len(e) != 1 || e[0].ContextMap()["websocket"] != true || e[0].ContextMap()["format"] != "openai_chat" {
@@ -260,7 +261,7 @@ func TestPlaceholders(t *testing.T) {
 	body := `{"messages":[          ]}`
 	r := newRequest(http.MethodPost, chatPath, strings.NewReader(body))
 	var got map[string]string
-	next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+	next := Next(func(w http.ResponseWriter, r *http.Request) error {
 		repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 		got = map[string]string{}
 		for _, k := range []string{PlaceholderDecision, PlaceholderReason, PlaceholderRawBytes, PlaceholderSentBytes, PlaceholderReceipts} {
@@ -285,7 +286,7 @@ func TestPlaceholders(t *testing.T) {
 func TestAbortedResponseNotCommitted(t *testing.T) {
 	var commits atomic.Int32
 	h, logs := testHandler(t, committingCompiler(&commits), nil)
-	next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+	next := Next(func(w http.ResponseWriter, r *http.Request) error {
 		w.WriteHeader(http.StatusOK)
 		_, _ = io.WriteString(w, "data: {\"partial\":")
 		panic(http.ErrAbortHandler)
@@ -327,9 +328,9 @@ func TestResponseUsageFromProvider(t *testing.T) {
 			var commits atomic.Int32
 			h, logs := testHandler(t, committingCompiler(&commits), nil)
 			var seen []response.Usage
-			h.formatFor = compiler.FormatFor
-			h.observe = func(_ compiler.Result, u response.Usage) { seen = append(seen, u) }
-			next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+			h.FormatFor = compiler.FormatFor
+			h.Observe = func(_ compiler.Result, u response.Usage) { seen = append(seen, u) }
+			next := Next(func(w http.ResponseWriter, r *http.Request) error {
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(tt.status)
 				_, err := io.WriteString(w, tt.body)

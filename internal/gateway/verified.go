@@ -1,4 +1,4 @@
-package caddymodule
+package gateway
 
 import (
 	"context"
@@ -44,9 +44,9 @@ const (
 	gateTimeout = time.Second
 )
 
-// tenantGate answers, for the request path, whether a tenant is verified,
+// TenantGate answers, for the request path, whether a tenant is verified,
 // and records the provider's verdict on the response path.
-type tenantGate struct {
+type TenantGate struct {
 	store  tenantVerifier
 	maxNew int
 	log    *zap.Logger
@@ -64,13 +64,13 @@ type gateEntry struct {
 	refreshed time.Time // this gateway last renewed its record
 }
 
-func newTenantGate(store tenantVerifier, maxNew int, log *zap.Logger) *tenantGate {
-	return &tenantGate{store: store, maxNew: maxNew, log: log, now: time.Now, known: map[string]gateEntry{}}
+func NewTenantGate(store tenantVerifier, maxNew int, log *zap.Logger) *TenantGate {
+	return &TenantGate{store: store, maxNew: maxNew, log: log, now: time.Now, known: map[string]gateEntry{}}
 }
 
 // check reports whether tenant may use state; when it may not, the
 // pass-through reason and, for vault_error, the detail.
-func (g *tenantGate) check(ctx context.Context, tenant string) (ok bool, reason compiler.Reason, detail string) {
+func (g *TenantGate) check(ctx context.Context, tenant string) (ok bool, reason compiler.Reason, detail string) {
 	now := g.now()
 	g.mu.Lock()
 	e, hit := g.known[tenant]
@@ -90,12 +90,12 @@ func (g *tenantGate) check(ctx context.Context, tenant string) (ok bool, reason 
 	}
 	g.forget(tenant)
 	if now.UnixNano() < g.rateUntil.Load() {
-		return false, compiler.ReasonTenantRate, ""
+		return false, ReasonTenantRate, ""
 	}
-	return false, compiler.ReasonUnverifiedTenant, ""
+	return false, ReasonUnverifiedTenant, ""
 }
 
-func (g *tenantGate) remember(tenant string, checked, refreshed time.Time) {
+func (g *TenantGate) remember(tenant string, checked, refreshed time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if _, ok := g.known[tenant]; !ok && len(g.known) >= gateCacheMax {
@@ -104,7 +104,7 @@ func (g *tenantGate) remember(tenant string, checked, refreshed time.Time) {
 	g.known[tenant] = gateEntry{checked: checked, refreshed: refreshed}
 }
 
-func (g *tenantGate) forget(tenant string) {
+func (g *TenantGate) forget(tenant string) {
 	g.mu.Lock()
 	delete(g.known, tenant)
 	g.mu.Unlock()
@@ -115,7 +115,7 @@ func (g *tenantGate) forget(tenant string) {
 // verified one's record now and then; 401 or 403 revokes a verified one.
 // It runs after the answer was written; each call is bounded by
 // gateTimeout.
-func (g *tenantGate) settle(tenant string, wasVerified bool, reason compiler.Reason, status int) {
+func (g *TenantGate) settle(tenant string, wasVerified bool, reason compiler.Reason, status int) {
 	if tenant == "" {
 		return
 	}
@@ -131,7 +131,7 @@ func (g *tenantGate) settle(tenant string, wasVerified bool, reason compiler.Rea
 			if ok && now.Sub(e.refreshed) < gateRefresh {
 				return
 			}
-		} else if reason != compiler.ReasonUnverifiedTenant {
+		} else if reason != ReasonUnverifiedTenant {
 			return // tenant_rate or a vault that did not answer: not tried
 		}
 		ok, err := g.store.VerifyTenant(ctx, tenant, g.maxNew)

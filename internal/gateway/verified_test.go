@@ -1,4 +1,4 @@
-package caddymodule
+package gateway
 
 import (
 	"bytes"
@@ -9,10 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
+	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
@@ -20,7 +21,7 @@ import (
 // (Authorization) through h, as a client's first request would be: it
 // passes through as unverified_tenant, and the 2xx answer verifies the
 // tenant, so the next request of credential is compiled.
-func verifyCredential(t testing.TB, h *Handler, credential string) {
+func verifyCredential(t testing.TB, h *Gateway, credential string) {
 	t.Helper()
 	r := newRequest(http.MethodPost, chatPath, strings.NewReader(`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`))
 	r.Header.Set("Authorization", credential)
@@ -34,8 +35,8 @@ func verifyCredential(t testing.TB, h *Handler, credential string) {
 }
 
 // answerStatus is a provider that reads the body and answers code.
-func answerStatus(code int) caddyhttp.Handler {
-	return caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+func answerStatus(code int) Next {
+	return Next(func(w http.ResponseWriter, r *http.Request) error {
 		_, _ = new(bytes.Buffer).ReadFrom(r.Body)
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(code)
@@ -44,18 +45,20 @@ func answerStatus(code int) caddyhttp.Handler {
 	})
 }
 
-// gatedHandler is a provisioned handler on a fresh Badger vault.
-func gatedHandler(t *testing.T, mutate func(*Handler)) (*Handler, vault.Backend) {
+// gatedHandler is a gateway wired as caddymodule wires it on a fresh
+// Badger vault: the verified set (max_new_tenants_per_minute 60, or
+// maxNew), the ledger and the recovery tool.
+func gatedHandler(t *testing.T, maxNew int) (*Gateway, vault.Backend) {
 	t.Helper()
-	app, ctx := newApp(t)
-	h := &Handler{VaultDir: t.TempDir()}
-	if mutate != nil {
-		mutate(h)
+	h, store := realGatewayStore(t, nil)
+	if maxNew == 0 {
+		maxNew = 60
 	}
-	if err := provisionHandler(t, app, ctx, h); err != nil {
-		t.Fatal(err)
-	}
-	return h, h.gate.store.(vault.Backend)
+	h.Gate = NewTenantGate(store, maxNew, zap.NewNop())
+	h.Ledger = NewLedgerWriter(store, vault.LedgerLimits{Retention: 30 * 24 * time.Hour, MaxRecords: 200000, MaxBytes: 64 << 20}, h.Metrics, zap.NewNop())
+	t.Cleanup(h.Ledger.Close)
+	h.EnableRecovery(RecoveryTool, recovery.Config{}.WithDefaults(), store)
+	return h, store
 }
 
 func dupBody() []byte {
@@ -63,7 +66,7 @@ func dupBody() []byte {
 	return fixtures.ChatBody("gpt-4o", []fixtures.ChatTurn{turn, turn}, "")
 }
 
-func send(t *testing.T, h *Handler, credential string, body []byte, status int) string {
+func send(t *testing.T, h *Gateway, credential string, body []byte, status int) string {
 	t.Helper()
 	r := newRequest(http.MethodPost, chatPath, bytes.NewReader(body))
 	r.Header.Set("Authorization", credential)
@@ -79,14 +82,14 @@ func send(t *testing.T, h *Handler, credential string, body []byte, status int) 
 // through); a 2xx verifies it (the next request compiles); a later 401
 // revokes it (pass-through again, the artifact API refuses it).
 func TestTenantVerification(t *testing.T) {
-	h, store := gatedHandler(t, nil)
+	h, store := gatedHandler(t, 0)
 	body := dupBody()
 	for range 3 {
 		if tt := send(t, h, "Bearer sk-refused", body, http.StatusUnauthorized); !strings.HasPrefix(tt, "passthrough=unverified_tenant;") {
 			t.Fatalf("refused credential: %q", tt)
 		}
 	}
-	refused := h.tenants("Bearer sk-refused")
+	refused := h.Tenants("Bearer sk-refused")
 	if ok, _ := store.TenantVerified(context.Background(), refused); ok {
 		t.Fatal("a credential the provider answered 401 is verified")
 	}
@@ -99,7 +102,7 @@ func TestTenantVerification(t *testing.T) {
 	if tt := send(t, h, "Bearer sk-good", body, http.StatusOK); !strings.HasPrefix(tt, "accepted;") {
 		t.Fatalf("after a 2xx: %q, want accepted", tt)
 	}
-	good := h.tenants("Bearer sk-good")
+	good := h.Tenants("Bearer sk-good")
 	if ok, _ := store.TenantVerified(context.Background(), good); !ok {
 		t.Fatal("a 2xx did not verify the tenant in the vault")
 	}
@@ -138,9 +141,9 @@ func TestNewTenantRate(t *testing.T) {
 	if s := time.Now().Second(); s > 50 {
 		time.Sleep(time.Duration(61-s) * time.Second)
 	}
-	h, store := gatedHandler(t, func(h *Handler) { h.MaxNewTenantsPerMinute = intp(2) })
+	h, store := gatedHandler(t, 2)
 	minute := time.Now().Truncate(time.Minute)
-	h.gate.now = func() time.Time { return minute.Add(10 * time.Second) }
+	h.Gate.now = func() time.Time { return minute.Add(10 * time.Second) }
 	body := dupBody()
 	for _, c := range []string{"Bearer a", "Bearer b"} {
 		verifyCredential(t, h, c)
@@ -151,7 +154,7 @@ func TestNewTenantRate(t *testing.T) {
 		t.Fatalf("a new tenant past the cap: %q", tt)
 	}
 	for _, c := range []string{"Bearer c", "Bearer d"} {
-		if ok, _ := store.TenantVerified(context.Background(), h.tenants(c)); ok {
+		if ok, _ := store.TenantVerified(context.Background(), h.Tenants(c)); ok {
 			t.Fatalf("%s verified past the cap", c)
 		}
 	}
@@ -159,7 +162,7 @@ func TestNewTenantRate(t *testing.T) {
 		t.Fatalf("a verified tenant at the cap: %q", tt)
 	}
 	// The next minute admits new tenants again.
-	h.gate.now = func() time.Time { return minute.Add(70 * time.Second) }
+	h.Gate.now = func() time.Time { return minute.Add(70 * time.Second) }
 	if tt := send(t, h, "Bearer d", body, http.StatusOK); !strings.HasPrefix(tt, "passthrough=unverified_tenant;") {
 		t.Fatalf("next minute: %q", tt)
 	}
@@ -169,7 +172,7 @@ func TestNewTenantRate(t *testing.T) {
 // are keyed: the conversation id is 128 bits of a keyed hash (the old
 // construction, an unkeyed hash over the printed tenant, is gone).
 func TestLedgerOnlyVerifiedKeyedIDs(t *testing.T) {
-	h, store := gatedHandler(t, nil)
+	h, store := gatedHandler(t, 0)
 	body := dupBody()
 	send(t, h, "Bearer sk-new", body, http.StatusOK) // unverified: verifies, no record
 	r := newRequest(http.MethodPost, chatPath, bytes.NewReader(body))
@@ -178,13 +181,13 @@ func TestLedgerOnlyVerifiedKeyedIDs(t *testing.T) {
 	if tt := send(t, h, "Bearer sk-new", body, http.StatusOK); !strings.HasPrefix(tt, "accepted;") {
 		t.Fatalf("verified: %q", tt)
 	}
-	h.ledger.flush(context.Background())
+	h.Ledger.Flush(context.Background())
 	recs, err := store.(vault.Ledger).ReadLedger(context.Background(), vault.LedgerQuery{})
 	if err != nil || len(recs) != 1 {
 		t.Fatalf("%d ledger records, want only the verified tenant's one (err %v)", len(recs), err)
 	}
 	rec := recs[0]
-	if rec.Tenant != h.tenants("Bearer sk-new") || rec.Reason != "" {
+	if rec.Tenant != h.Tenants("Bearer sk-new") || rec.Reason != "" {
 		t.Fatalf("record %+v", rec)
 	}
 	c := rec.Conversation
@@ -192,8 +195,8 @@ func TestLedgerOnlyVerifiedKeyedIDs(t *testing.T) {
 		t.Fatalf("conversation id %q: want c_ and 32 hex digits", c)
 	}
 	// The same opening under another tenant key is another id.
-	other := &Handler{}
-	other.tenants = tenantHasher([]byte("another tenant key, 32 bytes ok"))
+	other := &Gateway{}
+	other.Tenants = TenantHasher([]byte("another tenant key, 32 bytes ok"))
 	var opening compiler.Digest
 	opening[0] = 1
 	if a, b := h.conversationID(rec.Tenant, opening), other.conversationID(rec.Tenant, opening); a == b || a == "" {
@@ -243,8 +246,8 @@ func TestCredentialHeadersAgree(t *testing.T) {
 // A configured identity decides the tenant: the credential never
 // overrides it, and without the identity there is no tenant.
 func TestConfiguredIdentityDecides(t *testing.T) {
-	h := &Handler{Tenant: "{http.request.header.X-User}"}
-	h.tenants = tenantHasher([]byte("0123456789abcdef0123456789abcdef"))
+	h := &Gateway{Config: Config{Tenant: "{http.request.header.X-User}"}}
+	h.Tenants = TenantHasher([]byte("0123456789abcdef0123456789abcdef"))
 	req := func(user, cred string) *http.Request {
 		r := newRequest(http.MethodPost, chatPath, nil)
 		r.Header.Set("Authorization", cred)

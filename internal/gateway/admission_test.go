@@ -1,4 +1,4 @@
-package caddymodule
+package gateway
 
 import (
 	"bytes"
@@ -15,12 +15,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
+	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
+	"github.com/tokenterminator/caddy-token-terminator/internal/tokens"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
 // heapPeak samples the heap's object bytes (live and not yet swept) every
@@ -66,12 +67,49 @@ func largeBody(seed, n int) []byte {
 	return fixtures.ChatBody("gpt-4o", turns, "go on")
 }
 
-func serveBody(h *Handler, body []byte) (string, error) {
+// realGateway is a gateway with the handler's defaults over a real vault,
+// token counter and compiler (what caddymodule wires), every tenant
+// verified.
+func realGateway(t testing.TB, mutate func(*Gateway)) *Gateway {
+	t.Helper()
+	h, _ := realGatewayStore(t, mutate)
+	return h
+}
+
+// realGatewayStore is realGateway and its vault.
+func realGatewayStore(t testing.TB, mutate func(*Gateway)) (*Gateway, *vault.Store) {
+	t.Helper()
+	h, _ := testHandler(t, &fakeCompiler{}, mutate)
+	h.Logger = zap.NewNop()
+	store, err := vault.Open(vault.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	counter, err := tokens.New(tokens.Config{Tokenizer: "auto", Budget: 250 * time.Millisecond, CacheBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	comp, err := compiler.New(compiler.Options{
+		Timeout:    h.CompileTimeout,
+		Compaction: compiler.Compaction{Enabled: true, MinVaultChars: 4000, CollapseAfterTurns: 6, InlineRecentTurns: 5},
+		Recovery:   CompilerRecovery(RecoveryTool, recovery.Config{}.WithDefaults()),
+	}, store, counter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Compile, h.Observe = comp.Compile, comp.ObserveUsage
+	h.Tenants = TenantHasher([]byte("0123456789abcdef0123456789abcdef"))
+	h.FormatFor = compiler.FormatFor
+	return h, store
+}
+
+func serveBody(h *Gateway, body []byte) (string, error) {
 	r := httptest.NewRequest(http.MethodPost, chatPath, bytes.NewReader(body))
 	r.Header.Set("Authorization", "Bearer sk-memory")
 	r.Header.Set("Content-Type", "application/json")
 	w := httptest.NewRecorder()
-	err := h.ServeHTTP(w, r, caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+	err := h.ServeHTTP(w, r, Next(func(w http.ResponseWriter, r *http.Request) error {
 		_, err := io.Copy(io.Discard, r.Body)
 		return err
 	}))
@@ -90,14 +128,8 @@ func TestCompileMemoryAdmitted(t *testing.T) {
 	if testing.Short() {
 		t.Skip("large bodies")
 	}
-	app, ctx := newApp(t)
 	const maxBuf = 96 << 20
-	h := &Handler{VaultDir: t.TempDir(), MaxBufferedBytes: int64p(maxBuf), CompileTimeout: caddy.Duration(30 * time.Second)}
-	if err := provisionHandler(t, app, ctx, h); err != nil {
-		t.Fatal(err)
-	}
-	h.logger = zap.NewNop()
-	verifyCredential(t, h, "Bearer sk-memory")
+	h := realGateway(t, func(g *Gateway) { g.MaxBufferedBytes, g.CompileTimeout = maxBuf, 30*time.Second })
 
 	one := largeBody(999, 8<<20)
 	old := debug.SetGCPercent(5)
@@ -149,7 +181,7 @@ func TestCompileMemoryAdmitted(t *testing.T) {
 	if outcomes["accepted"] < fit || outcomes["passthrough=busy"] == 0 || outcomes["accepted"]+outcomes["passthrough=busy"] != n {
 		t.Fatalf("outcomes %v: want at least %d compiled (what the budget admits at once), the rest busy", outcomes, fit)
 	}
-	if held := h.buffered.Load(); held != 0 {
+	if held := h.Buffered.Load(); held != 0 {
 		t.Fatalf("%d bytes still counted as held", held)
 	}
 }
@@ -169,11 +201,11 @@ func TestMaxConcurrentCompilesBoundsCompiles(t *testing.T) {
 		running.Add(-1)
 		return compiler.Result{Body: []byte(`{"compiled":1}`), Decision: compiler.Accepted, RawBytes: len(req.Body), SentBytes: 14}
 	}
-	h, _ := testHandler(t, &fakeCompiler{}, func(h *Handler) {
-		h.MaxConcurrentCompiles = intp(2)
-		h.CompileTimeout = caddy.Duration(time.Minute)
+	h, _ := testHandler(t, &fakeCompiler{}, func(h *Gateway) {
+		h.MaxConcurrentCompiles = 2
+		h.CompileTimeout = time.Minute
 	})
-	h.comp = compile
+	h.Compile = compile
 	const requests = 7
 	var wg sync.WaitGroup
 	headers := make([]string, requests)
@@ -225,9 +257,9 @@ func TestMaxConcurrentCompilesWaitIsBounded(t *testing.T) {
 		}
 		return compiler.Result{Body: []byte(`{}`), Decision: compiler.Accepted, RawBytes: len(req.Body), SentBytes: 2}
 	}}
-	h, logs := testHandler(t, fc, func(h *Handler) {
-		h.MaxConcurrentCompiles = intp(1)
-		h.CompileTimeout = caddy.Duration(100 * time.Millisecond)
+	h, logs := testHandler(t, fc, func(h *Gateway) {
+		h.MaxConcurrentCompiles = 1
+		h.CompileTimeout = 100 * time.Millisecond
 	})
 	serve := func(body string) (header string, forwarded []byte) {
 		var s seen
@@ -299,12 +331,12 @@ func TestWaitingCandidatesHoldTheirWorkingMemory(t *testing.T) {
 		}
 		return compiler.Result{Body: []byte(`{"compiled":1}`), Decision: compiler.Accepted, RawBytes: len(req.Body), SentBytes: 14}
 	}
-	h, _ := testHandler(t, &fakeCompiler{}, func(h *Handler) {
-		h.MaxConcurrentCompiles = intp(1)
-		h.MaxBufferedBytes = int64p(3 * (door + 1)) // the compiling one and two waiting (a body's buffer has a byte more, to see EOF)
-		h.CompileTimeout = caddy.Duration(time.Minute)
+	h, _ := testHandler(t, &fakeCompiler{}, func(h *Gateway) {
+		h.MaxConcurrentCompiles = 1
+		h.MaxBufferedBytes = 3 * (door + 1) // the compiling one and two waiting (a body's buffer has a byte more, to see EOF)
+		h.CompileTimeout = time.Minute
 	})
-	h.comp = compile
+	h.Compile = compile
 	run := func(out chan<- string) {
 		w := httptest.NewRecorder()
 		if err := h.ServeHTTP(w, newRequest(http.MethodPost, chatPath, strings.NewReader(body)), recordNext(&seen{})); err != nil {
@@ -345,7 +377,7 @@ func TestWaitingCandidatesHoldTheirWorkingMemory(t *testing.T) {
 	if n := calls.Load(); n != 3 {
 		t.Fatalf("%d compiles, want 3", n)
 	}
-	if held := h.buffered.Load(); held != 0 {
+	if held := h.Buffered.Load(); held != 0 {
 		t.Fatalf("%d bytes still counted as held", held)
 	}
 }
@@ -354,13 +386,13 @@ func TestWaitingCandidatesHoldTheirWorkingMemory(t *testing.T) {
 // read, that is, after the reservation at the door.
 type watchedBody struct {
 	*strings.Reader
-	h    *Handler
+	h    *Gateway
 	seen int64
 }
 
 func (b *watchedBody) Read(p []byte) (int, error) {
 	if b.seen == 0 {
-		b.seen = b.h.buffered.Load()
+		b.seen = b.h.Buffered.Load()
 	}
 	return b.Reader.Read(p)
 }
@@ -386,9 +418,9 @@ func TestReservationWhileTheBodyIsRead(t *testing.T) {
 			fc := &fakeCompiler{}
 			h, _ := testHandler(t, fc, nil)
 			var compiling int64
-			inner := h.comp
-			h.comp = func(ctx context.Context, req compiler.Request) compiler.Result {
-				compiling = h.buffered.Load()
+			inner := h.Compile
+			h.Compile = func(ctx context.Context, req compiler.Request) compiler.Result {
+				compiling = h.Buffered.Load()
 				return inner(ctx, req)
 			}
 			wb := &watchedBody{Reader: strings.NewReader(body), h: h}
@@ -407,7 +439,7 @@ func TestReservationWhileTheBodyIsRead(t *testing.T) {
 			if compiling != tc.compiling {
 				t.Fatalf("%d bytes reserved while the body was compiled, want %d", compiling, tc.compiling)
 			}
-			if n := h.buffered.Load(); n != 0 {
+			if n := h.Buffered.Load(); n != 0 {
 				t.Fatalf("%d bytes still reserved", n)
 			}
 		})
