@@ -26,6 +26,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
 	"github.com/tokenterminator/caddy-token-terminator/internal/response"
@@ -211,7 +212,7 @@ func (h *Handler) provision(ctx caddy.Context, app *App) error {
 
 // checkOnlyStore lets compiler.New check the options before the vault
 // opens; the compiler it returns is never used.
-type checkOnlyStore struct{ compiler.Store }
+type checkOnlyStore struct{ artifact.Store }
 
 // logStart writes the handler's start-up line: its mode, vault, recovery,
 // compaction and whether it needs its vault.
@@ -425,7 +426,7 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 	req := compiler.Request{
 		Path:        r.URL.Path,
 		Body:        buf,
-		Scope:       compiler.Scope{Tenant: tenant, Session: h.session(r)},
+		Scope:       artifact.Scope{Tenant: tenant, Session: h.session(r)},
 		Mode:        mode,
 		DeferCommit: true,
 		Scratch:     ex.body.scratch(),

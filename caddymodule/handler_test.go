@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 )
 
@@ -488,7 +489,7 @@ func TestScope(t *testing.T) {
 func TestSessionPlaceholderHashed(t *testing.T) {
 	fc := &fakeCompiler{}
 	h, _ := testHandler(t, fc, func(h *Handler) { h.Session = "{http.request.header.X-Session-Id}" })
-	scopeFor := func(sid string) compiler.Scope {
+	scopeFor := func(sid string) artifact.Scope {
 		r := newRequest(http.MethodPost, chatPath, strings.NewReader("{}"))
 		if sid != "" {
 			r.Header.Set("X-Session-Id", sid)

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
 	"github.com/tokenterminator/caddy-token-terminator/internal/response"
@@ -105,11 +106,11 @@ func TestMetricsAfterSequence(t *testing.T) {
 	results := []compiler.Result{
 		{Decision: compiler.Accepted, Body: small, Format: "openai_chat", Model: "claude-sonnet-4-5-20250929",
 			Receipts: 3, Folded: 1, Kinds: compiler.ReceiptKinds{Duplicate: 1, Lease: 1, Compaction: 1},
-			Tokens:  compiler.TokenReport{Status: compiler.TokensExact, Raw: 400, Sent: 100},
+			Tokens:  compiler.TokenReport{Status: artifact.TokensExact, Raw: 400, Sent: 100},
 			CostRaw: 400, CostSent: 150, CostHorizonRaw: 1200, CostHorizonSent: 700,
 			Parse: time.Millisecond, Gate: 2 * time.Millisecond, Total: 3 * time.Millisecond},
 		{Decision: compiler.Passthrough, Reason: compiler.ReasonNotSmaller, Format: "openai_chat", Model: "gpt-4o-2024-08-06",
-			Tokens: compiler.TokenReport{Status: compiler.TokensExact, Raw: 400, Sent: 420}, CostRaw: 400, CostSent: 400,
+			Tokens: compiler.TokenReport{Status: artifact.TokensExact, Raw: 400, Sent: 420}, CostRaw: 400, CostSent: 400,
 			CostHorizonRaw: 900, CostHorizonSent: 900, Gate: 20 * time.Millisecond, Total: 30 * time.Millisecond},
 		{Decision: compiler.Passthrough, Reason: compiler.ReasonVaultFull, Format: "openai_chat", Model: "gpt-4o"},
 	}
@@ -488,7 +489,7 @@ func BenchmarkAccount(b *testing.B) {
 	defer h.ledger.close()
 	r := httptest.NewRequest(http.MethodPost, chatPath, nil)
 	ex := &exchange{start: time.Now(), rep: report{decision: compiler.Accepted, format: "openai_chat", rawBytes: 100000, sentBytes: 20000,
-		receipts: 3, compiled: true, tenant: "t1", tokens: compiler.TokenReport{Status: compiler.TokensExact, Raw: 25000, Sent: 5000}},
+		receipts: 3, compiled: true, tenant: "t1", tokens: compiler.TokenReport{Status: artifact.TokensExact, Raw: 25000, Sent: 5000}},
 		obs: observation{family: "gpt-4o", conversation: "c_1", kinds: compiler.ReceiptKinds{Lease: 3}, costRaw: 25000, costSent: 6000}}
 	// A request is accounted once: each iteration accounts a fresh copy.
 	b.Run("no usage", func(b *testing.B) {
@@ -558,7 +559,7 @@ func TestMetricsCostDearerThanRaw(t *testing.T) {
 	fc := &fakeCompiler{fn: func(ctx context.Context, req compiler.Request) compiler.Result {
 		return compiler.Result{Decision: compiler.Accepted, Body: small, Format: "openai_chat", Model: "gpt-4o",
 			RawBytes: len(req.Body), SentBytes: len(small), Receipts: 1, Kinds: compiler.ReceiptKinds{Lease: 1},
-			Tokens:  compiler.TokenReport{Status: compiler.TokensEstimate, Raw: 100, Sent: 120},
+			Tokens:  compiler.TokenReport{Status: artifact.TokensEstimate, Raw: 100, Sent: 120},
 			CostRaw: 1000, CostSent: 1300}
 	}}
 	h := observedHandler(t, fc, nil)

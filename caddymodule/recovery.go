@@ -15,6 +15,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
@@ -107,10 +108,10 @@ type recoveryExchange struct {
 	tenant, format string
 	body           []byte // the forwarded body (compiled, with the tool)
 	original       []byte // the client's body, sent unchanged if a round fails
-	recovered      func(...compiler.Digest)
+	recovered      func(...artifact.Digest)
 	// reachable is what the model may recover: what its conversation's
 	// forwarded requests named or carried (compiler.Result.Reachable).
-	reachable []compiler.Digest
+	reachable []artifact.Digest
 }
 
 // recoveryReport is the recovery part of the report.
@@ -491,7 +492,7 @@ func (f *followUpWriter) Flush() {}
 // can carry them inline again (Result.Recovered).
 type recordingArtifacts struct {
 	recovery.Artifacts
-	got   []compiler.Digest
+	got   []artifact.Digest
 	noted int // got[:noted] were handed to Result.Recovered
 }
 
@@ -509,7 +510,7 @@ func markRecovered(ex *exchange, arts *recordingArtifacts) {
 	}
 }
 
-func (a *recordingArtifacts) Get(ctx context.Context, tenant string, d compiler.Digest) (compiler.Artifact, bool, error) {
+func (a *recordingArtifacts) Get(ctx context.Context, tenant string, d artifact.Digest) (artifact.Artifact, bool, error) {
 	art, ok, err := a.Artifacts.Get(ctx, tenant, d)
 	if ok && err == nil {
 		a.got = append(a.got, d)

@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/response"
 )
@@ -130,15 +131,15 @@ func (rep *report) header() string {
 	b.WriteString("; receipts=")
 	b.WriteString(strconv.Itoa(rep.receipts))
 	switch rep.tokens.Status {
-	case compiler.TokensExact, compiler.TokensEstimate:
+	case artifact.TokensExact, artifact.TokensEstimate:
 		b.WriteString("; raw_tokens=")
 		b.WriteString(strconv.Itoa(rep.tokens.Raw))
 		b.WriteString("; sent_tokens=")
 		b.WriteString(strconv.Itoa(rep.tokens.Sent))
-		if rep.tokens.Status == compiler.TokensEstimate {
+		if rep.tokens.Status == artifact.TokensEstimate {
 			b.WriteString("; tokens=estimate")
 		}
-	case compiler.TokensBudget:
+	case artifact.TokensBudget:
 		b.WriteString("; tokens=budget")
 	default:
 		// No tokenizer applies, or no rewrite was judged: the figures are

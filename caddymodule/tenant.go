@@ -9,7 +9,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // Tenants are keyed hashes of the request's identity: HMAC-SHA-256 under
@@ -128,8 +128,8 @@ func credential(h http.Header, format string) string {
 // the tenant key of the tenant and the conversation's opening, 128 bits,
 // so it confirms nothing about a guessed prompt without the key and
 // cannot be ground to equal another's.
-func (h *Handler) conversationID(tenant string, opening compiler.Digest) string {
-	if h.tenants == nil || tenant == "" || opening == (compiler.Digest{}) {
+func (h *Handler) conversationID(tenant string, opening artifact.Digest) string {
+	if h.tenants == nil || tenant == "" || opening == (artifact.Digest{}) {
 		return ""
 	}
 	id := h.tenants("conversation\x00" + tenant + "\x00" + hex.EncodeToString(opening[:]))

@@ -11,7 +11,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
@@ -194,7 +194,7 @@ func TestLedgerOnlyVerifiedKeyedIDs(t *testing.T) {
 	// The same opening under another tenant key is another id.
 	other := &Handler{}
 	other.tenants = tenantHasher([]byte("another tenant key, 32 bytes ok"))
-	var opening compiler.Digest
+	var opening artifact.Digest
 	opening[0] = 1
 	if a, b := h.conversationID(rec.Tenant, opening), other.conversationID(rec.Tenant, opening); a == b || a == "" {
 		t.Fatalf("conversation ids %q and %q do not depend on the key", a, b)

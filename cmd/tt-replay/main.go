@@ -26,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
@@ -246,7 +247,7 @@ func ReplayTrace(c *compiler.Compiler, s fixtures.CorpusFile, clock Clock, tenan
 		at := clock.At(i)
 		res := c.Compile(context.Background(), compiler.Request{
 			Path: req.Path, Body: req.Body, Mode: compiler.ModeEnforce, Time: at,
-			Scope: compiler.Scope{Tenant: "replay/" + tenant + s.Name},
+			Scope: artifact.Scope{Tenant: "replay/" + tenant + s.Name},
 		})
 		if rawSim == nil {
 			m := cfg.Model(s.Format, modelOf(req.Body))

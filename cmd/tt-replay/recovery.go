@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
@@ -62,20 +63,20 @@ func ReplayRecovery(with, off *compiler.Compiler, arts recovery.Artifacts, s fix
 	var cfg cost.Config
 	var rawSim, sentSim, offSim *cost.Simulator
 	tenant := "replay/recovery/" + tag + s.Name
-	var pending []compiler.Digest // recovered by the last step
+	var pending []artifact.Digest // recovered by the last step
 	for i, req := range s.Requests {
 		at := clock.At(i)
 		ctx := context.Background()
 		res := with.Compile(ctx, compiler.Request{Path: req.Path, Body: req.Body, Mode: compiler.ModeEnforce, Time: at,
-			Scope: compiler.Scope{Tenant: tenant}, DeferCommit: true})
+			Scope: artifact.Scope{Tenant: tenant}, DeferCommit: true})
 		ro := off.Compile(ctx, compiler.Request{Path: req.Path, Body: req.Body, Mode: compiler.ModeEnforce, Time: at,
-			Scope: compiler.Scope{Tenant: tenant + "/off"}})
+			Scope: artifact.Scope{Tenant: tenant + "/off"}})
 		if rawSim == nil {
 			m := cfg.Model(s.Format, modelOf(req.Body))
 			rawSim, sentSim, offSim = &cost.Simulator{Model: m, Config: cfg}, &cost.Simulator{Model: m, Config: cfg}, &cost.Simulator{Model: m, Config: cfg}
 		}
 		for _, d := range pending {
-			if !bytes.Contains(res.Body, []byte(compiler.ArtifactID(d))) {
+			if !bytes.Contains(res.Body, []byte(artifact.ID(d))) {
 				if a, ok, err := arts.Get(ctx, tenant, d); err == nil && ok {
 					row.Reinlined += a.Chars
 				}
@@ -120,12 +121,12 @@ func ReplayRecovery(with, off *compiler.Compiler, arts recovery.Artifacts, s fix
 // recoveryRound is the follow-up request of a round in which the model
 // calls the tool once for each of ds, whole: body with the model's turn and
 // the tool's results appended (recovery.FollowUp), as the gateway sends it.
-func recoveryRound(ctx context.Context, arts recovery.Artifacts, tenant, format string, body []byte, ds []compiler.Digest) ([]byte, error) {
+func recoveryRound(ctx context.Context, arts recovery.Artifacts, tenant, format string, body []byte, ds []artifact.Digest) ([]byte, error) {
 	cfg := recovery.Config{MaxPageChars: compiler.DefaultMaxArtifactChars}
 	var calls []recovery.Call
 	var items []string
 	for i, d := range ds {
-		args := fmt.Sprintf(`{"action":"artifact_get","artifact_id":%q,"limit":%d}`, compiler.ArtifactID(d), compiler.DefaultMaxArtifactChars)
+		args := fmt.Sprintf(`{"action":"artifact_get","artifact_id":%q,"limit":%d}`, artifact.ID(d), compiler.DefaultMaxArtifactChars)
 		id := fmt.Sprintf("tt_replay_%d", i)
 		calls = append(calls, recovery.Call{ID: id, Args: []byte(args), Result: recovery.ExecuteWith(ctx, cfg, arts, tenant, []byte(args))})
 		q := strconv.Quote(args)

@@ -1,4 +1,4 @@
-package compiler
+package artifact
 
 import (
 	"crypto/sha256"
@@ -12,11 +12,14 @@ import (
 // ReceiptPrefix starts every receipt, so tools and tests can recognise one.
 const ReceiptPrefix = "[Token Terminator artifact a_"
 
+// FoldPrefix starts every folded-turn summary.
+const FoldPrefix = "[Token Terminator folded turn "
+
 // artifactDomain separates artifact identities from every other SHA-256
 // the gateway computes (chain hashes, tenant keys).
 const artifactDomain = "token-terminator/artifact/v2\x00"
 
-// ArtifactDigest is an artifact's identity: a SHA-256 over the digest of
+// DigestOf is an artifact's identity: a SHA-256 over the digest of
 // Text (what the model saw) and the digest of Raw (the exact bytes the
 // receipt replaced). The decoded text alone is lossy: parts [X, Y], [X+Y]
 // and the string "X+Y" decode alike, lone surrogates \ud800 and \udbff
@@ -28,12 +31,13 @@ const artifactDomain = "token-terminator/artifact/v2\x00"
 // request's bytes. Text is covered as well, so a backend verifies the
 // whole record (Text it serves, Raw it restores) against the name a
 // receipt carries, without knowing how Text was decoded.
-func ArtifactDigest(text string, raw []byte) Digest {
-	return artifactDigest(sha256.Sum256(unsafe.Slice(unsafe.StringData(text), len(text))), sha256.Sum256(raw))
+func DigestOf(text string, raw []byte) Digest {
+	return DigestOfSums(sha256.Sum256(unsafe.Slice(unsafe.StringData(text), len(text))), sha256.Sum256(raw))
 }
 
-// artifactDigest combines the digests of an artifact's text and raw bytes.
-func artifactDigest(text, raw Digest) Digest {
+// DigestOfSums is DigestOf from the SHA-256 digests of an artifact's text
+// and raw bytes, for a caller that has them already.
+func DigestOfSums(text, raw Digest) Digest {
 	var b [len(artifactDomain) + 64]byte
 	n := copy(b[:], artifactDomain)
 	n += copy(b[n:], text[:])
@@ -41,9 +45,9 @@ func artifactDigest(text, raw Digest) Digest {
 	return sha256.Sum256(b[:])
 }
 
-// ArtifactID is the public name of an artifact: "a_" and the first 32 hex
-// digits of its digest (ArtifactDigest).
-func ArtifactID(d Digest) string { return "a_" + hex.EncodeToString(d[:16]) }
+// ID is the public name of an artifact: "a_" and the first 32 hex
+// digits of its digest (DigestOf).
+func ID(d Digest) string { return "a_" + hex.EncodeToString(d[:16]) }
 
 // Receipt is the one-line stand-in for a vaulted artifact. It depends only on
 // the artifact (digest, tool name, size), so the same artifact yields the

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 )
@@ -29,7 +30,7 @@ func TestAnthropicDuplicates(t *testing.T) {
 		msgs := decode(t, res.Body)["messages"].([]any)
 		first := msgs[2].(map[string]any)["content"].([]any)[0].(map[string]any)
 		s, marked := resultText(first["content"])
-		if !strings.HasPrefix(s, compiler.ReceiptPrefix) || !strings.Contains(s, "tool=Read") {
+		if !strings.HasPrefix(s, artifact.ReceiptPrefix) || !strings.Contains(s, "tool=Read") {
 			t.Fatalf("older copy not receipted: %.80q", s)
 		}
 		// With the client's breakpoint on the newest message (and one

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
 )
 
@@ -16,9 +17,6 @@ import (
 // multiple of compactBlock, so both move together once every compactBlock
 // turns; in between, every request carries the same compacted prefix.
 const compactBlock = 4
-
-// FoldPrefix starts every folded-turn summary.
-const FoldPrefix = "[Token Terminator folded turn "
 
 // Summary bounds, in characters.
 const (
@@ -81,7 +79,7 @@ type turn struct {
 type fold struct {
 	turn    turn
 	summary []byte // the summary message, JSON
-	art     Artifact
+	art     artifact.Artifact
 	edits   []edit
 	size    int   // bytes of what replaces the turn's folded runs (summary, kept preamble parts)
 	keep    []int // the turn's output elements, as in compaction.keep
@@ -299,7 +297,7 @@ func (c *Compiler) foldTurn(d *doc, list *jsonv.Node, infos []msgInfo, t turn) f
 	first, last := list.Elems[t.first], list.Elems[t.last]
 	raw := d.src[first.Start:last.End]
 	t0 := c.texts.rawText(raw)
-	art := Artifact{Digest: t0.digest, Text: t0.s, Raw: raw, Tool: "turn", Chars: t0.chars}
+	art := artifact.Artifact{Digest: t0.digest, Text: t0.s, Raw: raw, Tool: "turn", Chars: t0.chars}
 
 	var user, assistant string
 	var order []string
@@ -327,10 +325,10 @@ func (c *Compiler) foldTurn(d *doc, list *jsonv.Node, infos []msgInfo, t turn) f
 			tools = append(tools, "+"+strconv.Itoa(len(order)-i)+"_more")
 			break
 		}
-		tools = append(tools, SanitizeTool(name)+"×"+strconv.Itoa(counts[name]))
+		tools = append(tools, artifact.SanitizeTool(name)+"×"+strconv.Itoa(counts[name]))
 	}
-	line := fmt.Sprintf(FoldPrefix+"%s | messages=%d | user=%s | tools=%s | assistant=%s]",
-		ArtifactID(art.Digest), t.last-t.first+1, clip(user, summaryUserChars),
+	line := fmt.Sprintf(artifact.FoldPrefix+"%s | messages=%d | user=%s | tools=%s | assistant=%s]",
+		artifact.ID(art.Digest), t.last-t.first+1, clip(user, summaryUserChars),
 		strings.Join(tools, ","), clip(assistant, summaryAssistantChars))
 	// The summary says how to get the turn back, as receipts do; the hint
 	// depends only on the configuration, so a summary already sent keeps

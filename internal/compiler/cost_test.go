@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
@@ -19,7 +20,7 @@ var t0 = time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 
 func compileWhen(c *compiler.Compiler, tenant string, body []byte, at time.Time) compiler.Result {
 	return c.Compile(context.Background(), compiler.Request{Path: chatPath, Body: body,
-		Scope: compiler.Scope{Tenant: tenant}, Mode: compiler.ModeEnforce, Time: at})
+		Scope: artifact.Scope{Tenant: tenant}, Mode: compiler.ModeEnforce, Time: at})
 }
 
 // gpt5 makes a conversation body a gpt-5 request: cache reads at 0.1x, so
@@ -158,7 +159,7 @@ func TestCostDuplicateKeepsCachedCopy(t *testing.T) {
 			if !bytes.HasPrefix(r3.Body, chat(answered)[:cut]) {
 				t.Fatal("the cached copy was rewritten")
 			}
-			if n := bytes.Count(r3.Body, []byte(compiler.ReceiptPrefix)); n != 1 || !bytes.Contains(r3.Body, []byte(" | same_as=call_a]")) {
+			if n := bytes.Count(r3.Body, []byte(artifact.ReceiptPrefix)); n != 1 || !bytes.Contains(r3.Body, []byte(" | same_as=call_a]")) {
 				t.Fatalf("%d receipts, same_as missing: %s", n, r3.Body[cut:])
 			}
 			assertSpliced(t, chat(answered), r3.Body)

@@ -3,6 +3,7 @@ package compiler
 import (
 	"sync"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
 	"github.com/tokenterminator/caddy-token-terminator/internal/response"
 )
@@ -29,7 +30,7 @@ const maxUsageNotes = 4096
 
 func newUsageNotes() *usageNotes { return &usageNotes{notes: map[string]usageNote{}} }
 
-func usageKey(s Scope, chainEnd Digest) string {
+func usageKey(s artifact.Scope, chainEnd artifact.Digest) string {
 	return s.Tenant + "\x00" + s.Session + "\x00" + string(chainEnd[:])
 }
 
@@ -57,7 +58,7 @@ func (c *Compiler) ObserveUsage(res Result, u response.Usage) {
 // cold reports whether the response to the request recorded as chainEnd
 // read nothing from the provider's cache although a cache read of at least
 // the minimum prefix was expected.
-func (n *usageNotes) cold(s Scope, chainEnd Digest, m cost.Model) bool {
+func (n *usageNotes) cold(s artifact.Scope, chainEnd artifact.Digest, m cost.Model) bool {
 	n.mu.Lock()
 	note, ok := n.notes[usageKey(s, chainEnd)]
 	n.mu.Unlock()

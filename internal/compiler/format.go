@@ -3,6 +3,7 @@ package compiler
 import (
 	"strings"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
 )
 
@@ -14,7 +15,7 @@ type doc struct {
 	root  *jsonv.Node
 	known *knownStrings // the parse's keys of src's long strings; may be nil
 	arena *jsonv.Arena  // where the compile's trees are parsed; nil: the heap
-	hold  Hold          // keeps src from reuse for readers past Compile (Request.Hold); may be nil
+	hold  artifact.Hold // keeps src from reuse for readers past Compile (Request.Hold); may be nil
 	model string
 	units []*jsonv.Node
 	slots []slot

@@ -2,6 +2,7 @@ package compiler
 
 import (
 	"encoding/binary"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"hash/maphash"
 )
 
@@ -14,12 +15,12 @@ import (
 // the model and the counter, and a Compiler has one counter, so a
 // remembered count is the count; only measured counts are kept (not one
 // cut short by the budget).
-type rawCounts = generations[textKey, TokenCount]
+type rawCounts = generations[textKey, artifact.TokenCount]
 
 // rawCountEntries bounds each generation; an entry is ~100 bytes.
 const rawCountEntries = 1 << 12
 
-func newRawCounts() *rawCounts { return newGenerations[textKey, TokenCount](rawCountEntries) }
+func newRawCounts() *rawCounts { return newGenerations[textKey, artifact.TokenCount](rawCountEntries) }
 
 // bodyKey is a 128-bit keyed hash of all of src, for the tenant and model
 // in salt: the bytes between the long strings the parse hashed, each long

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
 )
 
@@ -180,8 +181,8 @@ func (ch *choice) roundAfter(p *plan, cp costPlan) costPlan {
 	// recovered folded turn is left to weigh); with ReinlineOff no state
 	// records a recovery.
 	content := 0
-	counted := map[Digest]bool{}
-	add := func(d Digest, n int) {
+	counted := map[artifact.Digest]bool{}
+	add := func(d artifact.Digest, n int) {
 		if !counted[d] && ch.prev.wasRecovered(d) {
 			counted[d] = true
 			content += n
@@ -258,7 +259,7 @@ func parseRecoveryState(b []byte, s *cacheState) []byte {
 	return rest
 }
 
-func (s *cacheState) wasRecovered(d Digest) bool {
+func (s *cacheState) wasRecovered(d artifact.Digest) bool {
 	if s == nil {
 		return false
 	}
@@ -366,7 +367,7 @@ var hintRE = regexp.MustCompile(`(…(?: \| same_as=[^"\]\\]*)?) \| recover: [^"
 
 // foldHintRE finds a folded-turn summary's recovery hint: at the end of
 // the summary's JSON string, after its quoted assistant text.
-var foldHintRE = regexp.MustCompile(`(` + regexp.QuoteMeta(FoldPrefix) + `a_[0-9a-f]+ (?:[^"\\]|\\.)*\\") \| recover: [^"\]\\]*\]"`)
+var foldHintRE = regexp.MustCompile(`(` + regexp.QuoteMeta(artifact.FoldPrefix) + `a_[0-9a-f]+ (?:[^"\\]|\\.)*\\") \| recover: [^"\]\\]*\]"`)
 
 // WithoutRecovery undoes what recovery adds to a rewrite out of orig: the
 // tool definition appended to the tools array (or the tools member added

@@ -1,5 +1,7 @@
 package compiler
 
+import "github.com/tokenterminator/caddy-token-terminator/internal/artifact"
+
 import "testing"
 
 // The sticky flag survives the cache state's encoding, and a state
@@ -38,7 +40,7 @@ func TestPlanToolSticky(t *testing.T) {
 		t.Fatal(reason)
 	}
 	for _, sent := range []bool{false, true} {
-		p := &plan{d: d.doc, lineage: Lineage{Cache: (&cacheState{tool: sent}).encode()}, recovery: c.opts.Recovery.forDoc(d.doc)}
+		p := &plan{d: d.doc, lineage: artifact.Lineage{Cache: (&cacheState{tool: sent}).encode()}, recovery: c.opts.Recovery.forDoc(d.doc)}
 		if tp := c.planTool(f.name(), p); tp.def != nil {
 			t.Fatalf("sent before=%v: a plan without edits carries the tool", sent)
 		}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
@@ -114,7 +115,7 @@ func TestRecoveryToolEdit(t *testing.T) {
 				for step := 1; step <= 4; step++ {
 					body := f.body(turns[:step], tools)
 					res := c.Compile(context.Background(), compiler.Request{Path: f.path, Body: body,
-						Scope: compiler.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce, DeferCommit: true})
+						Scope: artifact.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce, DeferCommit: true})
 					if res.Commit == nil {
 						t.Fatalf("step %d: no commit (%s)", step, res.Reason)
 					}
@@ -205,7 +206,7 @@ func TestRecoveredArtifactReinlined(t *testing.T) {
 		c := newCompiler(t, recoveryOptions(), compilertest.NewMemStore(), nil)
 		run := func(step int) compiler.Result {
 			res := c.Compile(context.Background(), compiler.Request{Path: chatPath, Body: compilertest.ChatBody("gpt-4o", turns[:step], ""),
-				Scope: compiler.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce, DeferCommit: true})
+				Scope: artifact.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce, DeferCommit: true})
 			return res
 		}
 		run(1).Commit()
@@ -219,7 +220,7 @@ func TestRecoveredArtifactReinlined(t *testing.T) {
 		r2.Commit()
 		r3 := run(3)
 		first := digestOf(turns[0].Output)
-		inline := !bytes.Contains(r3.Body, []byte(compiler.ArtifactID(first)))
+		inline := !bytes.Contains(r3.Body, []byte(artifact.ID(first)))
 		if inline != recovered {
 			t.Fatalf("recovered=%v: step 3 carries the first result inline: %v (%d receipts, %s)", recovered, inline, r3.Receipts, r3.Reason)
 		}
@@ -227,7 +228,7 @@ func TestRecoveredArtifactReinlined(t *testing.T) {
 }
 
 // digestOf is the artifact identity of a tool result sent as a JSON string.
-func digestOf(s string) compiler.Digest { return strDigest(s) }
+func digestOf(s string) artifact.Digest { return strDigest(s) }
 
 // Folded-turn summaries end in the recovery hint of the configuration, as
 // receipts do (tool: the tool's action; api: the API path; none: nothing),
@@ -268,7 +269,7 @@ func TestFoldSummaryRecoverHint(t *testing.T) {
 				sent = sent[:0]
 				for _, m := range messagesOf(t, res.Body) {
 					s := contentString(m)
-					if !strings.HasPrefix(s, compiler.FoldPrefix) {
+					if !strings.HasPrefix(s, artifact.FoldPrefix) {
 						continue
 					}
 					want := `"]`
@@ -313,7 +314,7 @@ type persistFails struct {
 	fail bool
 }
 
-func (s *persistFails) Persist(ctx context.Context, scope compiler.Scope, arts []compiler.Artifact) error {
+func (s *persistFails) Persist(ctx context.Context, scope artifact.Scope, arts []artifact.Artifact) error {
 	if s.fail {
 		return errors.New("persist refused")
 	}
@@ -341,7 +342,7 @@ func TestStickyToolSurvivesFailOpen(t *testing.T) {
 				store.fail = step == 5
 				body := f.body(turns[:step], own)
 				res := c.Compile(context.Background(), compiler.Request{Path: f.path, Body: body, Time: at.Add(time.Duration(step) * 20 * time.Second),
-					Scope: compiler.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce})
+					Scope: artifact.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce})
 				switch {
 				case step == 5:
 					if res.Decision != compiler.Passthrough || res.Reason != compiler.ReasonVaultError || res.RecoveryTool {
@@ -409,13 +410,13 @@ func TestRecoveredReceiptWeighed(t *testing.T) {
 		at := time.Unix(1_800_000_000, 0)
 		run := func(step int) compiler.Result {
 			return c.Compile(context.Background(), compiler.Request{Path: messagesPath, Body: body(step), Time: at.Add(time.Duration(step) * 20 * time.Second),
-				Scope: compiler.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce, DeferCommit: true})
+				Scope: artifact.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce, DeferCommit: true})
 		}
 		var prev compiler.Result
 		for step := 1; step <= 10; step++ {
 			prev = run(step)
 			if step == 10 {
-				if !bytes.Contains(prev.Body, []byte(compiler.ArtifactID(first))) {
+				if !bytes.Contains(prev.Body, []byte(artifact.ID(first))) {
 					t.Fatalf("%q cost off=%v: step 10 does not receipt the first result (%s %s)", tt.mode, tt.costOff, prev.Decision, prev.Reason)
 				}
 				prev.Recovered(first)
@@ -424,7 +425,7 @@ func TestRecoveredReceiptWeighed(t *testing.T) {
 		}
 		next := run(11)
 		next.Commit()
-		kept := bytes.Contains(next.Body, []byte(compiler.ArtifactID(first)))
+		kept := bytes.Contains(next.Body, []byte(artifact.ID(first)))
 		if kept != tt.kept || next.Decision != compiler.Accepted {
 			t.Fatalf("%q cost off=%v: the recovered first result is kept as a receipt: %v (%s %s)", tt.mode, tt.costOff, kept, next.Decision, next.Reason)
 		}
@@ -436,7 +437,7 @@ func TestRecoveredReceiptWeighed(t *testing.T) {
 		}
 		if kept && !tt.costOff {
 			// Kept: the prompt up to step 10's last receipt is sent again.
-			end := bytes.LastIndex(prev.Body, []byte(compiler.ReceiptPrefix))
+			end := bytes.LastIndex(prev.Body, []byte(artifact.ReceiptPrefix))
 			if end < 0 || !bytes.HasPrefix(next.Body, prev.Body[:end]) {
 				t.Fatal("step 11 re-wrote the cached prefix")
 			}

@@ -330,7 +330,7 @@ func TestVaultBlockAndTenantKey(t *testing.T) {
 	}
 }
 
-// A full vault is reported as vault_full (the shared compiler.ErrFull), and
+// A full vault is reported as vault_full (the shared artifact.ErrFull), and
 // the original goes out.
 func TestVaultFullReported(t *testing.T) {
 	up := newUpstream(t)

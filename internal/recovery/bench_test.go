@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"strings"
 	"testing"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/response"
 )
@@ -104,7 +104,7 @@ func BenchmarkStitcherPassThrough(b *testing.B) {
 func BenchmarkExecuteGet(b *testing.B) {
 	mem := newMem()
 	a := mem.put(b, loopTenant, "bash", strings.Repeat("0123456789abcdef", 64<<10/16*16))
-	args := []byte(`{"action":"artifact_get","artifact_id":"` + compiler.ArtifactID(a.Digest) + `","offset":500000,"limit":8000}`)
+	args := []byte(`{"action":"artifact_get","artifact_id":"` + artifact.ID(a.Digest) + `","offset":500000,"limit":8000}`)
 	b.ReportAllocs()
 	for b.Loop() {
 		Execute(context.Background(), mem, loopTenant, args)

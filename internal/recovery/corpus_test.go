@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/recovery/recoverytest"
 	"regexp"
 	"testing"
@@ -36,7 +37,7 @@ func TestCorpusRecovery(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			res := c.Compile(ctx, compiler.Request{Path: req.Path, Body: req.Body, Scope: compiler.Scope{Tenant: loopTenant}, Mode: compiler.ModeEnforce})
+			res := c.Compile(ctx, compiler.Request{Path: req.Path, Body: req.Body, Scope: artifact.Scope{Tenant: loopTenant}, Mode: compiler.ModeEnforce})
 			ids := receiptID.FindAllSubmatch(res.Body, -1)
 			if res.Decision == compiler.Accepted && len(ids) == 0 {
 				t.Fatal("accepted without a receipt")
@@ -61,10 +62,10 @@ func TestCorpusRecovery(t *testing.T) {
 				sum := sha256.Sum256(content.Bytes())
 				d, _, _ := mem.Resolve(context.Background(), loopTenant, id)
 				a, _, _ := mem.store.Get(context.Background(), loopTenant, d)
-				if compiler.ArtifactDigest(a.Text, a.Raw) != d || content.String() != Content(a) || digest != hex.EncodeToString(sum[:]) {
+				if artifact.DigestOf(a.Text, a.Raw) != d || content.String() != Content(a) || digest != hex.EncodeToString(sum[:]) {
 					t.Fatalf("%s: recovered content is not the artifact", id)
 				}
-				if bytes.Contains(res.Body, []byte(compiler.FoldPrefix+id)) {
+				if bytes.Contains(res.Body, []byte(artifact.FoldPrefix+id)) {
 					// A folded turn: the JSON array of its messages as sent.
 					if want := "[" + string(a.Raw) + "]"; content.String() != want || !json.Valid(content.Bytes()) {
 						t.Fatalf("%s: a folded turn recovers as %.80q…, not the JSON array of its messages", id, content.String())

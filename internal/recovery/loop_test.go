@@ -5,12 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/recovery/recoverytest"
 	"reflect"
 	"strings"
 	"testing"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/response"
 )
 
@@ -76,7 +76,7 @@ func setupLoop(t *testing.T, c loopCase) (*memArtifacts, recoverytest.Model, []b
 	if err != nil {
 		t.Fatal(err)
 	}
-	return mem, recoverytest.Model{Format: c.format, ID: compiler.ArtifactID(a.Digest), Rounds: c.rounds, Mixed: c.mixed}, body
+	return mem, recoverytest.Model{Format: c.format, ID: artifact.ID(a.Digest), Rounds: c.rounds, Mixed: c.mixed}, body
 }
 
 // TestLoopJSON: non-streaming answers, every format.

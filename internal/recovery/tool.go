@@ -16,7 +16,7 @@ import (
 const ToolName = "token_terminator"
 
 // toolDescription tells the model what receipts are and when to recover.
-// It quotes neither compiler.ReceiptPrefix nor compiler.FoldPrefix whole,
+// It quotes neither artifact.ReceiptPrefix nor artifact.FoldPrefix whole,
 // so the definition is never mistaken for a receipt or a folded turn.
 const toolDescription = "Lines marked Token Terminator artifact or Token Terminator folded turn, with an a_… id, " +
 	"stand for earlier tool output or conversation turns the gateway stored to save space; their content is unchanged and recoverable. " +

@@ -5,10 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"strings"
 	"testing"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/response"
 )
 
@@ -105,7 +105,7 @@ func TestAppendTool(t *testing.T) {
 func TestExecute(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	id := compiler.ArtifactID(f.uni.Digest)
+	id := artifact.ID(f.uni.Digest)
 	k1 := "tenant:Bearer k1"
 	api := func(target string) string {
 		_, body := f.get(t, "GET", target, "Bearer k1")
@@ -121,7 +121,7 @@ func TestExecute(t *testing.T) {
 		{"search matches the API", `{"action":"artifact_search","query":"needle","limit":10}`,
 			api("/token-terminator/artifacts?q=needle&limit=10")},
 		{"unknown id", `{"action":"artifact_get","artifact_id":"a_0123"}`, api("/token-terminator/artifacts/a_0123")},
-		{"another tenant's id", `{"action":"artifact_get","artifact_id":"` + compiler.ArtifactID(f.other.Digest) + `"}`,
+		{"another tenant's id", `{"action":"artifact_get","artifact_id":"` + artifact.ID(f.other.Digest) + `"}`,
 			api("/token-terminator/artifacts/a_0123")},
 	}
 	for _, c := range cases {

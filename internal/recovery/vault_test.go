@@ -3,12 +3,12 @@ package recovery
 import (
 	"context"
 	"encoding/json"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
@@ -24,8 +24,8 @@ func TestAPIWithVault(t *testing.T) {
 	defer store.Close()
 	text := strings.Repeat("ünïcode line with a Needle\n", 2000)
 	raw, _ := json.Marshal(text)
-	a := compiler.Artifact{Digest: compiler.ArtifactDigest(text, raw), Text: text, Raw: raw, Tool: "read_file", Args: `{"path":"/secret"}`, Chars: utf8.RuneCountInString(text)}
-	if err := store.Persist(context.Background(), compiler.Scope{Tenant: "tenant:Bearer k1"}, []compiler.Artifact{a}); err != nil {
+	a := artifact.Artifact{Digest: artifact.DigestOf(text, raw), Text: text, Raw: raw, Tool: "read_file", Args: `{"path":"/secret"}`, Chars: utf8.RuneCountInString(text)}
+	if err := store.Persist(context.Background(), artifact.Scope{Tenant: "tenant:Bearer k1"}, []artifact.Artifact{a}); err != nil {
 		t.Fatal(err)
 	}
 	api := NewAPI(store, tenantFromAuth, Config{})
@@ -36,7 +36,7 @@ func TestAPIWithVault(t *testing.T) {
 		api.ServeHTTP(rec, req)
 		return rec.Code, rec.Body.String()
 	}
-	id := compiler.ArtifactID(a.Digest)
+	id := artifact.ID(a.Digest)
 	code, body := get("/token-terminator/artifacts/"+id+"?offset=1&limit=30", "Bearer k1")
 	var p Page
 	if json.Unmarshal([]byte(body), &p); code != 200 || p.Content != string([]rune(text)[1:31]) || p.TotalChars != a.Chars {

@@ -8,15 +8,15 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
-// Statuses of a compiler.TokenCount.
+// Statuses of a artifact.TokenCount.
 const (
-	StatusExact    = compiler.TokensExact
-	StatusEstimate = compiler.TokensEstimate
-	StatusNone     = compiler.TokensNone
-	StatusBudget   = compiler.TokensBudget
+	StatusExact    = artifact.TokensExact
+	StatusEstimate = artifact.TokensEstimate
+	StatusNone     = artifact.TokensNone
+	StatusBudget   = artifact.TokensBudget
 )
 
 // Defaults of Config.
@@ -60,12 +60,6 @@ type state struct {
 	mu       sync.Mutex
 	inflight map[key]*flight // pieces being counted
 }
-
-var (
-	_ compiler.TokenCounter  = (*Counter)(nil)
-	_ compiler.HintedCounter = (*Counter)(nil)
-	_ compiler.HeldCounter   = (*Counter)(nil)
-)
 
 // New returns a Counter for cfg.
 func New(cfg Config) (*Counter, error) {
@@ -147,29 +141,29 @@ func EncodingFor(model string) string {
 // counting has not finished; the unfinished work stops there (the pieces
 // being counted finish), and what was counted stays cached, so a resent
 // body goes on from there.
-func (c *Counter) Count(ctx context.Context, model string, body []byte) compiler.TokenCount {
+func (c *Counter) Count(ctx context.Context, model string, body []byte) artifact.TokenCount {
 	return c.CountHinted(ctx, model, body, nil)
 }
 
 // CountHinted is Count with hints: ascending offsets of body where its
-// messages start (compiler.HintedCounter). A resent message is then one
+// messages start (the compiler's HintedCounter). A resent message is then one
 // lookup; the count is the same whatever the hints (hints.go).
-func (c *Counter) CountHinted(ctx context.Context, model string, body []byte, hints []int) compiler.TokenCount {
+func (c *Counter) CountHinted(ctx context.Context, model string, body []byte, hints []int) artifact.TokenCount {
 	return c.CountHeld(ctx, model, body, hints, nil)
 }
 
 // CountHeld is CountHinted that reads body after it returns, for work it
 // left past the budget, under hold instead of from a copy
-// (compiler.HeldCounter); nil hold: a copy.
-func (c *Counter) CountHeld(ctx context.Context, model string, body []byte, hints []int, hold compiler.Hold) compiler.TokenCount {
+// (the compiler's HeldCounter); nil hold: a copy.
+func (c *Counter) CountHeld(ctx context.Context, model string, body []byte, hints []int, hold artifact.Hold) artifact.TokenCount {
 	if c.off {
-		return compiler.TokenCount{Status: StatusNone}
+		return artifact.TokenCount{Status: StatusNone}
 	}
 	own := EncodingFor(model)
 	enc := c.fixed
 	if enc == nil {
 		if enc = encodingNamed(own); enc == nil {
-			return compiler.TokenCount{Status: StatusNone}
+			return artifact.TokenCount{Status: StatusNone}
 		}
 	}
 	// Stop waiting budget/8 early: when every P is tokenizing, the timer's
@@ -181,12 +175,12 @@ func (c *Counter) CountHeld(ctx context.Context, model string, body []byte, hint
 	}
 	n, ok := c.count(ctx, enc, body, hints, hold, deadline)
 	if !ok {
-		return compiler.TokenCount{Encoding: enc.name, Status: StatusBudget}
+		return artifact.TokenCount{Encoding: enc.name, Status: StatusBudget}
 	}
 	if enc.name == own {
-		return compiler.TokenCount{N: n, Encoding: enc.name, Exact: true, Status: StatusExact}
+		return artifact.TokenCount{N: n, Encoding: enc.name, Exact: true, Status: StatusExact}
 	}
-	return compiler.TokenCount{N: n, Encoding: enc.name, Status: StatusEstimate}
+	return artifact.TokenCount{N: n, Encoding: enc.name, Status: StatusEstimate}
 }
 
 // segMiss is a segment that was not cached whole: its count is the cached
@@ -204,7 +198,7 @@ type segMiss struct {
 // still being split: on a cold body the split and its lookups are a sixth
 // of the work, and they overlap the counting instead of coming first.
 // hold, if not nil, lets the workers read body after count returns (job).
-func (c *Counter) count(ctx context.Context, enc *encoding, body []byte, hints []int, hold compiler.Hold, deadline time.Time) (int, bool) {
+func (c *Counter) count(ctx context.Context, enc *encoding, body []byte, hints []int, hold artifact.Hold, deadline time.Time) (int, bool) {
 	total := 0
 	var waits []*flight      // missing pieces in body order, repeats included
 	var waitPieces [][]byte  // their bytes

@@ -16,7 +16,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 	"go.uber.org/zap"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 const (
@@ -34,7 +34,7 @@ const (
 // readable (their last-seen time is bumped when stale, which keeps them
 // inside the retention window); an unreadable one is dropped and written
 // again.
-func (s *Store) Persist(ctx context.Context, scope compiler.Scope, arts []compiler.Artifact) error {
+func (s *Store) Persist(ctx context.Context, scope artifact.Scope, arts []artifact.Artifact) error {
 	if len(arts) == 0 {
 		return nil
 	}
@@ -71,7 +71,7 @@ func (s *Store) Persist(ctx context.Context, scope compiler.Scope, arts []compil
 // transaction, so eviction cannot take them while their receipts are in
 // flight. A record that does not read back intact is dropped and reported
 // missing, so the caller stores it again.
-func (s *Store) Missing(ctx context.Context, scope compiler.Scope, digests []compiler.Digest) ([]compiler.Digest, error) {
+func (s *Store) Missing(ctx context.Context, scope artifact.Scope, digests []artifact.Digest) ([]artifact.Digest, error) {
 	if len(digests) == 0 {
 		return nil, nil
 	}
@@ -80,16 +80,16 @@ func (s *Store) Missing(ctx context.Context, scope compiler.Scope, digests []com
 		return nil, err
 	}
 	defer release()
-	probe := make([]*compiler.Artifact, len(digests))
+	probe := make([]*artifact.Artifact, len(digests))
 	for i, d := range digests {
-		probe[i] = &compiler.Artifact{Digest: d}
+		probe[i] = &artifact.Artifact{Digest: d}
 	}
 	missing, err := s.verify(ctx, scope.Tenant, probe, s.now().UnixNano())
 	if err != nil {
 		return nil, err
 	}
 	s.verified.Add(uint64(len(digests) - len(missing)))
-	out := make([]compiler.Digest, len(missing))
+	out := make([]artifact.Digest, len(missing))
 	for i, a := range missing {
 		out[i] = a.Digest
 	}
@@ -103,13 +103,13 @@ func StringBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), le
 
 // ArtifactSize is what an artifact counts against a vault's capacity and
 // quota, in every backend.
-func ArtifactSize(a *compiler.Artifact) int64 { return int64(len(a.Text)) + int64(len(a.Raw)) }
+func ArtifactSize(a *artifact.Artifact) int64 { return int64(len(a.Text)) + int64(len(a.Raw)) }
 
 // Unique enforces the per-artifact cap maxArt and drops repeated digests
 // (the first copy wins): the first step of every backend's Persist.
-func Unique(arts []compiler.Artifact, maxArt int64) ([]*compiler.Artifact, error) {
-	uniq := make([]*compiler.Artifact, 0, len(arts))
-	seen := make(map[compiler.Digest]struct{}, len(arts))
+func Unique(arts []artifact.Artifact, maxArt int64) ([]*artifact.Artifact, error) {
+	uniq := make([]*artifact.Artifact, 0, len(arts))
+	seen := make(map[artifact.Digest]struct{}, len(arts))
 	for i := range arts {
 		a := &arts[i]
 		if n := ArtifactSize(a); n > maxArt {
@@ -131,7 +131,7 @@ func Unique(arts []compiler.Artifact, maxArt int64) ([]*compiler.Artifact, error
 // missing. Content this process has not yet read intact is read and checked
 // (see integrity.go); a record that fails is dropped in the same
 // transaction and counts as missing.
-func (s *Store) verify(ctx context.Context, tenant string, arts []*compiler.Artifact, now int64) ([]*compiler.Artifact, error) {
+func (s *Store) verify(ctx context.Context, tenant string, arts []*artifact.Artifact, now int64) ([]*artifact.Artifact, error) {
 	for attempt := 0; ; attempt++ {
 		// The generation is read before the transaction (a deletion
 		// committing after this bumps it), and no deletion runs while the
@@ -171,10 +171,10 @@ var errNeedsDrop = errors.New("vault: a record needs dropping")
 
 // verifyRead is verify's transaction over the artifacts not vouched for.
 // With drop false it stops at the first unreadable record (errNeedsDrop).
-func (s *Store) verifyRead(ctx context.Context, tenant string, arts []*compiler.Artifact, now int64, gen uint64, drop bool) (missing []*compiler.Artifact, dropped bool, err error) {
+func (s *Store) verifyRead(ctx context.Context, tenant string, arts []*artifact.Artifact, now int64, gen uint64, drop bool) (missing []*artifact.Artifact, dropped bool, err error) {
 	var fresh, known []seenDigest
 	type dropRec struct {
-		d    compiler.Digest
+		d    artifact.Digest
 		size int64
 		why  error
 	}
@@ -248,7 +248,7 @@ func (s *Store) verifyRead(ctx context.Context, tenant string, arts []*compiler.
 
 // touch reports whether tenant has artifact d and bumps its last-seen time
 // when stale; seen is the last-seen time stored once it returns.
-func (s *Store) touch(txn *badger.Txn, tenant string, d compiler.Digest, now int64) (seen int64, ok bool, err error) {
+func (s *Store) touch(txn *badger.Txn, tenant string, d artifact.Digest, now int64) (seen int64, ok bool, err error) {
 	mk := metaKey(tenant, d)
 	item, err := txn.Get(mk)
 	if errors.Is(err, badger.ErrKeyNotFound) {
@@ -273,7 +273,7 @@ func (s *Store) touch(txn *badger.Txn, tenant string, d compiler.Digest, now int
 
 // write stores arts (not present at verify time) within the byte cap, syncs
 // once and reads everything back.
-func (s *Store) write(ctx context.Context, tenant string, arts []*compiler.Artifact, now int64) error {
+func (s *Store) write(ctx context.Context, tenant string, arts []*artifact.Artifact, now int64) error {
 	gen := s.deletionGen() // before the records exist (see verifiedSet)
 	var need int64
 	for _, a := range arts {
@@ -302,7 +302,7 @@ func (s *Store) write(ctx context.Context, tenant string, arts []*compiler.Artif
 	// ours lists artifacts this call wrote; others were stored by a
 	// concurrent Persist between verify and write, so only their presence is
 	// checked (the other writer compares their content).
-	var ours, others []*compiler.Artifact
+	var ours, others []*artifact.Artifact
 	var oursEnc [][]byte // the stored bytes of ours
 	// Pending from before the records can be found until they are synced
 	// and read back (or dropped again): verify does not confirm them sooner.
@@ -310,7 +310,7 @@ func (s *Store) write(ctx context.Context, tenant string, arts []*compiler.Artif
 	defer s.unsynced.done(tenant, arts)
 	for off := 0; off < len(arts); off += writeChunk {
 		chunk := arts[off:min(off+writeChunk, len(arts))]
-		var wrote, skipped []*compiler.Artifact
+		var wrote, skipped []*artifact.Artifact
 		var wroteEnc [][]byte
 		err := s.update(ctx, func(txn *badger.Txn) error {
 			wrote, skipped, wroteEnc = wrote[:0], skipped[:0], wroteEnc[:0]
@@ -372,7 +372,7 @@ func (s *Store) write(ctx context.Context, tenant string, arts []*compiler.Artif
 // So they are synced before it goes; if that fails too they stay pending
 // for good, and verify syncs before it confirms any of them. (Dropping
 // them instead could delete records such a request has just confirmed.)
-func (s *Store) settleCommitted(tenant string, ours []*compiler.Artifact) {
+func (s *Store) settleCommitted(tenant string, ours []*artifact.Artifact) {
 	if len(ours) == 0 {
 		return
 	}
@@ -386,7 +386,7 @@ func (s *Store) settleCommitted(tenant string, ours []*compiler.Artifact) {
 // sync or read-back failed, so no later request confirms content that may
 // not be durable. When the drop fails too, arts stay pending for good:
 // verify then syncs before it confirms any of them.
-func (s *Store) dropUnsynced(tenant string, arts, ours []*compiler.Artifact) {
+func (s *Store) dropUnsynced(tenant string, arts, ours []*artifact.Artifact) {
 	var sizes []int64
 	err := s.deleting(func() (bool, error) {
 		err := s.update(context.Background(), func(txn *badger.Txn) error {
@@ -435,7 +435,7 @@ func (s *Store) dropUnsynced(tenant string, arts, ours []*compiler.Artifact) {
 // record in a later process and by the scrub (integrity.go). Artifacts a
 // concurrent Persist wrote between verify and write (others) are only
 // checked present: that writer compares their bytes.
-func (s *Store) readBack(tenant string, ours []*compiler.Artifact, enc [][]byte, others []*compiler.Artifact) error {
+func (s *Store) readBack(tenant string, ours []*artifact.Artifact, enc [][]byte, others []*artifact.Artifact) error {
 	return s.db.View(func(txn *badger.Txn) error {
 		for _, a := range others {
 			if _, err := txn.Get(artKey(tenant, a.Digest)); err != nil {
@@ -463,7 +463,7 @@ func (s *Store) readBack(tenant string, ours []*compiler.Artifact, enc [][]byte,
 // parallel when there is enough of it to pay for the goroutines. An
 // artifact's check and encoding run back to back on one core, so its bytes
 // are read from memory once and stay in cache for the passes that follow.
-func encodeAll(arts []*compiler.Artifact) ([][]byte, error) {
+func encodeAll(arts []*artifact.Artifact) ([][]byte, error) {
 	enc := make([][]byte, len(arts))
 	var total int64
 	for _, a := range arts {
@@ -505,7 +505,7 @@ func encodeAll(arts []*compiler.Artifact) ([][]byte, error) {
 // under a receipt that names something else. Only what is written needs the
 // check: an artifact already stored under its digest was checked when it
 // was written.
-func errNotIdentity(a *compiler.Artifact) error {
+func errNotIdentity(a *artifact.Artifact) error {
 	return fmt.Errorf("%w: artifact %x is not the identity of its text and raw bytes", ErrDigest, a.Digest[:8])
 }
 
@@ -717,16 +717,16 @@ func (s *Store) evictOldest(sc evictScope) {
 
 // Get returns tenant's artifact d, for recovery and tests. It does not count
 // as a sighting.
-func (s *Store) Get(ctx context.Context, tenant string, d compiler.Digest) (compiler.Artifact, bool, error) {
+func (s *Store) Get(ctx context.Context, tenant string, d artifact.Digest) (artifact.Artifact, bool, error) {
 	release, err := s.enter()
 	if err != nil {
-		return compiler.Artifact{}, false, err
+		return artifact.Artifact{}, false, err
 	}
 	defer release()
 	if err := ctx.Err(); err != nil {
-		return compiler.Artifact{}, false, err
+		return artifact.Artifact{}, false, err
 	}
-	a := compiler.Artifact{Digest: d}
+	a := artifact.Artifact{Digest: d}
 	found := false
 	err = s.db.View(func(txn *badger.Txn) error {
 		item, err := txn.Get(artKey(tenant, d))
@@ -751,13 +751,13 @@ func (s *Store) Get(ctx context.Context, tenant string, d compiler.Digest) (comp
 		return nil
 	})
 	if err != nil {
-		return compiler.Artifact{}, false, fmt.Errorf("vault: get: %w", err)
+		return artifact.Artifact{}, false, fmt.Errorf("vault: get: %w", err)
 	}
 	if !found {
-		return compiler.Artifact{}, false, nil
+		return artifact.Artifact{}, false, nil
 	}
 	if !NamesStored(d, StringBytes(a.Text), a.Raw) {
-		return compiler.Artifact{}, false, fmt.Errorf("%w: stored artifact %x", ErrDigest, d[:8])
+		return artifact.Artifact{}, false, fmt.Errorf("%w: stored artifact %x", ErrDigest, d[:8])
 	}
 	return a, true, nil
 }

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // TestEncodeAllMatchesEncodeContent: the parallel encoder gives every
@@ -16,7 +16,7 @@ import (
 // from which it uses every core.
 func TestEncodeAllMatchesEncodeContent(t *testing.T) {
 	for _, n := range []int{1, 3, 40} {
-		var arts []*compiler.Artifact
+		var arts []*artifact.Artifact
 		for i := range n {
 			a := mkArt(text(fmt.Sprint("enc", n, "-", i), 20_000))
 			arts = append(arts, &a)
@@ -29,7 +29,7 @@ func TestEncodeAllMatchesEncodeContent(t *testing.T) {
 			if !bytes.Equal(enc[i], encodeContent(a)) {
 				t.Fatalf("%d artifacts: encoding %d differs", n, i)
 			}
-			var got compiler.Artifact
+			var got artifact.Artifact
 			if err := decodeContent(enc[i], &got); err != nil || got.Text != a.Text || !bytes.Equal(got.Raw, a.Raw) || got.Tool != a.Tool || got.Args != a.Args {
 				t.Fatalf("%d artifacts: encoding %d does not decode to its artifact: %v", n, i, err)
 			}
@@ -44,7 +44,7 @@ func TestEncodeAllMatchesEncodeContent(t *testing.T) {
 // fails the whole batch with ErrDigest, on one core and on all.
 func TestEncodeAllRefusesWrongDigest(t *testing.T) {
 	for _, tt := range []struct{ n, bad int }{{1, 0}, {3, 2}, {40, 0}, {40, 17}, {40, 39}} {
-		var arts []*compiler.Artifact
+		var arts []*artifact.Artifact
 		for i := range tt.n {
 			a := mkArt(text(fmt.Sprint("dig", tt.n, "-", i), 20_000))
 			arts = append(arts, &a)
@@ -74,8 +74,8 @@ func TestFailedChunkSyncsWhatCommitted(t *testing.T) {
 	store.Store(s)
 	armed.Store(true)
 	ctx := context.Background()
-	sc := compiler.Scope{Tenant: "t"}
-	arts := make([]compiler.Artifact, writeChunk+10)
+	sc := artifact.Scope{Tenant: "t"}
+	arts := make([]artifact.Artifact, writeChunk+10)
 	for i := range arts {
 		arts[i] = mkArt(text(fmt.Sprint("chunk", i), 1500))
 	}
@@ -102,20 +102,20 @@ func TestFailedChunkSyncsWhatCommitted(t *testing.T) {
 func TestReadBackComparesStoredBytes(t *testing.T) {
 	s := openTest(t, Config{})
 	a := mkArt(text("readback", 5000))
-	if err := s.Persist(context.Background(), compiler.Scope{Tenant: "t"}, []compiler.Artifact{a}); err != nil {
+	if err := s.Persist(context.Background(), artifact.Scope{Tenant: "t"}, []artifact.Artifact{a}); err != nil {
 		t.Fatal(err)
 	}
 	good := encodeContent(&a)
-	if err := s.readBack("t", []*compiler.Artifact{&a}, [][]byte{good}, nil); err != nil {
+	if err := s.readBack("t", []*artifact.Artifact{&a}, [][]byte{good}, nil); err != nil {
 		t.Fatalf("intact: %v", err)
 	}
 	bad := bytes.Clone(good)
 	bad[len(bad)-1] ^= 1
-	if err := s.readBack("t", []*compiler.Artifact{&a}, [][]byte{bad}, nil); !errors.Is(err, ErrReadBack) {
+	if err := s.readBack("t", []*artifact.Artifact{&a}, [][]byte{bad}, nil); !errors.Is(err, ErrReadBack) {
 		t.Fatalf("different bytes: %v, want ErrReadBack", err)
 	}
 	other := mkArt(text("never stored", 5000))
-	if err := s.readBack("t", nil, nil, []*compiler.Artifact{&other}); err == nil {
+	if err := s.readBack("t", nil, nil, []*artifact.Artifact{&other}); err == nil {
 		t.Fatal("an absent artifact read back")
 	}
 }

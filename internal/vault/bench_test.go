@@ -9,15 +9,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
 // benchArts returns 50 distinct artifacts of about 20 KB of text each.
-func benchArts(round int) []compiler.Artifact { return benchArtsOf(fmt.Sprint("r", round)) }
+func benchArts(round int) []artifact.Artifact { return benchArtsOf(fmt.Sprint("r", round)) }
 
-func benchArtsOf(tag string) []compiler.Artifact {
-	arts := make([]compiler.Artifact, 50)
+func benchArtsOf(tag string) []artifact.Artifact {
+	arts := make([]artifact.Artifact, 50)
 	for i := range arts {
 		arts[i] = mkArt(text(fmt.Sprint(tag, "a", i), 20_000))
 	}
@@ -29,7 +29,7 @@ func benchArtsOf(tag string) []compiler.Artifact {
 func BenchmarkPersistCold(b *testing.B) {
 	s := openTest(b, Config{MaxBytes: 1 << 40})
 	ctx := context.Background()
-	sc := compiler.Scope{Tenant: "bench"}
+	sc := artifact.Scope{Tenant: "bench"}
 	syncs := s.Stats().Syncs
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
@@ -56,7 +56,7 @@ func BenchmarkPersistColdConcurrent(b *testing.B) {
 	var mu sync.Mutex
 	for i := 0; b.Loop(); i++ {
 		b.StopTimer()
-		arts := make([][]compiler.Artifact, clients)
+		arts := make([][]artifact.Artifact, clients)
 		for c := range arts {
 			arts[c] = benchArtsOf(fmt.Sprint("r", i, "c", c))
 		}
@@ -67,7 +67,7 @@ func BenchmarkPersistColdConcurrent(b *testing.B) {
 			go func() {
 				defer wg.Done()
 				t0 := time.Now()
-				if err := s.Persist(ctx, compiler.Scope{Tenant: fmt.Sprint("bench", c)}, arts[c]); err != nil {
+				if err := s.Persist(ctx, artifact.Scope{Tenant: fmt.Sprint("bench", c)}, arts[c]); err != nil {
 					b.Error(err)
 				}
 				mu.Lock()
@@ -86,7 +86,7 @@ func BenchmarkPersistColdConcurrent(b *testing.B) {
 func BenchmarkPersistWarm(b *testing.B) {
 	s := openTest(b, Config{})
 	ctx := context.Background()
-	sc := compiler.Scope{Tenant: "bench"}
+	sc := artifact.Scope{Tenant: "bench"}
 	arts := benchArts(0)
 	if err := s.Persist(ctx, sc, arts); err != nil {
 		b.Fatal(err)
@@ -104,22 +104,22 @@ func BenchmarkPersistWarm(b *testing.B) {
 func BenchmarkAncestor(b *testing.B) {
 	s := openTest(b, Config{})
 	ctx := context.Background()
-	sc := compiler.Scope{Tenant: "bench"}
-	chain := make([]compiler.Digest, 200)
+	sc := artifact.Scope{Tenant: "bench"}
+	chain := make([]artifact.Digest, 200)
 	for i := range chain {
 		chain[i] = dg(fmt.Sprint("m", i))
 	}
-	exp := map[compiler.Digest]int{}
+	exp := map[artifact.Digest]int{}
 	for i := range 20 {
 		exp[dg(fmt.Sprint("art", i))] = 1
 	}
 	for i := range 198 {
-		if err := s.Record(ctx, sc, compiler.Record{ChainEnd: chain[i], Length: i + 1, Exposures: exp}); err != nil {
+		if err := s.Record(ctx, sc, artifact.Record{ChainEnd: chain[i], Length: i + 1, Exposures: exp}); err != nil {
 			b.Fatal(err)
 		}
 	}
 	for c := range 200 { // other conversations, so lookups are not all in one memtable corner
-		if err := s.Record(ctx, sc, compiler.Record{ChainEnd: dg(fmt.Sprint("other", c)), Length: 1}); err != nil {
+		if err := s.Record(ctx, sc, artifact.Record{ChainEnd: dg(fmt.Sprint("other", c)), Length: 1}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -136,16 +136,16 @@ func BenchmarkAncestor(b *testing.B) {
 func BenchmarkAncestorMiss(b *testing.B) {
 	s := openTest(b, Config{})
 	ctx := context.Background()
-	chain := make([]compiler.Digest, 500)
+	chain := make([]artifact.Digest, 500)
 	for i := range chain {
 		chain[i] = dg(fmt.Sprint("m", i))
 	}
-	if err := s.Record(ctx, compiler.Scope{Tenant: "x"}, compiler.Record{ChainEnd: dg("x"), Length: 1}); err != nil {
+	if err := s.Record(ctx, artifact.Scope{Tenant: "x"}, artifact.Record{ChainEnd: dg("x"), Length: 1}); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if lin, err := s.Ancestor(ctx, compiler.Scope{Tenant: "bench"}, chain); err != nil || lin.Found {
+		if lin, err := s.Ancestor(ctx, artifact.Scope{Tenant: "bench"}, chain); err != nil || lin.Found {
 			b.Fatal(lin, err)
 		}
 	}
@@ -159,12 +159,12 @@ func BenchmarkAncestorMiss(b *testing.B) {
 //
 //	go test ./vault -run xxx -bench EncodeToolResults -benchmem
 func BenchmarkEncodeToolResults(b *testing.B) {
-	arts := make([]*compiler.Artifact, 50)
+	arts := make([]*artifact.Artifact, 50)
 	var size int64
 	for i := range arts {
 		text := fixtures.ToolOutput(1000+i, 20_000)
 		raw, _ := json.Marshal(text)
-		arts[i] = &compiler.Artifact{Digest: compiler.ArtifactDigest(text, raw), Text: text, Raw: raw, Tool: "bash", Args: `{"command":"cat x"}`}
+		arts[i] = &artifact.Artifact{Digest: artifact.DigestOf(text, raw), Text: text, Raw: raw, Tool: "bash", Args: `{"command":"cat x"}`}
 		size += int64(len(raw))
 	}
 	b.Run("encode", func(b *testing.B) {

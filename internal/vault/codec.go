@@ -12,7 +12,7 @@ import (
 
 	"github.com/klauspost/compress/s2"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // Values are a version byte followed by varint-prefixed fields: compact,
@@ -21,12 +21,12 @@ const codecV1 = 1
 
 var errCodec = errors.New("vault: corrupt record")
 
-func artKey(tenant string, d compiler.Digest) []byte  { return digestKey("a/", tenant, d) }
-func metaKey(tenant string, d compiler.Digest) []byte { return digestKey("m/", tenant, d) }
+func artKey(tenant string, d artifact.Digest) []byte  { return digestKey("a/", tenant, d) }
+func metaKey(tenant string, d artifact.Digest) []byte { return digestKey("m/", tenant, d) }
 
 // digestKey builds prefix + tenant + "/" + hex(d). The digest has a fixed
 // length at the end, so any tenant string yields an unambiguous key.
-func digestKey(prefix, tenant string, d compiler.Digest) []byte {
+func digestKey(prefix, tenant string, d artifact.Digest) []byte {
 	k := make([]byte, 0, len(prefix)+len(tenant)+1+2*len(d))
 	k = append(k, prefix...)
 	k = append(k, tenant...)
@@ -35,7 +35,7 @@ func digestKey(prefix, tenant string, d compiler.Digest) []byte {
 }
 
 // scopePrefix is "l/<scope key>/": lineage is private to tenant and session.
-func scopePrefix(sc compiler.Scope) []byte {
+func scopePrefix(sc artifact.Scope) []byte {
 	h := sha256.Sum256([]byte(sc.Tenant + "\x00" + sc.Session))
 	k := make([]byte, 0, 2+32+1+64)
 	k = append(k, "l/"...)
@@ -45,7 +45,7 @@ func scopePrefix(sc compiler.Scope) []byte {
 
 // meta is the small per-artifact record read by eviction and size scans.
 type meta struct {
-	Digest    compiler.Digest
+	Digest    artifact.Digest
 	Chars     int
 	TextBytes int
 	RawBytes  int
@@ -104,7 +104,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // to Text, else v2), sized exactly: the plain fields and the compressor's
 // worst-case output are pooled scratch, so writing an artifact allocates
 // only what is kept (about a third of its text), not twice its size.
-func encodeContent(a *compiler.Artifact) []byte {
+func encodeContent(a *artifact.Artifact) []byte {
 	pp := encodeScratch.Get().(*[]byte)
 	version := byte(contentV2)
 	plain, ok := unquoteJSON(*pp, a.Raw)
@@ -182,7 +182,7 @@ func contentFields(b []byte) (content, error) {
 	return c, nil
 }
 
-func decodeContent(b []byte, a *compiler.Artifact) error {
+func decodeContent(b []byte, a *artifact.Artifact) error {
 	c, err := contentFields(b)
 	if err != nil {
 		return err
@@ -194,7 +194,7 @@ func decodeContent(b []byte, a *compiler.Artifact) error {
 	return nil
 }
 
-func sameContent(b []byte, a *compiler.Artifact) bool {
+func sameContent(b []byte, a *artifact.Artifact) bool {
 	c, err := contentFields(b)
 	return err == nil &&
 		string(c.text) == a.Text &&
@@ -209,16 +209,16 @@ func sameContent(b []byte, a *compiler.Artifact) bool {
 // mean the exposures are complete, as in v1.
 type node struct {
 	Length    int
-	Parent    compiler.Digest
+	Parent    artifact.Digest
 	HasParent bool
 	Time      int64
 	Depth     int // recorded ancestors along the lineage (v2)
-	Base      compiler.Digest
+	Base      artifact.Digest
 	HasBase   bool
 	// Exposures is cumulative without a base; with one it is the delta,
 	// where deletedExposure marks an artifact the base has and this node
 	// does not.
-	Exposures map[compiler.Digest]int
+	Exposures map[artifact.Digest]int
 	Cache     []byte // the compiler's cache state; optional trailing field
 }
 
@@ -229,7 +229,7 @@ const nodeV2 = 2
 // base (counts are never negative otherwise).
 const deletedExposure = -1
 
-func appendOptDigest(b []byte, ok bool, d compiler.Digest) []byte {
+func appendOptDigest(b []byte, ok bool, d artifact.Digest) []byte {
 	if !ok {
 		return append(b, 0)
 	}
@@ -238,11 +238,11 @@ func appendOptDigest(b []byte, ok bool, d compiler.Digest) []byte {
 }
 
 func (n *node) encode() []byte {
-	keys := make([]compiler.Digest, 0, len(n.Exposures))
+	keys := make([]artifact.Digest, 0, len(n.Exposures))
 	for d := range n.Exposures {
 		keys = append(keys, d)
 	}
-	slices.SortFunc(keys, func(a, b compiler.Digest) int { return bytes.Compare(a[:], b[:]) })
+	slices.SortFunc(keys, func(a, b artifact.Digest) int { return bytes.Compare(a[:], b[:]) })
 	b := make([]byte, 0, 1+4*binary.MaxVarintLen64+66+len(keys)*(32+binary.MaxVarintLen64))
 	b = append(b, nodeV2)
 	b = binary.AppendUvarint(b, uint64(n.Length))
@@ -273,7 +273,7 @@ func (n *node) decode(b []byte) error {
 		copy(n.Parent[:], r.bytes(32))
 	}
 	n.Time = r.varint()
-	n.Depth, n.HasBase, n.Base = 0, false, compiler.Digest{}
+	n.Depth, n.HasBase, n.Base = 0, false, artifact.Digest{}
 	if v == nodeV2 {
 		n.Depth = int(r.uvarint())
 		if n.HasBase = r.byte() == 1; n.HasBase {
@@ -284,9 +284,9 @@ func (n *node) decode(b []byte) error {
 	if cnt > uint64(len(b))/33 { // each entry takes at least 33 bytes
 		return errCodec
 	}
-	n.Exposures = make(map[compiler.Digest]int, cnt)
+	n.Exposures = make(map[artifact.Digest]int, cnt)
 	for range cnt {
-		var d compiler.Digest
+		var d artifact.Digest
 		copy(d[:], r.bytes(32))
 		n.Exposures[d] = int(r.varint())
 	}

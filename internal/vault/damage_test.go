@@ -11,23 +11,23 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // filledVault returns a closed vault directory holding five artifacts, with
 // its content in a table (Close flushes the memtable) and the value log.
-func filledVault(t *testing.T) (string, []compiler.Artifact) {
+func filledVault(t *testing.T) (string, []artifact.Artifact) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "vault")
 	s, err := Open(Config{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var arts []compiler.Artifact
+	var arts []artifact.Artifact
 	for i := range 5 {
 		arts = append(arts, mkArt(randomText(fmt.Sprint("damage", i), 5000)))
 	}
-	if err := s.Persist(context.Background(), compiler.Scope{Tenant: "t"}, arts); err != nil {
+	if err := s.Persist(context.Background(), artifact.Scope{Tenant: "t"}, arts); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -135,7 +135,7 @@ func TestOpenDamaged(t *testing.T) {
 				t.Errorf("fresh directory: %v, %v", fi, err)
 			}
 			// The fresh vault works.
-			if err := s.Persist(context.Background(), compiler.Scope{Tenant: "t"}, arts[:1]); err != nil {
+			if err := s.Persist(context.Background(), artifact.Scope{Tenant: "t"}, arts[:1]); err != nil {
 				t.Fatal(err)
 			}
 		})

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // With the disk reported (nearly) full every write is ErrFull, reads still
@@ -26,9 +26,9 @@ func TestDiskGuard(t *testing.T) {
 	dir := t.TempDir()
 	s := openTest(t, Config{Dir: dir, freeSpace: hook})
 	ctx := context.Background()
-	sc := compiler.Scope{Tenant: "t"}
+	sc := artifact.Scope{Tenant: "t"}
 	old := mkArt(text("stored before", 20_000))
-	must(t, s.Persist(ctx, sc, []compiler.Artifact{old}))
+	must(t, s.Persist(ctx, sc, []artifact.Artifact{old}))
 
 	reserve := s.disk.reserve()
 	if reserve < 2*s.db.Opts().MemTableSize {
@@ -36,7 +36,7 @@ func TestDiskGuard(t *testing.T) {
 	}
 	free.Store(reserve + 10_000) // room for small transactions, not this artifact
 	big := mkArt(text("new", 20_000))
-	if err := s.Persist(ctx, sc, []compiler.Artifact{big}); !errors.Is(err, compiler.ErrFull) {
+	if err := s.Persist(ctx, sc, []artifact.Artifact{big}); !errors.Is(err, artifact.ErrFull) {
 		t.Fatalf("Persist on a full disk = %v, want ErrFull", err)
 	}
 	ballast := filepath.Join(dir, ballastFile)
@@ -45,19 +45,19 @@ func TestDiskGuard(t *testing.T) {
 	}
 	free.Store(reserve - 1)
 	for name, err := range map[string]error{
-		"Persist": s.Persist(ctx, sc, []compiler.Artifact{big}),
-		"Record":  s.Record(ctx, sc, compiler.Record{ChainEnd: dg("c"), Length: 1}),
+		"Persist": s.Persist(ctx, sc, []artifact.Artifact{big}),
+		"Record":  s.Record(ctx, sc, artifact.Record{ChainEnd: dg("c"), Length: 1}),
 		// A digest this process has not found stored needs a transaction.
-		"Missing": func() error { _, err := s.Missing(ctx, sc, []compiler.Digest{big.Digest}); return err }(),
+		"Missing": func() error { _, err := s.Missing(ctx, sc, []artifact.Digest{big.Digest}); return err }(),
 	} {
-		if !errors.Is(err, compiler.ErrFull) {
+		if !errors.Is(err, artifact.ErrFull) {
 			t.Errorf("%s on a full disk = %v, want ErrFull", name, err)
 		}
 	}
 	// An artifact found stored moments ago is vouched for without a
 	// transaction (verifiedSet): nothing is written, so a full disk does
 	// not stop its receipts.
-	if m, err := s.Missing(ctx, sc, []compiler.Digest{old.Digest}); err != nil || len(m) != 0 {
+	if m, err := s.Missing(ctx, sc, []artifact.Digest{old.Digest}); err != nil || len(m) != 0 {
 		t.Errorf("Missing of a vouched artifact on a full disk = %v, %v", m, err)
 	}
 	if got, ok, err := s.Get(ctx, "t", old.Digest); err != nil || !ok || got.Text != old.Text {
@@ -70,12 +70,12 @@ func TestDiskGuard(t *testing.T) {
 		t.Errorf("a refused write stored something: %+v", st)
 	}
 	free.Store(1 << 40)
-	must(t, s.Persist(ctx, sc, []compiler.Artifact{big}))
+	must(t, s.Persist(ctx, sc, []artifact.Artifact{big}))
 	must(t, s.Close())
 
 	// Opening on a full disk is an error, not a crash.
 	free.Store(1 << 20)
-	if s2, err := Open(Config{Dir: dir, freeSpace: hook}); !errors.Is(err, compiler.ErrFull) {
+	if s2, err := Open(Config{Dir: dir, freeSpace: hook}); !errors.Is(err, artifact.ErrFull) {
 		if s2 != nil {
 			s2.Close()
 		}
@@ -206,13 +206,13 @@ func fillDisk(t *testing.T, path string) {
 	}
 }
 
-func diskFullArt(i int) compiler.Artifact {
+func diskFullArt(i int) artifact.Artifact {
 	return mkArt(randomText(fmt.Sprint("diskfull", i), 256<<10))
 }
 
 func diskFullChild(t *testing.T, phase, dir string) {
 	ctx := context.Background()
-	sc := compiler.Scope{Tenant: "t"}
+	sc := artifact.Scope{Tenant: "t"}
 	cfg := Config{Dir: dir, MaxBytes: 1 << 30, TenantMaxBytes: 1 << 30}
 	switch phase {
 	case "fill":
@@ -220,9 +220,9 @@ func diskFullChild(t *testing.T, phase, dir string) {
 		must(t, err)
 		fillUntilFull := func(from int) int {
 			for i := from; ; i += 4 {
-				arts := []compiler.Artifact{diskFullArt(i), diskFullArt(i + 1), diskFullArt(i + 2), diskFullArt(i + 3)}
+				arts := []artifact.Artifact{diskFullArt(i), diskFullArt(i + 1), diskFullArt(i + 2), diskFullArt(i + 3)}
 				if err := s.Persist(ctx, sc, arts); err != nil {
-					if !errors.Is(err, compiler.ErrFull) {
+					if !errors.Is(err, artifact.ErrFull) {
 						t.Fatalf("Persist on a filling disk = %v, want ErrFull", err)
 					}
 					return i
@@ -258,11 +258,11 @@ func diskFullChild(t *testing.T, phase, dir string) {
 			t.Fatalf("no ballast: %v", err)
 		}
 		for i := range 20 { // small writes the reserve admits, left in the memtable
-			rec := compiler.Record{ChainEnd: dg(fmt.Sprint("close-full", i)), Length: 1}
+			rec := artifact.Record{ChainEnd: dg(fmt.Sprint("close-full", i)), Length: 1}
 			must(t, s.Record(ctx, sc, rec))
 		}
 		fillDisk(t, filepath.Join(filepath.Dir(dir), "filler"))
-		if err := s.Record(ctx, sc, compiler.Record{ChainEnd: dg("refused"), Length: 1}); !errors.Is(err, compiler.ErrFull) {
+		if err := s.Record(ctx, sc, artifact.Record{ChainEnd: dg("refused"), Length: 1}); !errors.Is(err, artifact.ErrFull) {
 			t.Fatalf("Record on a full disk = %v, want ErrFull", err)
 		}
 		must(t, s.Close())
@@ -278,7 +278,7 @@ func diskFullChild(t *testing.T, phase, dir string) {
 			s.Close()
 			t.Fatal("Open on a full disk succeeded")
 		}
-		if !errors.Is(err, compiler.ErrFull) {
+		if !errors.Is(err, artifact.ErrFull) {
 			t.Fatalf("Open on a full disk = %v, want ErrFull", err)
 		}
 		fmt.Printf("child: open on a full disk: %v\n", err)
@@ -295,7 +295,7 @@ func diskFullChild(t *testing.T, phase, dir string) {
 		if st := s.Stats(); st.Artifacts != int64(m) {
 			t.Fatalf("after restart %d artifacts, want %d", st.Artifacts, m)
 		}
-		chain := []compiler.Digest{dg(fmt.Sprint("close-full", 19)), dg("next")}
+		chain := []artifact.Digest{dg(fmt.Sprint("close-full", 19)), dg("next")}
 		if lin, err := s.Ancestor(ctx, sc, chain); err != nil || !lin.Found {
 			t.Fatalf("lineage written before the full-disk close: %v, %v", lin.Found, err)
 		}

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // TestSyncOlderLogs: every memtable log but the newest (by id, past five
@@ -79,7 +79,7 @@ func TestPersistSyncsWaitingMemtableLogs(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(s.dir, "00000.mem"), nil, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		err := s.Persist(context.Background(), compiler.Scope{Tenant: "t"}, []compiler.Artifact{mkArt("waiting log")})
+		err := s.Persist(context.Background(), artifact.Scope{Tenant: "t"}, []artifact.Artifact{mkArt("waiting log")})
 		if !slices.Equal(synced, []string{"00000.mem"}) {
 			t.Fatalf("fail=%v: synced %q, want the waiting log", fail, synced)
 		}
@@ -115,7 +115,7 @@ func TestSyncDBValueLogEarly(t *testing.T) {
 		if err != nil || len(names) == 0 {
 			t.Fatalf("value logs %q, %v", names, err)
 		}
-		err = s.Persist(context.Background(), compiler.Scope{Tenant: "t"}, []compiler.Artifact{mkArt("early")})
+		err = s.Persist(context.Background(), artifact.Scope{Tenant: "t"}, []artifact.Artifact{mkArt("early")})
 		if !slices.Equal(vlogs, names[len(names)-1:]) {
 			t.Fatalf("fail=%v: synced %q, want the newest of %q", fail, vlogs, names)
 		}
@@ -146,7 +146,7 @@ func TestVerifyWaitsForTheWritersSync(t *testing.T) {
 		return syncFile(p)
 	}})
 	ctx := context.Background()
-	sc := compiler.Scope{Tenant: "t"}
+	sc := artifact.Scope{Tenant: "t"}
 
 	for _, failing := range []bool{false, true} {
 		a := mkArt(fmt.Sprintf("written while another request asks for it, fail=%v", failing))
@@ -154,11 +154,11 @@ func TestVerifyWaitsForTheWritersSync(t *testing.T) {
 		block.Store(true)
 		fail.Store(failing)
 		first := make(chan error, 1)
-		go func() { first <- s.Persist(ctx, sc, []compiler.Artifact{a}) }()
+		go func() { first <- s.Persist(ctx, sc, []artifact.Artifact{a}) }()
 		<-entered // committed, its sync under way
 
 		second := make(chan error, 1)
-		go func() { second <- s.Persist(ctx, sc, []compiler.Artifact{a}) }()
+		go func() { second <- s.Persist(ctx, sc, []artifact.Artifact{a}) }()
 		select {
 		case err := <-second:
 			block.Store(false)
@@ -185,7 +185,7 @@ func TestVerifyWaitsForTheWritersSync(t *testing.T) {
 		if errSecond != nil {
 			t.Fatalf("second Persist after the first one's failed sync = %v", errSecond)
 		}
-		m, err := s.Missing(ctx, sc, []compiler.Digest{a.Digest})
+		m, err := s.Missing(ctx, sc, []artifact.Digest{a.Digest})
 		if err != nil || len(m) != 0 {
 			t.Fatalf("the second Persist returned nil, yet Missing = %d, %v", len(m), err)
 		}

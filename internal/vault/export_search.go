@@ -10,7 +10,7 @@ import "strings"
 const SearchScanLimit = maxSearchScan
 
 // ArtifactIDHex returns the 32 lower-case hex digits of a well-formed
-// public artifact id (compiler.ArtifactID), the digest's hex prefix.
+// public artifact id (artifact.ID), the digest's hex prefix.
 func ArtifactIDHex(id string) (string, bool) {
 	h, ok := idHex(id)
 	return string(h), ok

@@ -4,15 +4,15 @@ import (
 	"maps"
 	"testing"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // FuzzNodeDecode: any stored bytes decode to a node or an error, never a
 // panic, and a decoded node survives its own encoding unchanged.
 func FuzzNodeDecode(f *testing.F) {
-	whole := node{Length: 3, Time: 7, Exposures: map[compiler.Digest]int{dg("a"): 1}}
+	whole := node{Length: 3, Time: 7, Exposures: map[artifact.Digest]int{dg("a"): 1}}
 	delta := node{Length: 9, Parent: dg("p"), HasParent: true, Depth: 6, Base: dg("b"), HasBase: true,
-		Exposures: map[compiler.Digest]int{dg("a"): 2, dg("c"): deletedExposure}}
+		Exposures: map[artifact.Digest]int{dg("a"): 2, dg("c"): deletedExposure}}
 	f.Add(whole.encode())
 	f.Add(delta.encode())
 	v1 := whole.encode()
@@ -43,7 +43,7 @@ func FuzzCheckContent(f *testing.F) {
 	f.Add([]byte{contentV2, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if checkContent(b, a.Digest) == nil {
-			var got compiler.Artifact
+			var got artifact.Artifact
 			if err := decodeContent(b, &got); err != nil || got.Text != a.Text {
 				t.Fatalf("checkContent accepted content that is not the artifact: %v", err)
 			}

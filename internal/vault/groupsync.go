@@ -4,7 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // syncGroup is group commit for db.Sync: every Persist that wrote must have
@@ -73,7 +73,7 @@ type pendingSet struct {
 	m  map[verifiedKey]int
 }
 
-func (p *pendingSet) add(tenant string, arts []*compiler.Artifact) {
+func (p *pendingSet) add(tenant string, arts []*artifact.Artifact) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.m == nil {
@@ -84,7 +84,7 @@ func (p *pendingSet) add(tenant string, arts []*compiler.Artifact) {
 	}
 }
 
-func (p *pendingSet) done(tenant string, arts []*compiler.Artifact) {
+func (p *pendingSet) done(tenant string, arts []*artifact.Artifact) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, a := range arts {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // TestSyncGroupShares: concurrent callers share runs, runs never overlap,
@@ -92,16 +92,16 @@ func TestSyncGroupError(t *testing.T) {
 func TestPersistSyncs(t *testing.T) {
 	s := openTest(t, Config{})
 	ctx := context.Background()
-	sc := compiler.Scope{Tenant: "t"}
+	sc := artifact.Scope{Tenant: "t"}
 	a, b := mkArt("one"), mkArt("two")
 	tests := []struct {
 		name string
-		arts []compiler.Artifact
+		arts []artifact.Artifact
 		want uint64
 	}{
-		{"one new", []compiler.Artifact{a}, 1},
-		{"stored again", []compiler.Artifact{a}, 0},
-		{"one stored, one new", []compiler.Artifact{a, b}, 1},
+		{"one new", []artifact.Artifact{a}, 1},
+		{"stored again", []artifact.Artifact{a}, 0},
+		{"one stored, one new", []artifact.Artifact{a, b}, 1},
 		{"fifty new", benchArtsOf("syncs"), 1},
 	}
 	for _, tt := range tests {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // A record written before the current artifact identity (filed under
@@ -18,7 +18,7 @@ import (
 func TestLegacyTextDigestRecordsStayReadable(t *testing.T) {
 	s := openTest(t, Config{})
 	ctx := context.Background()
-	put := func(a compiler.Artifact) {
+	put := func(a artifact.Artifact) {
 		m := meta{Digest: a.Digest, Chars: a.Chars, TextBytes: len(a.Text), RawBytes: len(a.Raw), Created: 1, LastSeen: time.Now().UnixNano()}
 		if err := s.db.Update(func(txn *badger.Txn) error {
 			if err := txn.Set(artKey("t", a.Digest), encodeContent(&a)); err != nil {
@@ -36,17 +36,17 @@ func TestLegacyTextDigestRecordsStayReadable(t *testing.T) {
 	if err != nil || !ok || got.Text != legacy.Text || !bytes.Equal(got.Raw, legacy.Raw) {
 		t.Fatalf("legacy record: Get = %v, %v", ok, err)
 	}
-	if missing, err := s.Missing(ctx, compiler.Scope{Tenant: "t"}, []compiler.Digest{legacy.Digest}); err != nil || len(missing) != 0 {
+	if missing, err := s.Missing(ctx, artifact.Scope{Tenant: "t"}, []artifact.Digest{legacy.Digest}); err != nil || len(missing) != 0 {
 		t.Fatalf("legacy record reported missing: %x, %v", missing, err)
 	}
 
 	wrong := mkArt(text("wrong", 9000))
-	wrong.Digest = compiler.ArtifactDigest(wrong.Text, []byte(`"other spelling"`))
+	wrong.Digest = artifact.DigestOf(wrong.Text, []byte(`"other spelling"`))
 	put(wrong)
 	if _, ok, err := s.Get(ctx, "t", wrong.Digest); ok || err == nil {
 		t.Fatalf("record under another spelling's identity: Get = %v, %v", ok, err)
 	}
-	if missing, err := s.Missing(ctx, compiler.Scope{Tenant: "t"}, []compiler.Digest{wrong.Digest}); err != nil || len(missing) != 1 {
+	if missing, err := s.Missing(ctx, artifact.Scope{Tenant: "t"}, []artifact.Digest{wrong.Digest}); err != nil || len(missing) != 1 {
 		t.Fatalf("record under another spelling's identity confirmed: %x, %v", missing, err)
 	}
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 	"go.uber.org/zap"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // A receipt may only name content that reads back. A record found by key is
@@ -42,7 +42,7 @@ const scrubBatch = 1 << 20
 
 type verifiedKey struct {
 	tenant string
-	d      compiler.Digest
+	d      artifact.Digest
 }
 
 // verifiedSet holds the artifacts whose records this process read intact,
@@ -74,11 +74,11 @@ func (e verifiedEntry) recent(now, touchAfter int64) bool {
 
 // seenDigest is one artifact found present, with its stored last-seen time.
 type seenDigest struct {
-	d    compiler.Digest
+	d    artifact.Digest
 	seen int64
 }
 
-func (v *verifiedSet) has(tenant string, d compiler.Digest) bool {
+func (v *verifiedSet) has(tenant string, d artifact.Digest) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	_, ok := v.m[verifiedKey{tenant, d}]
@@ -114,17 +114,17 @@ func (v *verifiedSet) seen(tenant string, gen uint64, ds []seenDigest) {
 // unvouched returns the artifacts of arts the set cannot confirm at now
 // without reading the store (see verifiedSet), in order. gen is the
 // current deletion generation, read under Store.deletes.
-func (v *verifiedSet) unvouched(tenant string, arts []*compiler.Artifact, now, touchAfter int64, gen uint64) []*compiler.Artifact {
+func (v *verifiedSet) unvouched(tenant string, arts []*artifact.Artifact, now, touchAfter int64, gen uint64) []*artifact.Artifact {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	var rest []*compiler.Artifact
+	var rest []*artifact.Artifact
 	for i, a := range arts {
 		e, ok := v.m[verifiedKey{tenant, a.Digest}]
 		if ok && e.gen == gen && e.recent(now, touchAfter) {
 			continue
 		}
 		if rest == nil {
-			rest = make([]*compiler.Artifact, 0, len(arts)-i)
+			rest = make([]*artifact.Artifact, 0, len(arts)-i)
 		}
 		rest = append(rest, a)
 	}
@@ -133,14 +133,14 @@ func (v *verifiedSet) unvouched(tenant string, arts []*compiler.Artifact, now, t
 
 // recent reports whether d's stored last-seen time is known to be within
 // touchAfter of now, so touching it would write nothing.
-func (v *verifiedSet) recent(tenant string, d compiler.Digest, now, touchAfter int64) bool {
+func (v *verifiedSet) recent(tenant string, d artifact.Digest, now, touchAfter int64) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	e, ok := v.m[verifiedKey{tenant, d}]
 	return ok && e.recent(now, touchAfter)
 }
 
-func (v *verifiedSet) remove(tenant string, d compiler.Digest) {
+func (v *verifiedSet) remove(tenant string, d artifact.Digest) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	delete(v.m, verifiedKey{tenant, d})
@@ -148,7 +148,7 @@ func (v *verifiedSet) remove(tenant string, d compiler.Digest) {
 
 // checkContent reports whether stored content decodes, passes its CRC and
 // is the artifact d (NamesStored).
-func checkContent(v []byte, d compiler.Digest) error {
+func checkContent(v []byte, d artifact.Digest) error {
 	c, err := contentFields(v)
 	if err != nil {
 		return err
@@ -161,7 +161,7 @@ func checkContent(v []byte, d compiler.Digest) error {
 
 // readable reads the content record of tenant's d in txn. Any failure to
 // read it (a Badger read error included) means no receipt may name it.
-func readable(txn *badger.Txn, tenant string, d compiler.Digest) error {
+func readable(txn *badger.Txn, tenant string, d artifact.Digest) error {
 	item, err := txn.Get(artKey(tenant, d))
 	if err != nil {
 		return err
@@ -171,7 +171,7 @@ func readable(txn *badger.Txn, tenant string, d compiler.Digest) error {
 
 // dropRecord deletes tenant's artifact d (content and metadata) in txn and
 // returns its metadata size, or -1 when it has no metadata.
-func dropRecord(txn *badger.Txn, tenant string, d compiler.Digest) (int64, error) {
+func dropRecord(txn *badger.Txn, tenant string, d artifact.Digest) (int64, error) {
 	mk := metaKey(tenant, d)
 	item, err := txn.Get(mk)
 	if errors.Is(err, badger.ErrKeyNotFound) {
@@ -193,7 +193,7 @@ func dropRecord(txn *badger.Txn, tenant string, d compiler.Digest) (int64, error
 
 // dropped is forget for a record dropped because it did not read intact:
 // it is counted as corrupt and logged.
-func (s *Store) dropped(tenant string, d compiler.Digest, size int64, why error) {
+func (s *Store) dropped(tenant string, d artifact.Digest, size int64, why error) {
 	s.forget(tenant, d, size)
 	s.corrupt.Add(1)
 	s.log.Warn("vault dropped an unreadable artifact; it is stored again when next seen",
@@ -202,7 +202,7 @@ func (s *Store) dropped(tenant string, d compiler.Digest, size int64, why error)
 
 // forget settles the accounting for a record dropRecord deleted (size is
 // what it returned), once its transaction committed.
-func (s *Store) forget(tenant string, d compiler.Digest, size int64) {
+func (s *Store) forget(tenant string, d artifact.Digest, size int64) {
 	s.checked.remove(tenant, d)
 	if size >= 0 {
 		s.bytes.Add(-size)
@@ -212,8 +212,8 @@ func (s *Store) forget(tenant string, d compiler.Digest, size int64) {
 }
 
 // keyDigest splits a content or metadata key into its tenant and digest.
-func keyDigest(key []byte) (string, compiler.Digest, bool) {
-	var d compiler.Digest
+func keyDigest(key []byte) (string, artifact.Digest, bool) {
+	var d artifact.Digest
 	if len(key) < 2+1+2*len(d) {
 		return "", d, false
 	}
@@ -280,7 +280,7 @@ func (s *Store) scrub() {
 
 // dropIfUnreadable drops tenant's d unless it reads intact now: a
 // concurrent Persist may have replaced it since the scrub read it.
-func (s *Store) dropIfUnreadable(tenant string, d compiler.Digest, why error) {
+func (s *Store) dropIfUnreadable(tenant string, d artifact.Digest, why error) {
 	var size int64
 	drop := false
 	err := s.deleting(func() (bool, error) {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // overwriteVlog overwrites n bytes of dir's first value-log file just past
@@ -26,8 +26,8 @@ func overwriteVlog(t *testing.T, dir string, n int) {
 	must(t, err)
 }
 
-func digests(arts []compiler.Artifact) []compiler.Digest {
-	out := make([]compiler.Digest, len(arts))
+func digests(arts []artifact.Artifact) []artifact.Digest {
+	out := make([]artifact.Digest, len(arts))
 	for i, a := range arts {
 		out[i] = a.Digest
 	}
@@ -41,7 +41,7 @@ func TestCorruptValueLogNeverConfirmed(t *testing.T) {
 	overwriteVlog(t, dir, 64<<10)
 	s := openTest(t, Config{Dir: dir})
 	ctx := context.Background()
-	sc := compiler.Scope{Tenant: "t"}
+	sc := artifact.Scope{Tenant: "t"}
 	before := s.Stats()
 
 	missing, err := s.Missing(ctx, sc, digests(arts))
@@ -79,7 +79,7 @@ func TestCorruptValueLogPersistRewrites(t *testing.T) {
 	overwriteVlog(t, dir, 64<<10)
 	s := openTest(t, Config{Dir: dir})
 	ctx := context.Background()
-	if err := s.Persist(ctx, compiler.Scope{Tenant: "t"}, arts); err != nil {
+	if err := s.Persist(ctx, artifact.Scope{Tenant: "t"}, arts); err != nil {
 		t.Fatal(err)
 	}
 	if st := s.Stats(); st.Written != uint64(len(arts)) || st.Verified != 0 || st.Corrupt != uint64(len(arts)) {
@@ -118,7 +118,7 @@ func TestScrubKeepsIntact(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	ctx := context.Background()
 	for range 2 {
-		if m, err := s.Missing(ctx, compiler.Scope{Tenant: "t"}, digests(arts)); err != nil || len(m) != 0 {
+		if m, err := s.Missing(ctx, artifact.Scope{Tenant: "t"}, digests(arts)); err != nil || len(m) != 0 {
 			t.Fatalf("Missing = %d, %v", len(m), err)
 		}
 	}
@@ -154,12 +154,12 @@ func TestVouchedUntilDeletedOrStale(t *testing.T) {
 	clk := newClock()
 	s := openTest(t, Config{now: clk.Now})
 	ctx := context.Background()
-	sc := compiler.Scope{Tenant: "t"}
+	sc := artifact.Scope{Tenant: "t"}
 	a, b := mkArt(text("a", 9000)), mkArt(text("b", 9000))
-	must(t, s.Persist(ctx, sc, []compiler.Artifact{a, b}))
-	missing := func() []compiler.Digest {
+	must(t, s.Persist(ctx, sc, []artifact.Artifact{a, b}))
+	missing := func() []artifact.Digest {
 		t.Helper()
-		m, err := s.Missing(ctx, sc, []compiler.Digest{a.Digest, b.Digest})
+		m, err := s.Missing(ctx, sc, []artifact.Digest{a.Digest, b.Digest})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,18 +190,18 @@ func TestVouchedUntilDeletedOrStale(t *testing.T) {
 	}
 	// Record does not touch what was just touched, and touches the rest.
 	clk.Add(s.touchAfter / 2)
-	must(t, s.Record(ctx, sc, compiler.Record{ChainEnd: dg("c"), Length: 1, Referenced: []compiler.Digest{b.Digest}}))
+	must(t, s.Record(ctx, sc, artifact.Record{ChainEnd: dg("c"), Length: 1, Referenced: []artifact.Digest{b.Digest}}))
 	if m2, _ := readMeta(t, s, "t", b.Digest); m2.LastSeen != clk.Now().Add(-s.touchAfter/2).UnixNano() {
 		t.Fatalf("Record touched a recently seen artifact: %d", m2.LastSeen)
 	}
 	clk.Add(s.touchAfter)
-	must(t, s.Record(ctx, sc, compiler.Record{ChainEnd: dg("d"), Length: 1, Referenced: []compiler.Digest{b.Digest}}))
+	must(t, s.Record(ctx, sc, artifact.Record{ChainEnd: dg("d"), Length: 1, Referenced: []artifact.Digest{b.Digest}}))
 	if m3, _ := readMeta(t, s, "t", b.Digest); m3.LastSeen != clk.Now().UnixNano() {
 		t.Fatalf("Record did not touch a stale artifact: %d, want %d", m3.LastSeen, clk.Now().UnixNano())
 	}
 	// What Record touched is vouched for again, without a read.
 	bp := &b
-	if rest := s.checked.unvouched("t", []*compiler.Artifact{bp}, clk.Now().UnixNano(), int64(s.touchAfter), s.deletionGen()); len(rest) != 0 {
+	if rest := s.checked.unvouched("t", []*artifact.Artifact{bp}, clk.Now().UnixNano(), int64(s.touchAfter), s.deletionGen()); len(rest) != 0 {
 		t.Fatal("an artifact Record just touched is not vouched for")
 	}
 }
@@ -211,18 +211,18 @@ func TestVouchedUntilDeletedOrStale(t *testing.T) {
 func TestNoVouchDuringDeletion(t *testing.T) {
 	s := openTest(t, Config{})
 	ctx := context.Background()
-	sc := compiler.Scope{Tenant: "t"}
+	sc := artifact.Scope{Tenant: "t"}
 	a := mkArt(text("deleted while vouching", 9000))
-	must(t, s.Persist(ctx, sc, []compiler.Artifact{a}))
+	must(t, s.Persist(ctx, sc, []artifact.Artifact{a}))
 
 	s.deletes.Lock() // a deletion in progress, as deleting runs it
 	must(t, s.db.Update(func(txn *badger.Txn) error {
 		_, err := dropRecord(txn, "t", a.Digest)
 		return err
 	}))
-	got := make(chan []compiler.Digest, 1)
+	got := make(chan []artifact.Digest, 1)
 	go func() {
-		m, err := s.Missing(ctx, sc, []compiler.Digest{a.Digest})
+		m, err := s.Missing(ctx, sc, []artifact.Digest{a.Digest})
 		if err != nil {
 			t.Error(err)
 		}

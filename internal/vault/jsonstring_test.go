@@ -7,7 +7,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
 )
 
@@ -72,13 +72,13 @@ func TestContentV3(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a := compiler.Artifact{Text: tt.text, Raw: []byte(tt.raw), Tool: "bash", Args: `{"cmd":"ls"}`}
-			a.Digest = compiler.ArtifactDigest(a.Text, a.Raw)
+			a := artifact.Artifact{Text: tt.text, Raw: []byte(tt.raw), Tool: "bash", Args: `{"cmd":"ls"}`}
+			a.Digest = artifact.DigestOf(a.Text, a.Raw)
 			b := encodeContent(&a)
 			if b[0] != tt.want {
 				t.Fatalf("stored as version %#x, want %#x", b[0], tt.want)
 			}
-			var got compiler.Artifact
+			var got artifact.Artifact
 			if err := decodeContent(b, &got); err != nil || got.Text != a.Text || !bytes.Equal(got.Raw, a.Raw) || got.Tool != a.Tool || got.Args != a.Args {
 				t.Fatalf("round trip = %+v, %v", got, err)
 			}
@@ -105,7 +105,7 @@ func mustJSON(s string) string {
 func TestContentV3Smaller(t *testing.T) {
 	a := mkArt(strings.Repeat("    12\tdef value(self): return \"q\" # héllo\n", 500))
 	v3 := encodeContent(&a)
-	v2 := encodeContent(&compiler.Artifact{Text: a.Text, Raw: append([]byte(" "), a.Raw...), Tool: a.Tool, Args: a.Args})
+	v2 := encodeContent(&artifact.Artifact{Text: a.Text, Raw: append([]byte(" "), a.Raw...), Tool: a.Tool, Args: a.Args})
 	if v3[0] != contentV3 || v2[0] != contentV2 {
 		t.Fatalf("versions %#x, %#x", v3[0], v2[0])
 	}
@@ -145,8 +145,8 @@ func FuzzContentRoundTrip(f *testing.F) {
 	f.Add("\ufffd", []byte(`"\ud800"`))
 	f.Add("x", []byte(`["x"]`))
 	f.Fuzz(func(t *testing.T, text string, raw []byte) {
-		a := compiler.Artifact{Text: text, Raw: raw, Tool: "t", Args: "{}"}
-		var got compiler.Artifact
+		a := artifact.Artifact{Text: text, Raw: raw, Tool: "t", Args: "{}"}
+		var got artifact.Artifact
 		if err := decodeContent(encodeContent(&a), &got); err != nil || got.Text != a.Text || !bytes.Equal(got.Raw, a.Raw) || got.Tool != a.Tool || got.Args != a.Args {
 			t.Fatalf("round trip of %q / %q = %+v, %v", text, raw, got, err)
 		}

@@ -11,7 +11,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 	"go.uber.org/zap"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // Lineage nodes carry cumulative exposures, so storing each one whole makes
@@ -35,7 +35,7 @@ const maxBaseHops = 64
 // the same request twice writes the same node again. The node's bytes count
 // in the vault's capacity; when they do not fit the node is not stored
 // (ErrFull), but the referenced artifacts are still kept alive.
-func (s *Store) Record(ctx context.Context, scope compiler.Scope, rec compiler.Record) error {
+func (s *Store) Record(ctx context.Context, scope artifact.Scope, rec artifact.Record) error {
 	release, err := s.enter()
 	if err != nil {
 		return err
@@ -118,7 +118,7 @@ func (s *Store) Record(ctx context.Context, scope compiler.Scope, rec compiler.R
 
 // baseNode builds rec's node: a delta against its base when the parent's
 // lineage can be resolved, else whole at depth 0.
-func baseNode(txn *badger.Txn, prefix []byte, rec compiler.Record) (node, error) {
+func baseNode(txn *badger.Txn, prefix []byte, rec artifact.Record) (node, error) {
 	n := node{Length: rec.Length, Parent: rec.Parent, HasParent: rec.HasParent, Exposures: rec.Exposures, Cache: rec.Cache}
 	if !rec.HasParent {
 		return n, nil
@@ -152,8 +152,8 @@ func baseNode(txn *badger.Txn, prefix []byte, rec compiler.Record) (node, error)
 }
 
 // exposureDelta is what turns base into cur.
-func exposureDelta(cur, base map[compiler.Digest]int) map[compiler.Digest]int {
-	out := map[compiler.Digest]int{}
+func exposureDelta(cur, base map[artifact.Digest]int) map[artifact.Digest]int {
+	out := map[artifact.Digest]int{}
 	for d, c := range cur {
 		if b, ok := base[d]; !ok || b != c {
 			out[d] = c
@@ -170,7 +170,7 @@ func exposureDelta(cur, base map[compiler.Digest]int) map[compiler.Digest]int {
 // loadNode reads the node filed under id in prefix. A missing or unreadable
 // node is reported absent: lineage only ever makes requests smaller, so
 // losing some of it is safe.
-func loadNode(txn *badger.Txn, prefix []byte, id compiler.Digest) (node, bool, error) {
+func loadNode(txn *badger.Txn, prefix []byte, id artifact.Digest) (node, bool, error) {
 	return loadNodeKey(txn, hex.AppendEncode(bytes.Clone(prefix), id[:]))
 }
 
@@ -191,7 +191,7 @@ func loadNodeKey(txn *badger.Txn, key []byte) (node, bool, error) {
 
 // resolve returns n's cumulative exposures, following its base links; false
 // when a base is missing.
-func resolve(txn *badger.Txn, prefix []byte, n node) (map[compiler.Digest]int, bool, error) {
+func resolve(txn *badger.Txn, prefix []byte, n node) (map[artifact.Digest]int, bool, error) {
 	chain := []node{n}
 	for cur := n; cur.HasBase; {
 		if len(chain) > maxBaseHops {
@@ -227,20 +227,20 @@ func resolve(txn *badger.Txn, prefix []byte, n node) (map[compiler.Digest]int, b
 // exposures resolve. The full chain is never considered, so a retried
 // request sees the same ancestry as its first attempt. All lookups share one
 // read-only transaction; misses are mostly answered by bloom filters.
-func (s *Store) Ancestor(ctx context.Context, scope compiler.Scope, chain []compiler.Digest) (compiler.Lineage, error) {
+func (s *Store) Ancestor(ctx context.Context, scope artifact.Scope, chain []artifact.Digest) (artifact.Lineage, error) {
 	release, err := s.enter()
 	if err != nil {
-		return compiler.Lineage{}, err
+		return artifact.Lineage{}, err
 	}
 	defer release()
 	if err := ctx.Err(); err != nil {
-		return compiler.Lineage{}, err
+		return artifact.Lineage{}, err
 	}
 	if len(chain) < 2 {
-		return compiler.Lineage{}, nil
+		return artifact.Lineage{}, nil
 	}
 	prefix := scopePrefix(scope)
-	var lin compiler.Lineage
+	var lin artifact.Lineage
 	err = s.db.View(func(txn *badger.Txn) error {
 		key := make([]byte, len(prefix), len(prefix)+64)
 		copy(key, prefix)
@@ -265,13 +265,13 @@ func (s *Store) Ancestor(ctx context.Context, scope compiler.Scope, chain []comp
 			if !ok {
 				continue // its base expired: an older node may still resolve
 			}
-			lin = compiler.Lineage{Found: true, Ancestor: chain[i], Length: i + 1, Exposures: exp, Cache: n.Cache}
+			lin = artifact.Lineage{Found: true, Ancestor: chain[i], Length: i + 1, Exposures: exp, Cache: n.Cache}
 			return nil
 		}
 		return nil
 	})
 	if err != nil {
-		return compiler.Lineage{}, fmt.Errorf("vault: ancestor: %w", err)
+		return artifact.Lineage{}, fmt.Errorf("vault: ancestor: %w", err)
 	}
 	return lin, nil
 }

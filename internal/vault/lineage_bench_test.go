@@ -6,25 +6,25 @@ import (
 	"maps"
 	"testing"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // deltaConversation records n requests of one conversation with parents, as
 // the compiler does (each adds one artifact), and returns its chain.
-func deltaConversation(b *testing.B, s *Store, sc compiler.Scope, n int) []compiler.Digest {
+func deltaConversation(b *testing.B, s *Store, sc artifact.Scope, n int) []artifact.Digest {
 	ctx := context.Background()
-	chain := make([]compiler.Digest, n+2)
+	chain := make([]artifact.Digest, n+2)
 	for i := range chain {
 		chain[i] = dg(fmt.Sprint("m", i))
 	}
-	exp := map[compiler.Digest]int{}
+	exp := map[artifact.Digest]int{}
 	for i := range n {
 		lin, err := s.Ancestor(ctx, sc, chain[:i+1])
 		if err != nil {
 			b.Fatal(err)
 		}
 		exp[dg(fmt.Sprint("art", i))] = 1
-		rec := compiler.Record{ChainEnd: chain[i], Length: i + 1, Parent: lin.Ancestor, HasParent: lin.Found, Exposures: maps.Clone(exp)}
+		rec := artifact.Record{ChainEnd: chain[i], Length: i + 1, Parent: lin.Ancestor, HasParent: lin.Found, Exposures: maps.Clone(exp)}
 		if err := s.Record(ctx, sc, rec); err != nil {
 			b.Fatal(err)
 		}
@@ -36,7 +36,7 @@ func deltaConversation(b *testing.B, s *Store, sc compiler.Scope, n int) []compi
 // conversation stored as deltas (at most 8 base links).
 func BenchmarkAncestorDelta(b *testing.B) {
 	s := openTest(b, Config{})
-	sc := compiler.Scope{Tenant: "bench"}
+	sc := artifact.Scope{Tenant: "bench"}
 	chain := deltaConversation(b, s, sc, 200)
 	ctx := context.Background()
 	b.ReportAllocs()
@@ -52,7 +52,7 @@ func BenchmarkAncestorDelta(b *testing.B) {
 // again: base lookup, resolve, delta, one write.
 func BenchmarkRecordDelta(b *testing.B) {
 	s := openTest(b, Config{})
-	sc := compiler.Scope{Tenant: "bench"}
+	sc := artifact.Scope{Tenant: "bench"}
 	chain := deltaConversation(b, s, sc, 200)
 	ctx := context.Background()
 	lin, err := s.Ancestor(ctx, sc, chain[:201])
@@ -61,7 +61,7 @@ func BenchmarkRecordDelta(b *testing.B) {
 	}
 	exp := maps.Clone(lin.Exposures)
 	exp[dg("new")] = 1
-	rec := compiler.Record{ChainEnd: chain[200], Length: 201, Parent: lin.Ancestor, HasParent: true, Exposures: exp}
+	rec := artifact.Record{ChainEnd: chain[200], Length: 201, Parent: lin.Ancestor, HasParent: true, Exposures: exp}
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := s.Record(ctx, sc, rec); err != nil {

@@ -5,7 +5,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // The compiler's cache state travels with the lineage node: recorded,
@@ -14,17 +14,17 @@ import (
 func TestLineageCarriesCacheState(t *testing.T) {
 	s := openTest(t, Config{})
 	ctx := context.Background()
-	sc := compiler.Scope{Tenant: "t"}
-	chain := []compiler.Digest{{1}, {2}, {3}}
+	sc := artifact.Scope{Tenant: "t"}
+	chain := []artifact.Digest{{1}, {2}, {3}}
 	state := []byte{1, 2, 3, 4}
-	if err := s.Record(ctx, sc, compiler.Record{ChainEnd: chain[0], Length: 1, Cache: state}); err != nil {
+	if err := s.Record(ctx, sc, artifact.Record{ChainEnd: chain[0], Length: 1, Cache: state}); err != nil {
 		t.Fatal(err)
 	}
 	lin, err := s.Ancestor(ctx, sc, chain[:2])
 	if err != nil || !lin.Found || !bytes.Equal(lin.Cache, state) {
 		t.Fatalf("Ancestor = %+v, %v", lin, err)
 	}
-	if err := s.Record(ctx, sc, compiler.Record{ChainEnd: chain[1], Length: 2}); err != nil {
+	if err := s.Record(ctx, sc, artifact.Record{ChainEnd: chain[1], Length: 2}); err != nil {
 		t.Fatal(err)
 	}
 	if lin, err := s.Ancestor(ctx, sc, chain); err != nil || lin.Length != 2 || lin.Cache != nil {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // conversation drives n requests of one conversation the way the compiler
@@ -17,11 +17,11 @@ import (
 // one more of an old one, and records the cumulative result. It checks
 // every lookup against a model and returns the lineage bytes after each
 // request.
-func conversation(t *testing.T, s *Store, sc compiler.Scope, n int) []int64 {
+func conversation(t *testing.T, s *Store, sc artifact.Scope, n int) []int64 {
 	t.Helper()
 	ctx := context.Background()
-	var chain []compiler.Digest
-	model := map[compiler.Digest]int{}
+	var chain []artifact.Digest
+	model := map[artifact.Digest]int{}
 	var sizes []int64
 	for i := range n {
 		chain = append(chain, dg(fmt.Sprint(sc, "msg", i)))
@@ -39,7 +39,7 @@ func conversation(t *testing.T, s *Store, sc compiler.Scope, n int) []int64 {
 		if i > 0 {
 			model[dg(fmt.Sprint("art", i/2))]++
 		}
-		rec := compiler.Record{ChainEnd: chain[i], Length: i + 1, Parent: lin.Ancestor, HasParent: lin.Found, Exposures: maps.Clone(model)}
+		rec := artifact.Record{ChainEnd: chain[i], Length: i + 1, Parent: lin.Ancestor, HasParent: lin.Found, Exposures: maps.Clone(model)}
 		if err := s.Record(ctx, sc, rec); err != nil {
 			t.Fatal(err)
 		}
@@ -53,7 +53,7 @@ func conversation(t *testing.T, s *Store, sc compiler.Scope, n int) []int64 {
 // requests).
 func TestLineageBound(t *testing.T) {
 	s := openTest(t, Config{})
-	sizes := conversation(t, s, compiler.Scope{Tenant: "t"}, 400)
+	sizes := conversation(t, s, artifact.Scope{Tenant: "t"}, 400)
 	at200, at400 := sizes[199], sizes[399]
 	t.Logf("lineage bytes: 200 requests %d, 400 requests %d", at200, at400)
 	if at400 > 400<<10 {
@@ -77,10 +77,10 @@ func TestLineageBound(t *testing.T) {
 // over from a whole node and later ones resolve again.
 func TestLineageBaseGone(t *testing.T) {
 	s := openTest(t, Config{})
-	sc := compiler.Scope{Tenant: "t"}
+	sc := artifact.Scope{Tenant: "t"}
 	ctx := context.Background()
 	conversation(t, s, sc, 6) // depths 0..5; 4 is based on 0
-	chain := make([]compiler.Digest, 7)
+	chain := make([]artifact.Digest, 7)
 	for i := range 6 {
 		chain[i] = dg(fmt.Sprint(sc, "msg", i))
 	}
@@ -95,7 +95,7 @@ func TestLineageBaseGone(t *testing.T) {
 	if lin.Found {
 		t.Fatalf("Ancestor resolved a node whose base is gone: length %d", lin.Length)
 	}
-	rec := compiler.Record{ChainEnd: chain[5], Length: 6, Exposures: map[compiler.Digest]int{dg("x"): 2}}
+	rec := artifact.Record{ChainEnd: chain[5], Length: 6, Exposures: map[artifact.Digest]int{dg("x"): 2}}
 	must(t, s.Record(ctx, sc, rec))
 	lin, err = s.Ancestor(ctx, sc, chain)
 	if err != nil || !lin.Found || lin.Length != 6 || lin.Exposures[dg("x")] != 2 {
@@ -105,14 +105,14 @@ func TestLineageBaseGone(t *testing.T) {
 
 func TestExposureDelta(t *testing.T) {
 	a, b, c := dg("a"), dg("b"), dg("c")
-	base := map[compiler.Digest]int{a: 1, b: 2}
+	base := map[artifact.Digest]int{a: 1, b: 2}
 	tests := []struct {
-		cur, want map[compiler.Digest]int
+		cur, want map[artifact.Digest]int
 	}{
-		{map[compiler.Digest]int{a: 1, b: 2}, map[compiler.Digest]int{}},
-		{map[compiler.Digest]int{a: 1, b: 3, c: 1}, map[compiler.Digest]int{b: 3, c: 1}},
-		{map[compiler.Digest]int{a: 1}, map[compiler.Digest]int{b: deletedExposure}},
-		{nil, map[compiler.Digest]int{a: deletedExposure, b: deletedExposure}},
+		{map[artifact.Digest]int{a: 1, b: 2}, map[artifact.Digest]int{}},
+		{map[artifact.Digest]int{a: 1, b: 3, c: 1}, map[artifact.Digest]int{b: 3, c: 1}},
+		{map[artifact.Digest]int{a: 1}, map[artifact.Digest]int{b: deletedExposure}},
+		{nil, map[artifact.Digest]int{a: deletedExposure, b: deletedExposure}},
 	}
 	for _, tt := range tests {
 		d := exposureDelta(tt.cur, base)
@@ -127,11 +127,11 @@ func TestExposureDelta(t *testing.T) {
 func TestLineageInCapacity(t *testing.T) {
 	s := openTest(t, Config{MaxBytes: 4 << 10})
 	ctx := context.Background()
-	sc := compiler.Scope{Tenant: "t"}
+	sc := artifact.Scope{Tenant: "t"}
 	var err error
 	for i := 0; i < 1000 && err == nil; i++ {
-		exp := map[compiler.Digest]int{dg(fmt.Sprint(i)): 1}
-		err = s.Record(ctx, sc, compiler.Record{ChainEnd: dg(fmt.Sprint("c", i)), Length: 1, Exposures: exp})
+		exp := map[artifact.Digest]int{dg(fmt.Sprint(i)): 1}
+		err = s.Record(ctx, sc, artifact.Record{ChainEnd: dg(fmt.Sprint("c", i)), Length: 1, Exposures: exp})
 	}
 	if !errors.Is(err, ErrFull) {
 		t.Fatalf("Record into a full vault = %v, want ErrFull", err)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // One tenant filling its quota neither stops another tenant nor loses the
@@ -15,16 +15,16 @@ import (
 func TestTenantQuota(t *testing.T) {
 	clk := newClock()
 	const retention = time.Hour
-	art := func(tenant string, i int) compiler.Artifact { return mkArt(text(fmt.Sprint(tenant, i), 2000)) }
+	art := func(tenant string, i int) artifact.Artifact { return mkArt(text(fmt.Sprint(tenant, i), 2000)) }
 	size := func() int64 { a := art("x", 0); return ArtifactSize(&a) }()
 	// Default quota: a quarter of the cap, here 2 artifacts of 8.
 	s := openTest(t, Config{MaxBytes: 8*size + size/2, Retention: retention, now: clk.Now})
 	ctx := context.Background()
-	A, B := compiler.Scope{Tenant: "A"}, compiler.Scope{Tenant: "B"}
-	persist := func(sc compiler.Scope, i int) error {
-		return s.Persist(ctx, sc, []compiler.Artifact{art(sc.Tenant, i)})
+	A, B := artifact.Scope{Tenant: "A"}, artifact.Scope{Tenant: "B"}
+	persist := func(sc artifact.Scope, i int) error {
+		return s.Persist(ctx, sc, []artifact.Artifact{art(sc.Tenant, i)})
 	}
-	has := func(sc compiler.Scope, i int) bool {
+	has := func(sc artifact.Scope, i int) bool {
 		_, ok, err := s.Get(ctx, sc.Tenant, art(sc.Tenant, i).Digest)
 		if err != nil {
 			t.Fatal(err)
@@ -38,7 +38,7 @@ func TestTenantQuota(t *testing.T) {
 	}
 	// A is at its quota, with everything inside retention.
 	err := persist(A, 2)
-	if !errors.Is(err, ErrFull) || !errors.Is(err, compiler.ErrFull) {
+	if !errors.Is(err, ErrFull) || !errors.Is(err, artifact.ErrFull) {
 		t.Fatalf("Persist over quota = %v, want ErrFull", err)
 	}
 	// B is unaffected, though the vault has room for 6 more of A's.
@@ -104,17 +104,17 @@ func TestTenantQuotaConfig(t *testing.T) {
 // its own artifacts.
 func TestTenantQuotaPrefix(t *testing.T) {
 	clk := newClock()
-	art := func(tenant string, i int) compiler.Artifact { return mkArt(text(fmt.Sprint(tenant, i), 2000)) }
+	art := func(tenant string, i int) artifact.Artifact { return mkArt(text(fmt.Sprint(tenant, i), 2000)) }
 	size := func() int64 { a := art("x", 0); return ArtifactSize(&a) }()
 	s := openTest(t, Config{MaxBytes: 8*size + size/2, Retention: time.Hour, now: clk.Now})
 	ctx := context.Background()
 	for _, tenant := range []string{"a/b", "a"} {
 		for i := range 2 {
-			must(t, s.Persist(ctx, compiler.Scope{Tenant: tenant}, []compiler.Artifact{art(tenant, i)}))
+			must(t, s.Persist(ctx, artifact.Scope{Tenant: tenant}, []artifact.Artifact{art(tenant, i)}))
 		}
 	}
 	clk.Add(2 * time.Hour) // everything has left its window
-	must(t, s.Persist(ctx, compiler.Scope{Tenant: "a"}, []compiler.Artifact{art("a", 2)}))
+	must(t, s.Persist(ctx, artifact.Scope{Tenant: "a"}, []artifact.Artifact{art("a", 2)}))
 	for i := range 2 {
 		if _, ok, _ := s.Get(ctx, "a/b", art("a/b", i).Digest); !ok {
 			t.Errorf(`tenant "a/b" lost artifact %d to tenant "a"'s quota`, i)
@@ -132,13 +132,13 @@ func TestTenantQuotaPrefix(t *testing.T) {
 func TestSetLimitsLowered(t *testing.T) {
 	clk := newClock()
 	const retention = time.Hour
-	art := func(tenant string, i int) compiler.Artifact { return mkArt(text(fmt.Sprint(tenant, i), 2000)) }
+	art := func(tenant string, i int) artifact.Artifact { return mkArt(text(fmt.Sprint(tenant, i), 2000)) }
 	size := func() int64 { a := art("x", 0); return ArtifactSize(&a) }()
 	s := openTest(t, Config{MaxBytes: 40 * size, TenantMaxBytes: 20 * size, Retention: retention, now: clk.Now})
 	ctx := context.Background()
-	A := compiler.Scope{Tenant: "A"}
+	A := artifact.Scope{Tenant: "A"}
 	for i := range 6 {
-		must(t, s.Persist(ctx, A, []compiler.Artifact{art("A", i)}))
+		must(t, s.Persist(ctx, A, []artifact.Artifact{art("A", i)}))
 		clk.Add(time.Minute)
 	}
 	s.SetLimits(40*size, 3*size)
@@ -146,11 +146,11 @@ func TestSetLimitsLowered(t *testing.T) {
 		t.Fatalf("MaxBytes %d, want %d", got, 40*size)
 	}
 	// Inside retention nothing may go: over the new quota is full.
-	if err := s.Persist(ctx, A, []compiler.Artifact{art("A", 6)}); !errors.Is(err, ErrFull) {
+	if err := s.Persist(ctx, A, []artifact.Artifact{art("A", 6)}); !errors.Is(err, ErrFull) {
 		t.Fatalf("Persist over the lowered quota inside retention = %v, want ErrFull", err)
 	}
 	clk.Add(retention)
-	must(t, s.Persist(ctx, A, []compiler.Artifact{art("A", 6)}))
+	must(t, s.Persist(ctx, A, []artifact.Artifact{art("A", 6)}))
 	if used := s.tenants.used("A"); used > 3*size {
 		t.Errorf("tenant A holds %d bytes over its new quota of %d", used, 3*size)
 	}
@@ -164,7 +164,7 @@ func TestSetLimitsLowered(t *testing.T) {
 	}
 	// A capacity lowered below one artifact refuses it.
 	s.SetLimits(size/2, size/2)
-	if err := s.Persist(ctx, compiler.Scope{Tenant: "B"}, []compiler.Artifact{art("B", 0)}); !errors.Is(err, ErrFull) {
+	if err := s.Persist(ctx, artifact.Scope{Tenant: "B"}, []artifact.Artifact{art("B", 0)}); !errors.Is(err, ErrFull) {
 		t.Errorf("Persist over the lowered capacity = %v, want ErrFull", err)
 	}
 }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // Recovery reads the vault by public artifact id and by search; neither is
@@ -24,11 +24,11 @@ import (
 const maxSearchScan = 20000
 
 // Resolve returns the digest of tenant's artifact whose public id
-// (compiler.ArtifactID: "a_" and the first 32 hex digits of the digest) is
+// (artifact.ID: "a_" and the first 32 hex digits of the digest) is
 // id. A malformed id, or one of no artifact of tenant, is not found. The
 // lookup is one prefix seek: metadata keys end in the full hex digest.
-func (s *Store) Resolve(ctx context.Context, tenant, id string) (compiler.Digest, bool, error) {
-	var d compiler.Digest
+func (s *Store) Resolve(ctx context.Context, tenant, id string) (artifact.Digest, bool, error) {
+	var d artifact.Digest
 	prefix, ok := idHex(id)
 	if !ok {
 		return d, false, nil
@@ -63,7 +63,7 @@ func (s *Store) Resolve(ctx context.Context, tenant, id string) (compiler.Digest
 		return nil
 	})
 	if err != nil {
-		return compiler.Digest{}, false, fmt.Errorf("vault: resolve: %w", err)
+		return artifact.Digest{}, false, fmt.Errorf("vault: resolve: %w", err)
 	}
 	return d, found, nil
 }
@@ -99,7 +99,7 @@ func tenantMetaPrefix(tenant string) []byte {
 // (ErrSearchQueryTooLong). The scan is linear in the bytes read and stops
 // with ctx's error when ctx ends. A record that does not decode is
 // skipped: Get reports it.
-func (s *Store) Search(ctx context.Context, tenant, query string, limit int) ([]compiler.Artifact, error) {
+func (s *Store) Search(ctx context.Context, tenant, query string, limit int) ([]artifact.Artifact, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
@@ -116,7 +116,7 @@ func (s *Store) Search(ctx context.Context, tenant, query string, limit int) ([]
 		return nil, err
 	}
 	base := tenantMetaPrefix(tenant)
-	var out []compiler.Artifact
+	var out []artifact.Artifact
 	err = s.db.View(func(txn *badger.Txn) error {
 		var metas []meta
 		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 256, Prefix: base})
@@ -164,7 +164,7 @@ func (s *Store) Search(ctx context.Context, tenant, query string, limit int) ([]
 				return gone
 			}
 			if match {
-				out = append(out, compiler.Artifact{Digest: m.Digest, Tool: tool, Chars: m.Chars})
+				out = append(out, artifact.Artifact{Digest: m.Digest, Tool: tool, Chars: m.Chars})
 				if len(out) == limit {
 					return nil
 				}

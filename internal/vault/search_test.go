@@ -7,23 +7,23 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 func TestResolve(t *testing.T) {
 	ctx := context.Background()
 	s := openTest(t, Config{})
 	a := mkArt(text("resolve", 9000))
-	if err := s.Persist(ctx, compiler.Scope{Tenant: "t1"}, []compiler.Artifact{a}); err != nil {
+	if err := s.Persist(ctx, artifact.Scope{Tenant: "t1"}, []artifact.Artifact{a}); err != nil {
 		t.Fatal(err)
 	}
 	// A tenant whose name extends t1's must not see t1's keys through the
 	// shared prefix, nor t1 its.
 	b := mkArt(text("other", 9000))
-	if err := s.Persist(ctx, compiler.Scope{Tenant: "t1/x"}, []compiler.Artifact{b}); err != nil {
+	if err := s.Persist(ctx, artifact.Scope{Tenant: "t1/x"}, []artifact.Artifact{b}); err != nil {
 		t.Fatal(err)
 	}
-	id := compiler.ArtifactID(a.Digest)
+	id := artifact.ID(a.Digest)
 	cases := []struct {
 		tenant, id string
 		found      bool
@@ -31,8 +31,8 @@ func TestResolve(t *testing.T) {
 		{"t1", id, true},
 		{"t2", id, false},
 		{"t1/x", id, false},
-		{"t1", compiler.ArtifactID(b.Digest), false},
-		{"t1/x", compiler.ArtifactID(b.Digest), true},
+		{"t1", artifact.ID(b.Digest), false},
+		{"t1/x", artifact.ID(b.Digest), true},
 		{"t1", id[:len(id)-1], false},
 		{"t1", id + "0", false},
 		{"t1", "A_" + id[2:], false},
@@ -49,8 +49,8 @@ func TestResolve(t *testing.T) {
 			t.Fatalf("Resolve(%q, %q) found=%v, want %v", c.tenant, c.id, ok, c.found)
 		}
 		if ok {
-			if got, _, _ := s.Get(ctx, c.tenant, d); compiler.ArtifactID(got.Digest) != c.id {
-				t.Fatalf("Resolve(%q) gave digest of %s", c.id, compiler.ArtifactID(d))
+			if got, _, _ := s.Get(ctx, c.tenant, d); artifact.ID(got.Digest) != c.id {
+				t.Fatalf("Resolve(%q) gave digest of %s", c.id, artifact.ID(d))
 			}
 		}
 	}
@@ -60,12 +60,12 @@ func TestSearch(t *testing.T) {
 	ctx := context.Background()
 	clk := newClock()
 	s := openTest(t, Config{now: clk.Now})
-	mk := func(body, tool string) compiler.Artifact {
+	mk := func(body, tool string) artifact.Artifact {
 		a := mkArt(body)
 		a.Tool = tool
 		return a
 	}
-	arts := []compiler.Artifact{
+	arts := []artifact.Artifact{
 		mk(text("alpha", 5000)+" NEEDLE here", "read_file"),
 		mk(text("beta", 5000), "bash"),
 		mk(text("gamma", 5000)+" needle again", "bash"),
@@ -73,11 +73,11 @@ func TestSearch(t *testing.T) {
 	}
 	for _, a := range arts {
 		clk.Add(time.Second) // distinct creation times: 0 oldest, 3 newest
-		if err := s.Persist(ctx, compiler.Scope{Tenant: "t1"}, []compiler.Artifact{a}); err != nil {
+		if err := s.Persist(ctx, artifact.Scope{Tenant: "t1"}, []artifact.Artifact{a}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.Persist(ctx, compiler.Scope{Tenant: "t2"}, []compiler.Artifact{mk("t2 needle "+text("t2", 5000), "bash")}); err != nil {
+	if err := s.Persist(ctx, artifact.Scope{Tenant: "t2"}, []artifact.Artifact{mk("t2 needle "+text("t2", 5000), "bash")}); err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {
@@ -101,7 +101,7 @@ func TestSearch(t *testing.T) {
 		}
 		var idx []int
 		for _, g := range got {
-			i := slices.IndexFunc(arts, func(a compiler.Artifact) bool { return a.Digest == g.Digest })
+			i := slices.IndexFunc(arts, func(a artifact.Artifact) bool { return a.Digest == g.Digest })
 			if i < 0 {
 				t.Fatalf("Search(%q) returned another tenant's artifact", c.query)
 			}
@@ -148,7 +148,7 @@ func BenchmarkSearch(b *testing.B) {
 			body += " NEEDLE"
 		}
 		clk.Add(time.Millisecond)
-		if err := s.Persist(ctx, compiler.Scope{Tenant: "t"}, []compiler.Artifact{mkArt(body)}); err != nil {
+		if err := s.Persist(ctx, artifact.Scope{Tenant: "t"}, []artifact.Artifact{mkArt(body)}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -167,10 +167,10 @@ func BenchmarkResolve(b *testing.B) {
 	var id string
 	for i := range 1000 {
 		a := mkArt(text(fmt.Sprintf("artifact %d", i), 2000))
-		if err := s.Persist(ctx, compiler.Scope{Tenant: "t"}, []compiler.Artifact{a}); err != nil {
+		if err := s.Persist(ctx, artifact.Scope{Tenant: "t"}, []artifact.Artifact{a}); err != nil {
 			b.Fatal(err)
 		}
-		id = compiler.ArtifactID(a.Digest)
+		id = artifact.ID(a.Digest)
 	}
 	b.ReportAllocs()
 	for b.Loop() {

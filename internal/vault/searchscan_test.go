@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // The scan answers exactly what strings.Contains of both lower-cased
@@ -93,7 +93,7 @@ func TestSearchCostLinear(t *testing.T) {
 	s := openTest(t, Config{})
 	for _, fill := range []string{"a", "A"} {
 		a := mkArt(strings.Repeat(fill, 400_000))
-		if err := s.Persist(ctx, compiler.Scope{Tenant: "t"}, []compiler.Artifact{a}); err != nil {
+		if err := s.Persist(ctx, artifact.Scope{Tenant: "t"}, []artifact.Artifact{a}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -129,7 +129,7 @@ func TestSearchWorstCPU(t *testing.T) {
 	s := openTest(t, Config{MaxBytes: 1 << 30, TenantMaxBytes: 1 << 30})
 	for i := range 24 {
 		a := mkArt(strings.Repeat("a", 1_500_000-i))
-		if err := s.Persist(ctx, compiler.Scope{Tenant: "t"}, []compiler.Artifact{a}); err != nil {
+		if err := s.Persist(ctx, artifact.Scope{Tenant: "t"}, []artifact.Artifact{a}); err != nil {
 			t.Fatal(err)
 		}
 	}

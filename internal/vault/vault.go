@@ -13,7 +13,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 	"go.uber.org/zap"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // Defaults applied by Open to zero (or negative) Config fields.
@@ -32,10 +32,10 @@ var (
 	// ErrFull means the vault has no room for new artifacts even after
 	// evicting everything not protected by retention. Callers pass the
 	// request through unchanged.
-	ErrFull = compiler.ErrFull
+	ErrFull = artifact.ErrFull
 	// ErrTooLarge means one artifact exceeds Config.MaxArtifactBytes.
 	ErrTooLarge = errors.New("vault: artifact too large")
-	// ErrDigest means an artifact's Digest is not compiler.ArtifactDigest of
+	// ErrDigest means an artifact's Digest is not artifact.DigestOf of
 	// its Text and Raw (see identity.go), or a stored
 	// record does not match the digest it is filed under.
 	ErrDigest = errors.New("vault: digest mismatch")
@@ -106,7 +106,7 @@ type Stats struct {
 	VlogBytes int64 // on-disk value-log size as Badger estimates it
 }
 
-// Store is the Badger-backed vault. It implements compiler.Store and is safe
+// Store is the Badger-backed vault. It implements artifact.Store and is safe
 // for concurrent use.
 type Store struct {
 	db         *badger.DB
@@ -167,7 +167,7 @@ type Store struct {
 	done   chan struct{}
 }
 
-var _ compiler.Store = (*Store)(nil)
+var _ artifact.Store = (*Store)(nil)
 
 // badgerOptions tunes Badger for a small, steady footprint rather than
 // throughput; the vault sees one small batch per request.

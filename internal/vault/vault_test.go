@@ -20,7 +20,7 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 type clock struct {
@@ -55,10 +55,10 @@ func openTest(t testing.TB, cfg Config) *Store {
 	return s
 }
 
-func mkArt(text string) compiler.Artifact {
+func mkArt(text string) artifact.Artifact {
 	raw, _ := json.Marshal(text)
-	return compiler.Artifact{
-		Digest: compiler.ArtifactDigest(text, raw),
+	return artifact.Artifact{
+		Digest: artifact.DigestOf(text, raw),
 		Text:   text,
 		Raw:    raw,
 		Tool:   "read_file",
@@ -76,9 +76,9 @@ func text(seed string, n int) string {
 	return b.String()[:n]
 }
 
-func dg(s string) compiler.Digest { return sha256.Sum256([]byte(s)) }
+func dg(s string) artifact.Digest { return sha256.Sum256([]byte(s)) }
 
-func readMeta(t *testing.T, s *Store, tenant string, d compiler.Digest) (meta, bool) {
+func readMeta(t *testing.T, s *Store, tenant string, d artifact.Digest) (meta, bool) {
 	t.Helper()
 	var m meta
 	found := false
@@ -102,18 +102,18 @@ func readMeta(t *testing.T, s *Store, tenant string, d compiler.Digest) (meta, b
 func TestPersistGet(t *testing.T) {
 	s := openTest(t, Config{})
 	ctx := context.Background()
-	sc := compiler.Scope{Tenant: s.Tenant("sk-test")}
-	arts := []compiler.Artifact{
+	sc := artifact.Scope{Tenant: s.Tenant("sk-test")}
+	arts := []artifact.Artifact{
 		mkArt("small"),
 		mkArt(text("big", 100_000)),
 		mkArt("unicode: héllo wörld ✓ 😀 \u2028 \"quoted\" \\ back\tslash\n"),
 		mkArt(strings.Repeat("x", 1023)),
-		{Digest: compiler.ArtifactDigest("", []byte(`""`)), Text: "", Raw: []byte(`""`)}, // empty text, no provenance
+		{Digest: artifact.DigestOf("", []byte(`""`)), Text: "", Raw: []byte(`""`)}, // empty text, no provenance
 	}
 	// A non-canonical escape is a spelling of its own, kept byte for byte.
 	esc := mkArt("é")
 	esc.Raw = []byte(`"\u00e9"`)
-	esc.Digest = compiler.ArtifactDigest(esc.Text, esc.Raw)
+	esc.Digest = artifact.DigestOf(esc.Text, esc.Raw)
 	arts = append(arts, esc)
 
 	if err := s.Persist(ctx, sc, arts); err != nil {
@@ -144,9 +144,9 @@ func TestPersistExisting(t *testing.T) {
 	clk := newClock()
 	s := openTest(t, Config{now: clk.Now})
 	ctx := context.Background()
-	sc := compiler.Scope{Tenant: "t"}
+	sc := artifact.Scope{Tenant: "t"}
 	a := mkArt(text("a", 5000))
-	dup := []compiler.Artifact{a, a, a}
+	dup := []artifact.Artifact{a, a, a}
 	if err := s.Persist(ctx, sc, dup); err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +157,7 @@ func TestPersistExisting(t *testing.T) {
 
 	// Within touchAfter: verified only, no write at all.
 	clk.Add(30 * time.Second)
-	if err := s.Persist(ctx, sc, []compiler.Artifact{a}); err != nil {
+	if err := s.Persist(ctx, sc, []artifact.Artifact{a}); err != nil {
 		t.Fatal(err)
 	}
 	m1, _ := readMeta(t, s, "t", a.Digest)
@@ -168,7 +168,7 @@ func TestPersistExisting(t *testing.T) {
 	clk.Add(2 * time.Minute)
 	changed := a
 	changed.Tool, changed.Args = "other", "{}"
-	if err := s.Persist(ctx, sc, []compiler.Artifact{changed}); err != nil {
+	if err := s.Persist(ctx, sc, []artifact.Artifact{changed}); err != nil {
 		t.Fatal(err)
 	}
 	m2, _ := readMeta(t, s, "t", a.Digest)
@@ -191,18 +191,18 @@ func TestPersistRejects(t *testing.T) {
 	huge := mkArt(strings.Repeat("h", 600))
 	tests := []struct {
 		name string
-		arts []compiler.Artifact
+		arts []artifact.Artifact
 		want error
 	}{
-		{"wrong digest", []compiler.Artifact{good, wrong}, ErrDigest},
-		{"zero digest", []compiler.Artifact{{Text: "x"}}, ErrDigest},
-		{"over per-artifact cap", []compiler.Artifact{good, huge}, ErrTooLarge},
-		{"more than the whole vault", []compiler.Artifact{good, mkArt(strings.Repeat("h", 400))}, ErrFull},
+		{"wrong digest", []artifact.Artifact{good, wrong}, ErrDigest},
+		{"zero digest", []artifact.Artifact{{Text: "x"}}, ErrDigest},
+		{"over per-artifact cap", []artifact.Artifact{good, huge}, ErrTooLarge},
+		{"more than the whole vault", []artifact.Artifact{good, mkArt(strings.Repeat("h", 400))}, ErrFull},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := openTest(t, Config{MaxArtifactBytes: 1000, MaxBytes: 500})
-			err := s.Persist(context.Background(), compiler.Scope{Tenant: "t"}, tt.arts)
+			err := s.Persist(context.Background(), artifact.Scope{Tenant: "t"}, tt.arts)
 			if !errors.Is(err, tt.want) {
 				t.Fatalf("Persist = %v, want %v", err, tt.want)
 			}
@@ -220,7 +220,7 @@ func TestPersistRejects(t *testing.T) {
 func TestEviction(t *testing.T) {
 	clk := newClock()
 	const retention = time.Hour
-	arts := make([]compiler.Artifact, 7)
+	arts := make([]artifact.Artifact, 7)
 	for i := range arts {
 		arts[i] = mkArt(text(fmt.Sprint("art", i), 1500))
 	}
@@ -228,7 +228,7 @@ func TestEviction(t *testing.T) {
 	// One tenant: this is about the cap, so its quota is the whole vault.
 	s := openTest(t, Config{MaxBytes: 3*size + size/2, TenantMaxBytes: 3*size + size/2, Retention: retention, now: clk.Now})
 	ctx := context.Background()
-	sc := compiler.Scope{Tenant: "t"}
+	sc := artifact.Scope{Tenant: "t"}
 	persist := func(i int) error { return s.Persist(ctx, sc, arts[i:i+1]) }
 	present := func() (out []int) {
 		for i, a := range arts {
@@ -303,14 +303,14 @@ func TestReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	tenant := s.Tenant("Bearer sk-abc")
-	sc := compiler.Scope{Tenant: tenant, Session: "s1"}
+	sc := artifact.Scope{Tenant: tenant, Session: "s1"}
 	a := mkArt(text("persisted", 20_000))
-	chain := []compiler.Digest{dg("m1"), dg("m2"), dg("m3")}
-	exp := map[compiler.Digest]int{a.Digest: 2}
-	if err := s.Persist(ctx, sc, []compiler.Artifact{a}); err != nil {
+	chain := []artifact.Digest{dg("m1"), dg("m2"), dg("m3")}
+	exp := map[artifact.Digest]int{a.Digest: 2}
+	if err := s.Persist(ctx, sc, []artifact.Artifact{a}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Record(ctx, sc, compiler.Record{ChainEnd: chain[1], Length: 2, Parent: chain[0], HasParent: true, Exposures: exp}); err != nil {
+	if err := s.Record(ctx, sc, artifact.Record{ChainEnd: chain[1], Length: 2, Parent: chain[0], HasParent: true, Exposures: exp}); err != nil {
 		t.Fatal(err)
 	}
 	before := s.Stats()
@@ -359,25 +359,25 @@ func TestTenant(t *testing.T) {
 func TestTenantIsolation(t *testing.T) {
 	s := openTest(t, Config{})
 	ctx := context.Background()
-	A := compiler.Scope{Tenant: s.Tenant("key-a")}
-	B := compiler.Scope{Tenant: s.Tenant("key-b")}
+	A := artifact.Scope{Tenant: s.Tenant("key-a")}
+	B := artifact.Scope{Tenant: s.Tenant("key-b")}
 	art := mkArt(text("secret", 9000))
-	if err := s.Persist(ctx, A, []compiler.Artifact{art}); err != nil {
+	if err := s.Persist(ctx, A, []artifact.Artifact{art}); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok, _ := s.Get(ctx, B.Tenant, art.Digest); ok {
 		t.Fatal("tenant B can read tenant A's artifact")
 	}
 	// B's Persist must not be satisfied by A's copy: B gets its own.
-	if err := s.Persist(ctx, B, []compiler.Artifact{art}); err != nil {
+	if err := s.Persist(ctx, B, []artifact.Artifact{art}); err != nil {
 		t.Fatal(err)
 	}
 	if st := s.Stats(); st.Written != 2 || st.Verified != 0 || st.Artifacts != 2 {
 		t.Errorf("Stats = %+v, want two independent writes", st)
 	}
 
-	chain := []compiler.Digest{dg("1"), dg("2"), dg("3")}
-	if err := s.Record(ctx, A, compiler.Record{ChainEnd: chain[1], Length: 2}); err != nil {
+	chain := []artifact.Digest{dg("1"), dg("2"), dg("3")}
+	if err := s.Record(ctx, A, artifact.Record{ChainEnd: chain[1], Length: 2}); err != nil {
 		t.Fatal(err)
 	}
 	if lin, _ := s.Ancestor(ctx, A, chain); !lin.Found {
@@ -389,38 +389,38 @@ func TestTenantIsolation(t *testing.T) {
 }
 
 func TestLineage(t *testing.T) {
-	chain := make([]compiler.Digest, 10)
+	chain := make([]artifact.Digest, 10)
 	for i := range chain {
 		chain[i] = dg(fmt.Sprint("msg", i))
 	}
 	x, y := dg("artifact x"), dg("artifact y")
-	base := compiler.Scope{Tenant: "t"}
-	sess := compiler.Scope{Tenant: "t", Session: "s"}
+	base := artifact.Scope{Tenant: "t"}
+	sess := artifact.Scope{Tenant: "t", Session: "s"}
 	type rec struct {
-		scope compiler.Scope
+		scope artifact.Scope
 		at    int // index in chain of the recorded chain end
-		exp   map[compiler.Digest]int
+		exp   map[artifact.Digest]int
 	}
 	tests := []struct {
 		name    string
 		records []rec
-		scope   compiler.Scope
-		chain   []compiler.Digest
+		scope   artifact.Scope
+		chain   []artifact.Digest
 		want    int // index of the expected ancestor, -1 for none
-		wantExp map[compiler.Digest]int
+		wantExp map[artifact.Digest]int
 	}{
 		{"empty vault", nil, base, chain, -1, nil},
 		{"empty chain", []rec{{base, 0, nil}}, base, nil, -1, nil},
 		{"single message", []rec{{base, 0, nil}}, base, chain[:1], -1, nil},
 		{"full chain never returned", []rec{{base, 9, nil}}, base, chain, -1, nil},
 		{"retry sees same ancestry", []rec{{base, 4, nil}, {base, 9, nil}}, base, chain, 4, nil},
-		{"first message", []rec{{base, 0, map[compiler.Digest]int{x: 1}}}, base, chain, 0, map[compiler.Digest]int{x: 1}},
-		{"longest prefix wins", []rec{{base, 2, map[compiler.Digest]int{x: 1}}, {base, 6, map[compiler.Digest]int{x: 1, y: 2}}, {base, 3, nil}}, base, chain, 6, map[compiler.Digest]int{x: 1, y: 2}},
+		{"first message", []rec{{base, 0, map[artifact.Digest]int{x: 1}}}, base, chain, 0, map[artifact.Digest]int{x: 1}},
+		{"longest prefix wins", []rec{{base, 2, map[artifact.Digest]int{x: 1}}, {base, 6, map[artifact.Digest]int{x: 1, y: 2}}, {base, 3, nil}}, base, chain, 6, map[artifact.Digest]int{x: 1, y: 2}},
 		{"prefix of shorter chain", []rec{{base, 2, nil}, {base, 6, nil}}, base, chain[:6], 2, nil},
 		{"other session invisible", []rec{{base, 5, nil}}, sess, chain, -1, nil},
 		{"session sees its own", []rec{{base, 7, nil}, {sess, 3, nil}}, sess, chain, 3, nil},
 		{"no session does not see session", []rec{{sess, 7, nil}, {base, 1, nil}}, base, chain, 1, nil},
-		{"other tenant invisible", []rec{{compiler.Scope{Tenant: "u"}, 5, nil}}, base, chain, -1, nil},
+		{"other tenant invisible", []rec{{artifact.Scope{Tenant: "u"}, 5, nil}}, base, chain, -1, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -429,7 +429,7 @@ func TestLineage(t *testing.T) {
 			for _, r := range tt.records {
 				// Recording twice is harmless.
 				for range 2 {
-					if err := s.Record(ctx, r.scope, compiler.Record{ChainEnd: chain[r.at], Length: r.at + 1, Exposures: r.exp}); err != nil {
+					if err := s.Record(ctx, r.scope, artifact.Record{ChainEnd: chain[r.at], Length: r.at + 1, Exposures: r.exp}); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -460,13 +460,13 @@ func TestRecordKeepsReferencedAlive(t *testing.T) {
 	clk := newClock()
 	s := openTest(t, Config{Retention: time.Hour, now: clk.Now})
 	ctx := context.Background()
-	sc := compiler.Scope{Tenant: "t"}
+	sc := artifact.Scope{Tenant: "t"}
 	a := mkArt("referenced")
-	if err := s.Persist(ctx, sc, []compiler.Artifact{a}); err != nil {
+	if err := s.Persist(ctx, sc, []artifact.Artifact{a}); err != nil {
 		t.Fatal(err)
 	}
 	clk.Add(50 * time.Minute)
-	rec := compiler.Record{ChainEnd: dg("c"), Length: 1, Referenced: []compiler.Digest{a.Digest, dg("gone")}}
+	rec := artifact.Record{ChainEnd: dg("c"), Length: 1, Referenced: []artifact.Digest{a.Digest, dg("gone")}}
 	if err := s.Record(ctx, sc, rec); err != nil {
 		t.Fatal(err)
 	}
@@ -479,18 +479,18 @@ func TestLineageExpires(t *testing.T) {
 	t.Parallel()
 	s := openTest(t, Config{Retention: time.Second})
 	ctx := context.Background()
-	chain := []compiler.Digest{dg("a"), dg("b")}
-	if err := s.Record(ctx, compiler.Scope{}, compiler.Record{ChainEnd: chain[0], Length: 1}); err != nil {
+	chain := []artifact.Digest{dg("a"), dg("b")}
+	if err := s.Record(ctx, artifact.Scope{}, artifact.Record{ChainEnd: chain[0], Length: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if lin, _ := s.Ancestor(ctx, compiler.Scope{}, chain); !lin.Found {
+	if lin, _ := s.Ancestor(ctx, artifact.Scope{}, chain); !lin.Found {
 		t.Fatal("fresh record not found")
 	}
 	if st := s.Stats(); st.Lineage == 0 || st.Bytes != st.Lineage {
 		t.Fatalf("fresh record not counted: %+v", st)
 	}
 	time.Sleep(2100 * time.Millisecond) // Badger TTLs have one-second resolution
-	if lin, _ := s.Ancestor(ctx, compiler.Scope{}, chain); lin.Found {
+	if lin, _ := s.Ancestor(ctx, artifact.Scope{}, chain); lin.Found {
 		t.Error("record outlived its TTL")
 	}
 	// Its bytes leave the capacity with it, at the next maintenance pass.
@@ -537,7 +537,7 @@ func TestDirMode(t *testing.T) {
 func TestConcurrent(t *testing.T) {
 	s := openTest(t, Config{})
 	ctx := context.Background()
-	shared := []compiler.Artifact{mkArt(text("shared1", 20_000)), mkArt(text("shared2", 3000))}
+	shared := []artifact.Artifact{mkArt(text("shared1", 20_000)), mkArt(text("shared2", 3000))}
 	const workers, rounds = 16, 10
 	var wg sync.WaitGroup
 	errs := make(chan error, workers*rounds)
@@ -545,11 +545,11 @@ func TestConcurrent(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sc := compiler.Scope{Tenant: fmt.Sprint("tenant", w%4)}
-			chain := []compiler.Digest{dg(fmt.Sprint(w, "root"))}
+			sc := artifact.Scope{Tenant: fmt.Sprint("tenant", w%4)}
+			chain := []artifact.Digest{dg(fmt.Sprint(w, "root"))}
 			for r := range rounds {
 				own := mkArt(text(fmt.Sprint("own", w, "-", r), 10_000))
-				if err := s.Persist(ctx, sc, append([]compiler.Artifact{own}, shared...)); err != nil {
+				if err := s.Persist(ctx, sc, append([]artifact.Artifact{own}, shared...)); err != nil {
 					errs <- err
 					return
 				}
@@ -565,10 +565,10 @@ func TestConcurrent(t *testing.T) {
 				}
 				exp := maps.Clone(lin.Exposures)
 				if exp == nil {
-					exp = map[compiler.Digest]int{}
+					exp = map[artifact.Digest]int{}
 				}
 				exp[own.Digest]++
-				rec := compiler.Record{ChainEnd: chain[len(chain)-1], Length: len(chain), Exposures: exp, Referenced: []compiler.Digest{shared[0].Digest}}
+				rec := artifact.Record{ChainEnd: chain[len(chain)-1], Length: len(chain), Exposures: exp, Referenced: []artifact.Digest{shared[0].Digest}}
 				if err := s.Record(ctx, sc, rec); err != nil {
 					errs <- err
 					return
@@ -609,14 +609,14 @@ func TestContextCanceled(t *testing.T) {
 	s := openTest(t, Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	sc := compiler.Scope{Tenant: "t"}
-	if err := s.Persist(ctx, sc, []compiler.Artifact{mkArt("x")}); !errors.Is(err, context.Canceled) {
+	sc := artifact.Scope{Tenant: "t"}
+	if err := s.Persist(ctx, sc, []artifact.Artifact{mkArt("x")}); !errors.Is(err, context.Canceled) {
 		t.Errorf("Persist = %v", err)
 	}
-	if err := s.Record(ctx, sc, compiler.Record{}); !errors.Is(err, context.Canceled) {
+	if err := s.Record(ctx, sc, artifact.Record{}); !errors.Is(err, context.Canceled) {
 		t.Errorf("Record = %v", err)
 	}
-	if _, err := s.Ancestor(ctx, sc, []compiler.Digest{dg("a"), dg("b")}); !errors.Is(err, context.Canceled) {
+	if _, err := s.Ancestor(ctx, sc, []artifact.Digest{dg("a"), dg("b")}); !errors.Is(err, context.Canceled) {
 		t.Errorf("Ancestor = %v", err)
 	}
 	if st := s.Stats(); st.Artifacts != 0 {
@@ -629,12 +629,12 @@ func TestMaintenance(t *testing.T) {
 	a, b := mkArt(text("old", 4000)), mkArt(text("new", 4000))
 	s := openTest(t, Config{MaxBytes: 2 * ArtifactSize(&a), TenantMaxBytes: 2 * ArtifactSize(&a), Retention: time.Hour, now: clk.Now, maintainEvery: 10 * time.Millisecond})
 	ctx := context.Background()
-	sc := compiler.Scope{Tenant: "t"}
-	if err := s.Persist(ctx, sc, []compiler.Artifact{a}); err != nil {
+	sc := artifact.Scope{Tenant: "t"}
+	if err := s.Persist(ctx, sc, []artifact.Artifact{a}); err != nil {
 		t.Fatal(err)
 	}
 	clk.Add(2 * time.Hour)
-	if err := s.Persist(ctx, sc, []compiler.Artifact{b}); err != nil {
+	if err := s.Persist(ctx, sc, []artifact.Artifact{b}); err != nil {
 		t.Fatal(err)
 	}
 	// Above 90% of the cap: the background pass evicts the expired one only.
@@ -672,13 +672,13 @@ func TestClose(t *testing.T) {
 		t.Errorf("second Close = %v", err)
 	}
 	ctx := context.Background()
-	if err := s.Persist(ctx, compiler.Scope{}, []compiler.Artifact{mkArt("x")}); !errors.Is(err, ErrClosed) {
+	if err := s.Persist(ctx, artifact.Scope{}, []artifact.Artifact{mkArt("x")}); !errors.Is(err, ErrClosed) {
 		t.Errorf("Persist after Close = %v", err)
 	}
-	if err := s.Record(ctx, compiler.Scope{}, compiler.Record{}); !errors.Is(err, ErrClosed) {
+	if err := s.Record(ctx, artifact.Scope{}, artifact.Record{}); !errors.Is(err, ErrClosed) {
 		t.Errorf("Record after Close = %v", err)
 	}
-	if _, err := s.Ancestor(ctx, compiler.Scope{}, nil); !errors.Is(err, ErrClosed) {
+	if _, err := s.Ancestor(ctx, artifact.Scope{}, nil); !errors.Is(err, ErrClosed) {
 		t.Errorf("Ancestor after Close = %v", err)
 	}
 	if _, _, err := s.Get(ctx, "", dg("x")); !errors.Is(err, ErrClosed) {
@@ -701,13 +701,13 @@ func TestCodec(t *testing.T) {
 	if err := m2.decode(m.encode()); err != nil || m2 != m {
 		t.Fatalf("meta round trip = %+v, %v", m2, err)
 	}
-	n := node{Length: 4, Parent: dg("p"), HasParent: true, Time: 9, Exposures: map[compiler.Digest]int{dg("a"): 1, dg("b"): 3}}
+	n := node{Length: 4, Parent: dg("p"), HasParent: true, Time: 9, Exposures: map[artifact.Digest]int{dg("a"): 1, dg("b"): 3}}
 	var n2 node
 	if err := n2.decode(n.encode()); err != nil || n2.Length != 4 || n2.Parent != n.Parent || !n2.HasParent || !maps.Equal(n2.Exposures, n.Exposures) {
 		t.Fatalf("node round trip = %+v, %v", n2, err)
 	}
 	a := mkArt("content")
-	var a2 compiler.Artifact
+	var a2 artifact.Artifact
 	if err := decodeContent(encodeContent(&a), &a2); err != nil || a2.Text != a.Text || string(a2.Raw) != string(a.Raw) || a2.Tool != a.Tool || a2.Args != a.Args {
 		t.Fatalf("content round trip = %+v, %v", a2, err)
 	}
@@ -735,21 +735,21 @@ func TestMissing(t *testing.T) {
 	s := openTest(t, Config{})
 	ctx := context.Background()
 	a, b := mkArt("stored artifact"), mkArt("never stored")
-	if err := s.Persist(ctx, compiler.Scope{Tenant: "A"}, []compiler.Artifact{a}); err != nil {
+	if err := s.Persist(ctx, artifact.Scope{Tenant: "A"}, []artifact.Artifact{a}); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
 		tenant string
-		ask    []compiler.Digest
-		want   []compiler.Digest
+		ask    []artifact.Digest
+		want   []artifact.Digest
 	}{
-		{"A", []compiler.Digest{a.Digest, b.Digest}, []compiler.Digest{b.Digest}},
-		{"A", []compiler.Digest{a.Digest}, nil},
-		{"B", []compiler.Digest{a.Digest}, []compiler.Digest{a.Digest}}, // another tenant's artifact is not there
+		{"A", []artifact.Digest{a.Digest, b.Digest}, []artifact.Digest{b.Digest}},
+		{"A", []artifact.Digest{a.Digest}, nil},
+		{"B", []artifact.Digest{a.Digest}, []artifact.Digest{a.Digest}}, // another tenant's artifact is not there
 		{"A", nil, nil},
 	}
 	for _, tt := range tests {
-		got, err := s.Missing(ctx, compiler.Scope{Tenant: tt.tenant}, tt.ask)
+		got, err := s.Missing(ctx, artifact.Scope{Tenant: tt.tenant}, tt.ask)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -767,7 +767,7 @@ func TestContentCompressed(t *testing.T) {
 	if len(b) >= len(a.Text) {
 		t.Fatalf("encoded %d bytes for %d of text and %d of JSON", len(b), len(a.Text), len(a.Raw))
 	}
-	var a2 compiler.Artifact
+	var a2 artifact.Artifact
 	if err := decodeContent(b, &a2); err != nil || a2.Text != a.Text || string(a2.Raw) != string(a.Raw) {
 		t.Fatal("round trip")
 	}
