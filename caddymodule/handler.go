@@ -29,7 +29,7 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
-	"github.com/tokenterminator/caddy-token-terminator/internal/response"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/tokens"
 )
 
@@ -41,9 +41,9 @@ func init() {
 type handlerState struct {
 	logger    *zap.Logger
 	comp      compileFunc
-	observe   func(compiler.Result, response.Usage) // the compiler's usage calibration; nil in tests
+	observe   func(compiler.Result, provider.Usage) // the compiler's usage calibration; nil in tests
 	tenants   tenantFunc
-	formatFor func(method, path string) (string, bool)
+	formatFor func(method, path string) (provider.Format, bool)
 	buffered  *atomic.Int64 // bytes of bodies held now
 	reading   *atomic.Int64 // of them, bodies being read (admission.go)
 	slots     compileSlots  // max_concurrent_compiles (admission.go)
@@ -336,7 +336,7 @@ type exchange struct {
 	held   *heldBytes        // the recovery loop's buffers in max_buffered_bytes (recovery.go)
 	// observe hands the provider's usage for this request to the compiler
 	// (cost calibration); nil when the request was not compiled.
-	observe  func(response.Usage)
+	observe  func(provider.Usage)
 	observed bool        // observe was called
 	obs      observation // what metrics and the ledger note (ledger.go)
 	// The request's tenant as the verified set saw it (verified.go), for
@@ -472,7 +472,7 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 	ex.commit = res.Commit
 	h.noteRecovery(r, ex, res, buf, out, tenant)
 	if h.observe != nil {
-		ex.observe = func(u response.Usage) { h.observe(res, u) }
+		ex.observe = func(u provider.Usage) { h.observe(res, u) }
 	}
 
 	rep.fromResult(res, int64(len(buf)), int64(len(out)), mode)
@@ -527,10 +527,10 @@ func (h *Handler) upgrade(r *http.Request) {
 		h.stats.WebSocketUpgrades.Add(1)
 	}
 	if h.metrics != nil {
-		h.metrics.upgrades.WithLabelValues(format).Inc()
+		h.metrics.upgrades.WithLabelValues(string(format)).Inc()
 	}
 	h.logger.Info("upgrade passed through uncompiled",
-		zap.String("format", format), zap.String("path", r.URL.Path), zap.Bool("websocket", true))
+		zap.String("format", string(format)), zap.String("path", r.URL.Path), zap.Bool("websocket", true))
 }
 
 // Interface guards

@@ -21,6 +21,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // These tests drive ServeHTTP with a fake compiler and a fake candidate
@@ -97,7 +98,7 @@ func testHandler(t *testing.T, fc *fakeCompiler, mutate func(*Handler)) (*Handle
 		}
 		return "t:" + strconv.Itoa(len(c)) + ":" + c[len(c)-1:]
 	}
-	h.formatFor = func(method, path string) (string, bool) {
+	h.formatFor = func(method, path string) (provider.Format, bool) {
 		if method == http.MethodPost && strings.HasSuffix(path, "/chat/completions") {
 			return "openai_chat", true
 		}

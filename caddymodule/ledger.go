@@ -12,6 +12,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
@@ -33,7 +34,7 @@ type observation struct {
 // note keeps what the observation needs of a compile; conversation is
 // its keyed id (Handler.conversationID).
 func (ob *observation) note(res compiler.Result, conversation string) {
-	ob.family = modelFamily(res.Model)
+	ob.family = provider.ModelLabel(res.Model)
 	ob.model = res.Model
 	ob.kinds = res.Kinds
 	ob.costRaw, ob.costSent = res.CostRaw, res.CostSent
@@ -264,7 +265,7 @@ func (h *Handler) account(r *http.Request, ex *exchange) {
 // costModel is the cost model of a request: from the configuration
 // mapped at provision, or (a handler that was not provisioned, in tests)
 // mapped now.
-func (h *Handler) costModel(format, model string) cost.Model {
+func (h *Handler) costModel(format provider.Format, model string) cost.Model {
 	if h.prices != nil {
 		return h.prices.Model(format, model)
 	}
@@ -286,7 +287,7 @@ func (h *Handler) usageFigures(rep *report, ob *observation) *vault.LedgerUsage 
 	m := h.costModel(rep.format, cmp.Or(ob.model, u.Model)) // a bypassed body: the model the answer names
 	lu := &vault.LedgerUsage{
 		// Input counts every input token, cached and written ones too
-		// (response.Usage).
+		// (provider.Usage).
 		Uncached:       max(u.Input-u.CacheRead-u.CacheWrite, 0),
 		CacheRead:      u.CacheRead,
 		CacheWrite:     u.CacheWrite,

@@ -2,12 +2,12 @@ package caddymodule
 
 import (
 	"errors"
-	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault/redisvault"
 )
@@ -129,7 +129,7 @@ func isFailOpen(r compiler.Reason) bool {
 
 // observe counts one finished candidate.
 func (m *metrics) observe(rep *report, ob *observation) {
-	format, model := rep.format, ob.family
+	format, model := string(rep.format), ob.family
 	decision := string(rep.decisionWord())
 	m.candidates.WithLabelValues(format, decision, string(rep.reason), model).Inc()
 	if rep.rawBytes >= 0 {
@@ -225,7 +225,7 @@ const untenanted = "unlabelled"
 // observeCost counts a candidate's cost figures, per format and model
 // family and per tenant label.
 func (m *metrics) observeCost(rep *report, ob *observation) {
-	byModel := func(kind string, v float64) { m.cost.WithLabelValues(rep.format, ob.family, kind).Add(v) }
+	byModel := func(kind string, v float64) { m.cost.WithLabelValues(string(rep.format), ob.family, kind).Add(v) }
 	tenant := ob.label
 	if tenant == "" {
 		tenant = untenanted
@@ -260,54 +260,9 @@ func (m *metrics) observeCost(rep *report, ob *observation) {
 			kind string
 			n    int
 		}{{usageUncached, u.Uncached}, {usageCacheRead, u.CacheRead}, {usageCacheWrite, u.CacheWrite}} {
-			m.usageTokens.WithLabelValues(rep.format, ob.family, k.kind).Add(float64(k.n))
+			m.usageTokens.WithLabelValues(string(rep.format), ob.family, k.kind).Add(float64(k.n))
 		}
 	}
-}
-
-// modelFamily normalizes a model name to a small fixed set, so the metric
-// label stays bounded whatever clients send: a provider prefix
-// ("openai/gpt-4o") and dates or versions after the family are dropped.
-func modelFamily(model string) string {
-	m := strings.ToLower(model)
-	if i := strings.LastIndexByte(m, '/'); i >= 0 {
-		m = m[i+1:]
-	}
-	if m == "" {
-		return "unknown"
-	}
-	for _, f := range modelFamilies {
-		if strings.HasPrefix(m, f.prefix) || (f.anywhere && strings.Contains(m, f.prefix)) {
-			return f.family
-		}
-	}
-	return "other"
-}
-
-// modelFamilies, most specific first.
-var modelFamilies = []struct {
-	prefix, family string
-	anywhere       bool // match inside the name (claude-3-5-sonnet, claude-sonnet-4)
-}{
-	{"opus", "claude-opus", true},
-	{"sonnet", "claude-sonnet", true},
-	{"haiku", "claude-haiku", true},
-	{"claude", "claude", false},
-	{"gpt-5", "gpt-5", false},
-	{"gpt-4.1", "gpt-4.1", false},
-	{"gpt-4o", "gpt-4o", false},
-	{"gpt-4", "gpt-4", false},
-	{"gpt-3.5", "gpt-3.5", false},
-	{"gpt-oss", "gpt-oss", false},
-	{"codex", "codex", false},
-	{"o1", "o1", false},
-	{"o3", "o3", false},
-	{"o4", "o4", false},
-	{"gemini", "gemini", false},
-	{"llama", "llama", true},
-	{"mistral", "mistral", true},
-	{"qwen", "qwen", true},
-	{"deepseek", "deepseek", true},
 }
 
 // vaultCollector reports the open vaults' sizes at scrape time, from the
@@ -382,7 +337,7 @@ func (a *App) registerMetrics(ctx caddy.Context) error {
 // model's recovery tool calls (format: the request's format). For the
 // recovery wiring, which has the App; a handler has the same as
 // h.metrics.recoveryRound. Safe on a nil App.
-func (a *App) RecoveryRound(format string) {
+func (a *App) RecoveryRound(format provider.Format) {
 	if a != nil && a.shared != nil {
 		a.shared.metrics.recoveryRound(format)
 	}
@@ -399,9 +354,9 @@ func (a *App) RecoveryRead(action string) {
 
 // recoveryRound and recoveryRead are the hooks of the recovery path; safe
 // on nil metrics (handlers in tests).
-func (m *metrics) recoveryRound(format string) {
+func (m *metrics) recoveryRound(format provider.Format) {
 	if m != nil {
-		m.recoveryRounds.WithLabelValues(format).Inc()
+		m.recoveryRounds.WithLabelValues(string(format)).Inc()
 	}
 }
 

@@ -23,7 +23,7 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
-	"github.com/tokenterminator/caddy-token-terminator/internal/response"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
@@ -158,7 +158,7 @@ func TestMetricsAfterSequence(t *testing.T) {
 		}
 	}
 	ws := newRequest(http.MethodGet, "/v1/responses", nil)
-	h.formatFor = func(method, path string) (string, bool) {
+	h.formatFor = func(method, path string) (provider.Format, bool) {
 		if strings.HasSuffix(path, "/responses") {
 			return "openai_responses", method == http.MethodPost
 		}
@@ -265,8 +265,8 @@ func TestModelFamily(t *testing.T) {
 		"my-finetune-for-acme-corp":  "other",
 	}
 	for in, want := range tests {
-		if got := modelFamily(in); got != want {
-			t.Errorf("modelFamily(%q) = %q, want %q", in, got, want)
+		if got := provider.ModelLabel(in); got != want {
+			t.Errorf("provider.ModelLabel(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
@@ -277,29 +277,30 @@ func TestModelFamily(t *testing.T) {
 func TestUsageFigures(t *testing.T) {
 	half := 0.5
 	tests := []struct {
-		name          string
-		format, model string
-		prices        map[string]CostPrices
-		u             response.Usage
-		want          *vault.LedgerUsage
+		name   string
+		format provider.Format
+		model  string
+		prices map[string]CostPrices
+		u      provider.Usage
+		want   *vault.LedgerUsage
 	}{
 		{"anthropic reads at 0.1, writes at 1.25", "anthropic_messages", "claude-sonnet-4-5", nil,
-			response.Usage{Input: 1000 + 800 + 200, CacheRead: 800, CacheWrite: 200, Output: 7, Known: true},
+			provider.Usage{Input: 1000 + 800 + 200, CacheRead: 800, CacheWrite: 200, Output: 7, Known: true},
 			&vault.LedgerUsage{Uncached: 1000, CacheRead: 800, CacheWrite: 200, Cost: 1000 + 80 + 250}},
 		{"anthropic 1-hour writes at 2", "anthropic_messages", "claude-sonnet-4-5", nil,
-			response.Usage{Input: 10 + 500, CacheWrite: 500, CacheWrite1h: 300, Known: true},
+			provider.Usage{Input: 10 + 500, CacheWrite: 500, CacheWrite1h: 300, Known: true},
 			&vault.LedgerUsage{Uncached: 10, CacheWrite: 500, Cost: 10 + 200*1.25 + 300*2}},
 		{"gpt-4.1 reads at 0.25", "openai_responses", "gpt-4.1-mini", nil,
-			response.Usage{Input: 4096, CacheRead: 2048, Known: true},
+			provider.Usage{Input: 4096, CacheRead: 2048, Known: true},
 			&vault.LedgerUsage{Uncached: 2048, CacheRead: 2048, Cost: 2048 + 512}},
 		{"cost_prices override", "anthropic_messages", "claude-opus-4", map[string]CostPrices{"anthropic": {CacheRead: &half}},
-			response.Usage{Input: 300, CacheRead: 200, Known: true},
+			provider.Usage{Input: 300, CacheRead: 200, Known: true},
 			&vault.LedgerUsage{Uncached: 100, CacheRead: 200, Cost: 100 + 100}},
-		{"no usage", "openai_chat", "gpt-4o", nil, response.Usage{}, nil},
+		{"no usage", "openai_chat", "gpt-4o", nil, provider.Usage{}, nil},
 		// A bypassed body: no model from the request, the answer's prices it
 		// (gpt-4o reads at 0.5, not the unknown family's 0.1).
 		{"the answer's model", "openai_chat", "", nil,
-			response.Usage{Input: 2048, CacheRead: 1024, Model: "gpt-4o-2024-08-06", Known: true},
+			provider.Usage{Input: 2048, CacheRead: 1024, Model: "gpt-4o-2024-08-06", Known: true},
 			&vault.LedgerUsage{Uncached: 1024, CacheRead: 1024, Cost: 1024 + 512}},
 	}
 	for _, tt := range tests {
@@ -499,7 +500,7 @@ func BenchmarkAccount(b *testing.B) {
 			h.account(r, &e)
 		}
 	})
-	ex.rep.usage = response.Usage{Input: 25000, CacheRead: 18000, Output: 300, Known: true}
+	ex.rep.usage = provider.Usage{Input: 25000, CacheRead: 18000, Output: 300, Known: true}
 	b.Run("usage", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {

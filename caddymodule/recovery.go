@@ -17,6 +17,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
@@ -105,10 +106,11 @@ func (s *statusWriter) WriteHeader(code int) { s.status = code; s.ResponseWriter
 // recoveryExchange is the recovery state of one request that went upstream
 // with the tool.
 type recoveryExchange struct {
-	tenant, format string
-	body           []byte // the forwarded body (compiled, with the tool)
-	original       []byte // the client's body, sent unchanged if a round fails
-	recovered      func(...artifact.Digest)
+	tenant    string
+	format    provider.Format
+	body      []byte // the forwarded body (compiled, with the tool)
+	original  []byte // the client's body, sent unchanged if a round fails
+	recovered func(...artifact.Digest)
 	// reachable is what the model may recover: what its conversation's
 	// forwarded requests named or carried (compiler.Result.Reachable).
 	reachable []artifact.Digest
@@ -156,7 +158,7 @@ func (h *Handler) noteRecovery(r *http.Request, ex *exchange, res compiler.Resul
 	if res.ToolConflict {
 		rep.recovery.conflict = true
 		h.logger.Info("the client defines a tool named token_terminator; no recovery tool offered (receipts name none)",
-			zap.String("format", rep.format))
+			zap.String("format", string(rep.format)))
 	}
 	if h.recovery == nil || h.recovery.mode != RecoveryTool || !res.RecoveryTool || res.Body == nil || !bytes.Equal(res.Body, out) {
 		return
@@ -246,7 +248,7 @@ func (h *Handler) loopStream(w http.ResponseWriter, r *http.Request, next caddyh
 			rep.recovery.err += "; " + cerr.Error()
 		}
 		h.logger.Warn("recovery round failed after the stream started; the client stream was ended where it was",
-			zap.String("format", rx.format), zap.Int("recovery_rounds", rep.recovery.rounds), zap.Error(err))
+			zap.String("format", string(rx.format)), zap.Int("recovery_rounds", rep.recovery.rounds), zap.Error(err))
 		return nil
 	}
 	if firstErr != nil {
@@ -283,7 +285,7 @@ func (h *Handler) fallback(w http.ResponseWriter, r *http.Request, next caddyhtt
 	rep := &ex.rep
 	rep.recovery.fallback, rep.recovery.err = reason, err.Error()
 	h.logger.Warn("recovery round failed; sending the client's original request",
-		zap.String("format", ex.rec.format), zap.String("reason", reason),
+		zap.String("format", string(ex.rec.format)), zap.String("reason", reason),
 		zap.Int("recovery_rounds", rep.recovery.rounds), zap.Error(err))
 	fr := r.Clone(r.Context())
 	setBody(fr, ex.body, ex.rec.original)
@@ -346,7 +348,7 @@ type firstRound struct {
 	max      int
 	hold     func(n int) bool // counts buffered bytes in max_buffered_bytes
 	cfg      recovery.Config
-	format   string
+	format   provider.Format
 	st       *recovery.Stitcher
 	client   *deferredClient
 	onStream func() // called when the answer turns out to be a stream

@@ -9,7 +9,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/internal/response"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // report is what the handler tells the client (Token-Terminator header) and
@@ -18,7 +18,7 @@ import (
 type report struct {
 	decision compiler.Decision
 	reason   compiler.Reason
-	format   string
+	format   provider.Format
 	path     string
 	tenant   string // keyed hash, never the credential
 
@@ -46,7 +46,7 @@ type report struct {
 	responseBytes int64 // body bytes the client was sent
 	upstream      time.Duration
 	outcome       string // "" when next returned no error; "error" or "client_abort"
-	usage         response.Usage
+	usage         provider.Usage
 	committed     bool // the lineage was recorded (provider answered 2xx)
 	commit        time.Duration
 
@@ -176,7 +176,7 @@ func (rep *report) fields() []zap.Field {
 	f = append(f,
 		zap.String("decision", string(rep.decisionWord())),
 		zap.String("reason", string(rep.reason)),
-		zap.String("format", rep.format),
+		zap.String("format", string(rep.format)),
 		zap.String("path", rep.path),
 		zap.Int64("raw_bytes", rep.rawBytes),
 		zap.Int64("sent_bytes", rep.sentBytes),

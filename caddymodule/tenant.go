@@ -10,6 +10,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // Tenants are keyed hashes of the request's identity: HMAC-SHA-256 under
@@ -64,7 +65,7 @@ func (h *Handler) resolveTenantKey(ov *openVault) ([]byte, error) {
 // the same placeholder key), and a request whose identity is empty has no
 // tenant. Without one, the credential the provider authenticates the
 // request by decides.
-func (h *Handler) tenant(r *http.Request, format string) string {
+func (h *Handler) tenant(r *http.Request, format provider.Format) string {
 	if h.Tenant != "" {
 		repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 		if !ok {
@@ -83,24 +84,16 @@ func (h *Handler) tenant(r *http.Request, format string) string {
 	return ""
 }
 
-// Credential headers in the order providers authenticate by. Api-Key is
-// Azure OpenAI's header; without it every Azure user would share one
-// anonymous tenant. Anthropic authenticates by x-api-key first.
-var (
-	credentialHeaders          = []string{"Authorization", "X-Api-Key", "X-Goog-Api-Key", "Api-Key"}
-	anthropicCredentialHeaders = []string{"X-Api-Key", "Authorization"}
-)
-
 // credential returns the request's API credential, the first of the
 // headers its format's provider uses. It is only ever handed to the keyed
 // hash. With no format (the artifact API, which serves every provider's
 // clients) a request whose credential headers disagree has none: the
 // formats' orders would pick different ones, and the API must find the
 // tenant the request path finds for the same headers, whatever the format.
-func credential(h http.Header, format string) string {
+func credential(h http.Header, format provider.Format) string {
 	if format == "" {
 		c := ""
-		for _, k := range credentialHeaders {
+		for _, k := range format.CredentialHeaders() {
 			v := h.Get(k)
 			switch {
 			case v == "":
@@ -112,11 +105,7 @@ func credential(h http.Header, format string) string {
 		}
 		return c
 	}
-	keys := credentialHeaders
-	if format == "anthropic_messages" {
-		keys = anthropicCredentialHeaders
-	}
-	for _, k := range keys {
+	for _, k := range format.CredentialHeaders() {
 		if v := h.Get(k); v != "" {
 			return v
 		}

@@ -30,6 +30,7 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/tokens"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
@@ -250,7 +251,7 @@ func ReplayTrace(c *compiler.Compiler, s fixtures.CorpusFile, clock Clock, tenan
 			Scope: artifact.Scope{Tenant: "replay/" + tenant + s.Name},
 		})
 		if rawSim == nil {
-			m := cfg.Model(s.Format, modelOf(req.Body))
+			m := cfg.Model(provider.Format(s.Format), modelOf(req.Body))
 			rawSim, sentSim = &cost.Simulator{Model: m, Config: cfg}, &cost.Simulator{Model: m, Config: cfg}
 		}
 		durs = append(durs, res.Total)
@@ -271,8 +272,8 @@ func ReplayTrace(c *compiler.Compiler, s fixtures.CorpusFile, clock Clock, tenan
 		} else {
 			r.Reasons[res.Reason]++
 		}
-		br := rawSim.Step(cost.Render(s.Format, req.Body), at)
-		bs := sentSim.Step(cost.Render(s.Format, res.Body), at)
+		br := rawSim.Step(cost.Render(provider.Format(s.Format), req.Body), at)
+		bs := sentSim.Step(cost.Render(provider.Format(s.Format), res.Body), at)
 		r.Billed.Raw += br.Cost
 		r.Billed.Sent += bs.Cost
 		if trace != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 func TestAnthropicDuplicates(t *testing.T) {
@@ -210,7 +211,10 @@ func TestAnthropicBadInput(t *testing.T) {
 }
 
 func TestFormatForAllFormats(t *testing.T) {
-	tests := []struct{ path, want string }{
+	tests := []struct {
+		path string
+		want provider.Format
+	}{
 		{"/v1/chat/completions", "openai_chat"},
 		{"/v1/responses", "openai_responses"},
 		{"/openai/v1/responses/", "openai_responses"},

@@ -20,6 +20,7 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
 	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // TokenCounter counts tokens of complete request bodies.
@@ -211,7 +212,7 @@ type Result struct {
 	// Detail is the store's error behind vault_error / vault_full, for the
 	// log: it names digests, sizes and paths, never content.
 	Detail string
-	Format string
+	Format provider.Format
 
 	RawBytes  int
 	SentBytes int

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // longString is the size from which a string's canonical form is its
@@ -311,7 +312,7 @@ func (c *hasher) node(n *jsonv.Node) {
 
 // chain returns h_i = H(h_{i-1}, m_i) for every unit, seeded by the format
 // name so that the same messages in two formats are two conversations.
-func (c *hasher) chain(format string, units []*jsonv.Node) []artifact.Digest {
+func (c *hasher) chain(format provider.Format, units []*jsonv.Node) []artifact.Digest {
 	out := make([]artifact.Digest, len(units))
 	prev := sha256.Sum256([]byte("token-terminator/chain/v1/" + format))
 	var buf [64]byte

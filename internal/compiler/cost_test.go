@@ -13,7 +13,7 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
-	"github.com/tokenterminator/caddy-token-terminator/internal/response"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 var t0 = time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
@@ -211,12 +211,12 @@ func TestCostNotCheaper(t *testing.T) {
 func TestCostUsageMarksCacheCold(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
-		usage  response.Usage
+		usage  provider.Usage
 		folded int
 	}{
-		{"cache read", response.Usage{Known: true, Input: 9000, CacheRead: 8000}, 2},
-		{"no cache read", response.Usage{Known: true, Input: 9000}, 6},
-		{"usage unknown", response.Usage{}, 2},
+		{"cache read", provider.Usage{Known: true, Input: 9000, CacheRead: 8000}, 2},
+		{"no cache read", provider.Usage{Known: true, Input: 9000}, 6},
+		{"usage unknown", provider.Usage{}, 2},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			// Cache reads at 0.01x (an override): only a cold cache makes a

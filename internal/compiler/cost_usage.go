@@ -5,7 +5,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
-	"github.com/tokenterminator/caddy-token-terminator/internal/response"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // usageNotes remembers, for the most recent forwarded requests, what the
@@ -22,7 +22,7 @@ type usageNotes struct {
 }
 
 type usageNote struct {
-	usage      response.Usage
+	usage      provider.Usage
 	expectRead float64 // tokens the decision expected to be read from the cache
 }
 
@@ -38,7 +38,7 @@ func usageKey(s artifact.Scope, chainEnd artifact.Digest) string {
 // forwarded request (res is that request's Result). The response path calls
 // it once the usage is known; a Result without a conversation, or a usage
 // that was not seen, is ignored.
-func (c *Compiler) ObserveUsage(res Result, u response.Usage) {
+func (c *Compiler) ObserveUsage(res Result, u provider.Usage) {
 	if res.usageKey == "" || !u.Known {
 		return
 	}

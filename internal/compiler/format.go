@@ -5,6 +5,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // doc is a parsed request: its units (the messages or items whose chain
@@ -47,7 +48,7 @@ type slot struct {
 
 // format knows one provider request shape.
 type format interface {
-	name() string
+	name() provider.Format
 	// parse is the format's one extractor: it fills d.units, d.slots,
 	// d.model and the history (d.list, d.offset, d.infos) from d.root in
 	// one walk. A non-empty reason means the request is not one this
@@ -71,7 +72,7 @@ var formats = []struct {
 // FormatFor reports which request format a request with this method and
 // path would be compiled as, and false when it is not a candidate. It is the
 // one place that decides what the gateway buffers.
-func FormatFor(method, path string) (string, bool) {
+func FormatFor(method, path string) (provider.Format, bool) {
 	f := formatFor(method, path)
 	if f == nil {
 		return "", false

@@ -5,10 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // countStore is a minimal Store (compilertest would be an import cycle).

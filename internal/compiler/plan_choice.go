@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // A request has up to four ways to go out, and the cheapest by expected
@@ -80,7 +81,7 @@ func (ch *choice) price(cp costPlan, tpb float64) float64 {
 // choose builds the candidate plans of a request and returns the cheapest
 // compiled one with its cost decision; with the cost model off it returns
 // the full plan and no decision (bytes and tokens judge alone).
-func (c *Compiler) choose(base *plan, format string, req Request) (*plan, *choice) {
+func (c *Compiler) choose(base *plan, format provider.Format, req Request) (*plan, *choice) {
 	cur := 0
 	if base.hist != nil {
 		cur = alignedTurns(len(base.hist.turns))

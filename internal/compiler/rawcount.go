@@ -2,8 +2,9 @@ package compiler
 
 import (
 	"encoding/binary"
-	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"hash/maphash"
+
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // rawCounts remembers the token counts of original bodies, so a request

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // Recovery configures how a rewrite tells the model to get vaulted content
@@ -72,14 +73,14 @@ type ToolDefinitions struct {
 }
 
 // of returns the definition for a format name, nil for none.
-func (t ToolDefinitions) of(format string) []byte {
+func (t ToolDefinitions) of(format provider.Format) []byte {
 	var s string
 	switch format {
-	case chatFormat{}.name():
+	case provider.Chat:
 		s = t.Chat
-	case responsesFormat{}.name():
+	case provider.Responses:
 		s = t.Responses
-	case anthropicFormat{}.name():
+	case provider.Anthropic:
 		s = t.Anthropic
 	}
 	if s == "" {
@@ -108,7 +109,7 @@ type toolPlan struct {
 // been sent the tool before, unless the request is offered none
 // (Recovery.forDoc: the client's tools already name it). A plan without
 // edits goes out as the original, so it carries none (and is priced so).
-func (c *Compiler) planTool(format string, p *plan) toolPlan {
+func (c *Compiler) planTool(format provider.Format, p *plan) toolPlan {
 	tp := toolPlan{sticky: toolSent(p.lineage.Cache)}
 	if len(p.edits) == 0 || (p.receipts == 0 && len(p.folds()) == 0 && !tp.sticky) {
 		return tp

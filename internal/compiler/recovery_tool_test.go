@@ -13,8 +13,8 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
-	"github.com/tokenterminator/caddy-token-terminator/internal/response"
 )
 
 const (
@@ -26,9 +26,9 @@ func recoveryOptions() compiler.Options {
 	return compiler.Options{InlineLeases: 1, Recovery: compiler.Recovery{
 		Hint: toolHint, ToolName: recovery.ToolName, ConflictHint: apiHint,
 		Tools: compiler.ToolDefinitions{
-			Chat:      string(recovery.Definition(response.FormatChat)),
-			Responses: string(recovery.Definition(response.FormatResponses)),
-			Anthropic: string(recovery.Definition(response.FormatAnthropic)),
+			Chat:      string(recovery.Definition(provider.Chat)),
+			Responses: string(recovery.Definition(provider.Responses)),
+			Anthropic: string(recovery.Definition(provider.Anthropic)),
 		},
 	}}
 }
@@ -36,16 +36,18 @@ func recoveryOptions() compiler.Options {
 // recoveryFormats renders steps of one conversation per format; tools is
 // the client's own tools array ("" for none).
 var recoveryFormats = []struct {
-	name, format, path string
-	body               func(turns []compilertest.ChatTurn, tools string) []byte
+	name   string
+	format provider.Format
+	path   string
+	body   func(turns []compilertest.ChatTurn, tools string) []byte
 }{
-	{"chat", response.FormatChat, chatPath, func(ts []compilertest.ChatTurn, tools string) []byte {
+	{"chat", provider.Chat, chatPath, func(ts []compilertest.ChatTurn, tools string) []byte {
 		return withTools(compilertest.ChatBody("gpt-4o", ts, ""), tools)
 	}},
-	{"responses", response.FormatResponses, responsesPath, func(ts []compilertest.ChatTurn, tools string) []byte {
+	{"responses", provider.Responses, responsesPath, func(ts []compilertest.ChatTurn, tools string) []byte {
 		return withTools(compilertest.ResponsesBody("gpt-4o", ts, "", compilertest.ResponsesOptions{}), tools)
 	}},
-	{"anthropic", response.FormatAnthropic, messagesPath, func(ts []compilertest.ChatTurn, tools string) []byte {
+	{"anthropic", provider.Anthropic, messagesPath, func(ts []compilertest.ChatTurn, tools string) []byte {
 		return withTools(compilertest.AnthropicBody("claude-sonnet-4-5", ts, "", compilertest.AnthropicOptions{}), tools)
 	}},
 }
@@ -87,11 +89,11 @@ func toolsRaw(t *testing.T, body []byte) []byte {
 	return nil
 }
 
-func clientTool(format, name string) string {
+func clientTool(format provider.Format, name string) string {
 	switch format {
-	case response.FormatChat:
+	case provider.Chat:
 		return `[{"type":"function","function":{"name":"` + name + `","parameters":{"type":"object"}}}]`
-	case response.FormatResponses:
+	case provider.Responses:
 		return `[{"type":"function","name":"` + name + `","parameters":{"type":"object"}}]`
 	}
 	return `[{"name":"` + name + `","input_schema":{"type":"object"}}]`
@@ -176,7 +178,7 @@ func TestRecoveryToolEdit(t *testing.T) {
 // withoutTool returns res with the tool's definition and the receipts'
 // hints removed from its body, so the ordinary rewrite oracle applies to
 // the rest.
-func withoutTool(t *testing.T, format string, res compiler.Result) compiler.Result {
+func withoutTool(t *testing.T, format provider.Format, res compiler.Result) compiler.Result {
 	t.Helper()
 	b := bytes.ReplaceAll(res.Body, []byte(" | recover: "+toolHint+"]"), []byte("]"))
 	b = bytes.ReplaceAll(b, []byte(" | recover: "+apiHint+"]"), []byte("]"))
@@ -293,16 +295,18 @@ func TestFoldSummaryRecoverHint(t *testing.T) {
 // cache reads cost 0.1 of the input price (gpt-5; Claude with a
 // cache_control breakpoint), where re-writing a cached prefix is dear.
 var cachedFormats = []struct {
-	name, format, path string
-	body               func(turns []compilertest.ChatTurn, tools string) []byte
+	name   string
+	format provider.Format
+	path   string
+	body   func(turns []compilertest.ChatTurn, tools string) []byte
 }{
-	{"chat", response.FormatChat, chatPath, func(ts []compilertest.ChatTurn, tools string) []byte {
+	{"chat", provider.Chat, chatPath, func(ts []compilertest.ChatTurn, tools string) []byte {
 		return withTools(compilertest.ChatBody("gpt-5", ts, ""), tools)
 	}},
-	{"responses", response.FormatResponses, responsesPath, func(ts []compilertest.ChatTurn, tools string) []byte {
+	{"responses", provider.Responses, responsesPath, func(ts []compilertest.ChatTurn, tools string) []byte {
 		return withTools(compilertest.ResponsesBody("gpt-5", ts, "", compilertest.ResponsesOptions{}), tools)
 	}},
-	{"anthropic", response.FormatAnthropic, messagesPath, func(ts []compilertest.ChatTurn, tools string) []byte {
+	{"anthropic", provider.Anthropic, messagesPath, func(ts []compilertest.ChatTurn, tools string) []byte {
 		return withTools(compilertest.AnthropicBody("claude-sonnet-4-5", ts, "", compilertest.AnthropicOptions{System: true}), tools)
 	}},
 }
@@ -447,11 +451,11 @@ func TestRecoveredReceiptWeighed(t *testing.T) {
 
 // largeClientTools is a client tools array of one tool whose description
 // is n characters.
-func largeClientTools(format string, n int) string {
+func largeClientTools(format provider.Format, n int) string {
 	tools := clientTool(format, "bash")
 	desc := `"description":"` + strings.Repeat("Run a shell command. ", n/21) + `",`
 	i := strings.Index(tools, `"name":`)
-	if format == response.FormatChat {
+	if format == provider.Chat {
 		i = strings.Index(tools, `"parameters":`)
 	}
 	return tools[:i] + desc + tools[i:]

@@ -1,11 +1,12 @@
 package compiler
 
 import (
-	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"strings"
 	"testing"
 	"unicode/utf8"
 	"unsafe"
+
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 func TestRuneCount(t *testing.T) {

@@ -5,13 +5,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 func tenantFromAuth(r *http.Request) (string, bool) {

@@ -2,9 +2,9 @@ package recovery
 
 import (
 	"context"
-	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"strings"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 

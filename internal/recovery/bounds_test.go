@@ -4,11 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // countingArtifacts counts the vault reads of the tool.

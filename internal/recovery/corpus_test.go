@@ -6,13 +6,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
-	"github.com/tokenterminator/caddy-token-terminator/internal/recovery/recoverytest"
 	"regexp"
 	"testing"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
+	"github.com/tokenterminator/caddy-token-terminator/internal/recovery/recoverytest"
 )
 
 var receiptID = regexp.MustCompile(`\[Token Terminator (?:artifact|folded turn) (a_[0-9a-f]{32})`)
@@ -75,21 +76,21 @@ func TestCorpusRecovery(t *testing.T) {
 					t.Fatalf("%s: the replaced value is not in the original request", id)
 				}
 			}
-			body, err := AppendTool(f.Format, res.Body)
+			body, err := AppendTool(provider.Format(f.Format), res.Body)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if !insertedOnly(res.Body, body) {
 				t.Fatal("AppendTool changed bytes outside the tools array")
 			}
-			follow, err := FollowUp(f.Format, body, []byte(answers[f.Format](true, "")), []Call{{ID: "own1", Result: []byte(`{"content":"x"}`)}})
+			follow, err := FollowUp(provider.Format(f.Format), body, []byte(answers[provider.Format(f.Format)](true, "")), []Call{{ID: "own1", Result: []byte(`{"content":"x"}`)}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if !insertedOnly(body, follow) {
 				t.Fatal("FollowUp changed bytes of the request")
 			}
-			if err := recoverytest.CheckRequest(f.Format, follow); err != nil {
+			if err := recoverytest.CheckRequest(provider.Format(f.Format), follow); err != nil {
 				t.Fatalf("follow-up breaks a provider rule: %v", err)
 			}
 			t.Logf("%d receipts and folded turns recovered exactly", len(ids))

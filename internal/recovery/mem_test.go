@@ -3,12 +3,12 @@ package recovery
 import (
 	"context"
 	"encoding/json"
-	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 )
 

@@ -6,10 +6,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"net/http"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // Page is one page of an artifact, as the API and the tool return it.

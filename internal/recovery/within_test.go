@@ -3,10 +3,11 @@ package recovery
 import (
 	"context"
 	"encoding/json"
-	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // The model's tool reads only what its conversation reached: an artifact

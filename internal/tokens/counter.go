@@ -1,6 +1,7 @@
 package tokens
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // Statuses of a artifact.TokenCount.
@@ -64,13 +66,17 @@ type state struct {
 // New returns a Counter for cfg.
 func New(cfg Config) (*Counter, error) {
 	c := &Counter{budget: cfg.Budget, state: &state{inflight: map[key]*flight{}, backlogMax: maxBacklog}}
-	switch t := strings.ToLower(strings.TrimSpace(cfg.Tokenizer)); t {
-	case "", "auto":
+	t := cmp.Or(strings.ToLower(strings.TrimSpace(cfg.Tokenizer)), "auto")
+	if !provider.KnownTokenizer(t) {
+		return nil, fmt.Errorf("tokens: unknown tokenizer %q (want %s)", cfg.Tokenizer, provider.TokenizerChoices)
+	}
+	switch t {
+	case "auto":
 	case "off":
 		c.off = true
 	default:
 		if c.fixed = encodingNamed(t); c.fixed == nil {
-			return nil, fmt.Errorf("tokens: unknown tokenizer %q (want auto, o200k_base, cl100k_base or off)", cfg.Tokenizer)
+			return nil, fmt.Errorf("tokens: no encoding %q", t)
 		}
 	}
 	if cfg.Budget < 0 || cfg.CacheBytes < 0 {
@@ -118,24 +124,6 @@ func (c *Counter) WithBudget(budget time.Duration) (*Counter, error) {
 	return &d, nil
 }
 
-// EncodingFor returns the encoding of model's own tokenizer, "" if none is
-// known. A "provider/" prefix is ignored ("openai/gpt-4o" is gpt-4o).
-func EncodingFor(model string) string {
-	m := strings.ToLower(strings.TrimSpace(model))
-	m = m[strings.LastIndexByte(m, '/')+1:]
-	for _, p := range []string{"gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4"} {
-		if strings.HasPrefix(m, p) {
-			return "o200k_base"
-		}
-	}
-	for _, p := range []string{"gpt-4", "gpt-3.5"} {
-		if strings.HasPrefix(m, p) {
-			return "cl100k_base"
-		}
-	}
-	return ""
-}
-
 // Count counts the tokens of body as the tokenizer for model sees it. It
 // returns within the budget (or when ctx is done) with Status "budget" if
 // counting has not finished; the unfinished work stops there (the pieces
@@ -159,7 +147,7 @@ func (c *Counter) CountHeld(ctx context.Context, model string, body []byte, hint
 	if c.off {
 		return artifact.TokenCount{Status: StatusNone}
 	}
-	own := EncodingFor(model)
+	own := provider.EncodingOf(model)
 	enc := c.fixed
 	if enc == nil {
 		if enc = encodingNamed(own); enc == nil {

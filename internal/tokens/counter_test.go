@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 func TestEncodingFor(t *testing.T) {
@@ -27,8 +28,8 @@ func TestEncodingFor(t *testing.T) {
 		"kimi-k2-instruct-0905": "", "accounts/fireworks/models/qwen3-coder-480b": "", "llama-3-70b": "",
 		"o2": "", "gpt-3": "", "text-davinci-003": "", "openai/": "", "gpt-4o/other": "",
 	} {
-		if got := EncodingFor(model); got != want {
-			t.Errorf("EncodingFor(%q) = %q, want %q", model, got, want)
+		if got := provider.EncodingOf(model); got != want {
+			t.Errorf("provider.EncodingOf(%q) = %q, want %q", model, got, want)
 		}
 	}
 }

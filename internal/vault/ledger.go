@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // LedgerRecord is the content-free record of one candidate request: what
@@ -18,17 +20,17 @@ import (
 // tool arguments, credentials or raw model names: tenants and
 // conversations are keyed hashes, the model is its normalized family.
 type LedgerRecord struct {
-	Time         int64  `json:"t"` // unix milliseconds
-	Tenant       string `json:"tenant,omitempty"`
-	TenantLabel  string `json:"tenant_label,omitempty"` // the operator's name for the tenant
-	Conversation string `json:"conversation,omitempty"`
-	Format       string `json:"format"`
-	Model        string `json:"model,omitempty"` // normalized family, e.g. "gpt-4o", "claude-sonnet"
-	Status       int    `json:"status"`          // the provider's answer, 0 when none
-	Decision     string `json:"decision"`
-	Reason       string `json:"reason,omitempty"`
-	RawBytes     int64  `json:"raw_bytes"`
-	SentBytes    int64  `json:"sent_bytes"`
+	Time         int64           `json:"t"` // unix milliseconds
+	Tenant       string          `json:"tenant,omitempty"`
+	TenantLabel  string          `json:"tenant_label,omitempty"` // the operator's name for the tenant
+	Conversation string          `json:"conversation,omitempty"`
+	Format       provider.Format `json:"format"`
+	Model        string          `json:"model,omitempty"` // normalized family, e.g. "gpt-4o", "claude-sonnet"
+	Status       int             `json:"status"`          // the provider's answer, 0 when none
+	Decision     string          `json:"decision"`
+	Reason       string          `json:"reason,omitempty"`
+	RawBytes     int64           `json:"raw_bytes"`
+	SentBytes    int64           `json:"sent_bytes"`
 	// Tokens as the gate measured them; both 0 when it did not.
 	RawTokens  int `json:"raw_tokens,omitempty"`
 	SentTokens int `json:"sent_tokens,omitempty"`
