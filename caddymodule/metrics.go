@@ -9,6 +9,7 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault/badgervault"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault/redisvault"
 )
 
@@ -275,7 +276,7 @@ type vaultStatser interface{ Stats() vault.Stats }
 
 // Both built-in backends report their sizes.
 var (
-	_ vaultStatser = (*vault.Store)(nil)
+	_ vaultStatser = (*badgervault.Store)(nil)
 	_ vaultStatser = (*redisvault.Store)(nil)
 )
 

@@ -25,6 +25,7 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
 	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault/badgervault"
 )
 
 // observedHandler is a test handler with the App's metrics attached.
@@ -135,7 +136,7 @@ func TestMetricsAfterSequence(t *testing.T) {
 	h := observedHandler(t, fc, nil)
 	h.tenants = tenantHasher([]byte("0123456789abcdef0123456789abcdef"))
 	h.TenantLabels = map[string]string{h.tenants("Bearer sk-team-a"): "team-a"}
-	store, err := vault.Open(vault.Config{Dir: t.TempDir()})
+	store, err := badgervault.Open(badgervault.Config{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -369,7 +370,7 @@ func TestSummarize(t *testing.T) {
 // TestLedgerWriterBatches: records reach the vault off the request path
 // and a flush makes every queued record readable.
 func TestLedgerWriterBatches(t *testing.T) {
-	s, err := vault.Open(vault.Config{Dir: t.TempDir()})
+	s, err := badgervault.Open(badgervault.Config{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -477,7 +478,7 @@ func TestRecoveryHooks(t *testing.T) {
 // ledger record queued (the writer drains it concurrently), without and
 // with the provider's usage to price.
 func BenchmarkAccount(b *testing.B) {
-	s, err := vault.Open(vault.Config{Dir: b.TempDir()})
+	s, err := badgervault.Open(badgervault.Config{Dir: b.TempDir()})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault/badgervault"
 )
 
 // verifyCredential has the provider accept one request of credential
@@ -90,7 +91,7 @@ func TestTenantVerification(t *testing.T) {
 	if ok, _ := store.TenantVerified(context.Background(), refused); ok {
 		t.Fatal("a credential the provider answered 401 is verified")
 	}
-	if st := store.(*vault.Store).Stats(); st.Artifacts != 0 || st.Lineage != 0 {
+	if st := store.(*badgervault.Store).Stats(); st.Artifacts != 0 || st.Lineage != 0 {
 		t.Fatalf("unverified requests stored %d artifacts, %d lineage bytes", st.Artifacts, st.Lineage)
 	}
 	if tt := send(t, h, "Bearer sk-good", body, http.StatusOK); !strings.HasPrefix(tt, "passthrough=unverified_tenant;") {

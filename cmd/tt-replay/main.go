@@ -32,7 +32,7 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/tokens"
-	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault/badgervault"
 )
 
 func main() {
@@ -84,7 +84,7 @@ func main() {
 		fail(err)
 	}
 	defer os.RemoveAll(tmp)
-	store, err := vault.Open(vault.Config{Dir: tmp})
+	store, err := badgervault.Open(badgervault.Config{Dir: tmp})
 	if err != nil {
 		fail(err)
 	}

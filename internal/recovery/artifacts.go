@@ -8,9 +8,9 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
-// Artifacts is what recovery reads: the vault, seen by tenant. *vault.Store
-// implements it (Get in vault/artifacts.go, Resolve and Search in
-// vault/search.go). No method counts as a sighting.
+// Artifacts is what recovery reads: the vault, seen by tenant. *badgervault.Store
+// implements it (Get in vault/badgervault/artifacts.go, Resolve and Search in
+// vault/badgervault/search.go). No method counts as a sighting.
 type Artifacts interface {
 	// Get returns tenant's artifact d exactly as stored (vault.Backend.Get).
 	Get(ctx context.Context, tenant string, d artifact.Digest) (artifact.Artifact, bool, error)

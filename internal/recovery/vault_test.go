@@ -9,15 +9,15 @@ import (
 	"unicode/utf8"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
-	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault/badgervault"
 )
 
-var _ Artifacts = (*vault.Store)(nil)
+var _ Artifacts = (*badgervault.Store)(nil)
 
 // TestAPIWithVault serves the API over the real Badger vault: what the
 // compiler persisted is found by id and by search, for its tenant only.
 func TestAPIWithVault(t *testing.T) {
-	store, err := vault.Open(vault.Config{Dir: t.TempDir()})
+	store, err := badgervault.Open(badgervault.Config{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

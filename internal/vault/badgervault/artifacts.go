@@ -1,4 +1,4 @@
-package vault
+package badgervault
 
 import (
 	"bytes"
@@ -7,16 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"slices"
-	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/dgraph-io/badger/v4"
 	"go.uber.org/zap"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
 const (
@@ -43,7 +41,7 @@ func (s *Store) Persist(ctx context.Context, scope artifact.Scope, arts []artifa
 		return err
 	}
 	defer release()
-	uniq, err := Unique(arts, s.maxArt)
+	uniq, err := vault.Unique(arts, s.maxArt)
 	if err != nil {
 		return err
 	}
@@ -94,34 +92,6 @@ func (s *Store) Missing(ctx context.Context, scope artifact.Scope, digests []art
 		out[i] = a.Digest
 	}
 	return out, nil
-}
-
-// StringBytes views s as bytes without copying, for read-only use: hashing
-// every artifact of a warm request is the hot path's main cost, and a copy
-// would add a megabyte of garbage per request. Every backend uses it.
-func StringBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
-
-// ArtifactSize is what an artifact counts against a vault's capacity and
-// quota, in every backend.
-func ArtifactSize(a *artifact.Artifact) int64 { return int64(len(a.Text)) + int64(len(a.Raw)) }
-
-// Unique enforces the per-artifact cap maxArt and drops repeated digests
-// (the first copy wins): the first step of every backend's Persist.
-func Unique(arts []artifact.Artifact, maxArt int64) ([]*artifact.Artifact, error) {
-	uniq := make([]*artifact.Artifact, 0, len(arts))
-	seen := make(map[artifact.Digest]struct{}, len(arts))
-	for i := range arts {
-		a := &arts[i]
-		if n := ArtifactSize(a); n > maxArt {
-			return nil, fmt.Errorf("%w: %d bytes, cap %d", ErrTooLarge, n, maxArt)
-		}
-		if _, dup := seen[a.Digest]; dup {
-			continue
-		}
-		seen[a.Digest] = struct{}{}
-		uniq = append(uniq, a)
-	}
-	return uniq, nil
 }
 
 // verify returns the artifacts not stored (readable) for tenant. Present ones
@@ -193,7 +163,7 @@ func (s *Store) verifyRead(ctx context.Context, tenant string, arts []*artifact.
 			if s.checked.has(tenant, a.Digest) {
 				// Read intact before; metadata and content are written and
 				// deleted together, so the key lookup is enough now.
-				if _, err := txn.Get(artKey(tenant, a.Digest)); err != nil {
+				if _, err := txn.Get(vault.ArtKey(tenant, a.Digest)); err != nil {
 					return fmt.Errorf("vault: artifact %x content: %w", a.Digest[:8], err)
 				}
 				known = append(known, seenDigest{a.Digest, seen})
@@ -249,7 +219,7 @@ func (s *Store) verifyRead(ctx context.Context, tenant string, arts []*artifact.
 // touch reports whether tenant has artifact d and bumps its last-seen time
 // when stale; seen is the last-seen time stored once it returns.
 func (s *Store) touch(txn *badger.Txn, tenant string, d artifact.Digest, now int64) (seen int64, ok bool, err error) {
-	mk := metaKey(tenant, d)
+	mk := vault.MetaKey(tenant, d)
 	item, err := txn.Get(mk)
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return 0, false, nil
@@ -257,18 +227,18 @@ func (s *Store) touch(txn *badger.Txn, tenant string, d artifact.Digest, now int
 	if err != nil {
 		return 0, false, err
 	}
-	var m meta
-	if err := item.Value(m.decode); err != nil {
+	var m vault.Meta
+	if err := item.Value(m.Decode); err != nil {
 		return 0, false, err
 	}
 	if m.Digest != d {
-		return 0, false, fmt.Errorf("%w: record filed under %x", ErrDigest, d[:8])
+		return 0, false, fmt.Errorf("%w: record filed under %x", vault.ErrDigest, d[:8])
 	}
 	if now-m.LastSeen < int64(s.touchAfter) {
 		return m.LastSeen, true, nil
 	}
 	m.LastSeen = now
-	return now, true, txn.Set(mk, m.encode())
+	return now, true, txn.Set(mk, m.Encode())
 }
 
 // write stores arts (not present at verify time) within the byte cap, syncs
@@ -277,7 +247,7 @@ func (s *Store) write(ctx context.Context, tenant string, arts []*artifact.Artif
 	gen := s.deletionGen() // before the records exist (see verifiedSet)
 	var need int64
 	for _, a := range arts {
-		need += ArtifactSize(a)
+		need += vault.ArtifactSize(a)
 	}
 	// Content is at most its plain size once compressed; keys, metadata
 	// and Badger's entry headers add well under 1 KiB per artifact.
@@ -295,7 +265,7 @@ func (s *Store) write(ctx context.Context, tenant string, arts []*artifact.Artif
 
 	// Content is checked and encoded (compressed) before the transactions,
 	// on every core, so a retried transaction does not encode again.
-	enc, err := encodeAll(arts)
+	enc, err := vault.EncodeAll(arts)
 	if err != nil {
 		return err
 	}
@@ -315,7 +285,7 @@ func (s *Store) write(ctx context.Context, tenant string, arts []*artifact.Artif
 		err := s.update(ctx, func(txn *badger.Txn) error {
 			wrote, skipped, wroteEnc = wrote[:0], skipped[:0], wroteEnc[:0]
 			for i, a := range chunk {
-				mk := metaKey(tenant, a.Digest)
+				mk := vault.MetaKey(tenant, a.Digest)
 				_, err := txn.Get(mk)
 				if err == nil {
 					skipped = append(skipped, a)
@@ -324,11 +294,11 @@ func (s *Store) write(ctx context.Context, tenant string, arts []*artifact.Artif
 				if !errors.Is(err, badger.ErrKeyNotFound) {
 					return err
 				}
-				m := meta{Digest: a.Digest, Chars: a.Chars, TextBytes: len(a.Text), RawBytes: len(a.Raw), Created: now, LastSeen: now}
-				if err := txn.Set(artKey(tenant, a.Digest), enc[off+i]); err != nil {
+				m := vault.Meta{Digest: a.Digest, Chars: a.Chars, TextBytes: len(a.Text), RawBytes: len(a.Raw), Created: now, LastSeen: now}
+				if err := txn.Set(vault.ArtKey(tenant, a.Digest), enc[off+i]); err != nil {
 					return err
 				}
-				if err := txn.Set(mk, m.encode()); err != nil {
+				if err := txn.Set(mk, m.Encode()); err != nil {
 					return err
 				}
 				wrote, wroteEnc = append(wrote, a), append(wroteEnc, enc[off+i])
@@ -340,7 +310,7 @@ func (s *Store) write(ctx context.Context, tenant string, arts []*artifact.Artif
 			return fmt.Errorf("vault: write: %w", err)
 		}
 		for _, a := range wrote {
-			reserved -= ArtifactSize(a)
+			reserved -= vault.ArtifactSize(a)
 		}
 		s.count.Add(int64(len(wrote)))
 		s.written.Add(uint64(len(wrote)))
@@ -438,12 +408,12 @@ func (s *Store) dropUnsynced(tenant string, arts, ours []*artifact.Artifact) {
 func (s *Store) readBack(tenant string, ours []*artifact.Artifact, enc [][]byte, others []*artifact.Artifact) error {
 	return s.db.View(func(txn *badger.Txn) error {
 		for _, a := range others {
-			if _, err := txn.Get(artKey(tenant, a.Digest)); err != nil {
+			if _, err := txn.Get(vault.ArtKey(tenant, a.Digest)); err != nil {
 				return fmt.Errorf("vault: read back %x: %w", a.Digest[:8], err)
 			}
 		}
 		for i, a := range ours {
-			item, err := txn.Get(artKey(tenant, a.Digest))
+			item, err := txn.Get(vault.ArtKey(tenant, a.Digest))
 			if err != nil {
 				return fmt.Errorf("vault: read back %x: %w", a.Digest[:8], err)
 			}
@@ -452,67 +422,12 @@ func (s *Store) readBack(tenant string, ours []*artifact.Artifact, enc [][]byte,
 				return fmt.Errorf("vault: read back %x: %w", a.Digest[:8], err)
 			}
 			if !same {
-				return fmt.Errorf("%w: artifact %x", ErrReadBack, a.Digest[:8])
+				return fmt.Errorf("%w: artifact %x", vault.ErrReadBack, a.Digest[:8])
 			}
 		}
 		return nil
 	})
 }
-
-// encodeAll checks every artifact's digest and encodes its content, in
-// parallel when there is enough of it to pay for the goroutines. An
-// artifact's check and encoding run back to back on one core, so its bytes
-// are read from memory once and stay in cache for the passes that follow.
-func encodeAll(arts []*artifact.Artifact) ([][]byte, error) {
-	enc := make([][]byte, len(arts))
-	var total int64
-	for _, a := range arts {
-		total += ArtifactSize(a)
-	}
-	workers := min(runtime.GOMAXPROCS(0), len(arts))
-	if total < parallelEncodeBytes || workers < 2 {
-		for i, a := range arts {
-			if !NamesNew(a.Digest, a.Text, a.Raw) {
-				return nil, errNotIdentity(a)
-			}
-			enc[i] = encodeContent(a)
-		}
-		return enc, nil
-	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := int(next.Add(1) - 1); i < len(arts); i = int(next.Add(1) - 1) {
-				if NamesNew(arts[i].Digest, arts[i].Text, arts[i].Raw) {
-					enc[i] = encodeContent(arts[i])
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	for i, a := range arts {
-		if enc[i] == nil { // the only way to get no encoding
-			return nil, errNotIdentity(a)
-		}
-	}
-	return enc, nil
-}
-
-// errNotIdentity refuses to write a: a wrong digest would file content
-// under a receipt that names something else. Only what is written needs the
-// check: an artifact already stored under its digest was checked when it
-// was written.
-func errNotIdentity(a *artifact.Artifact) error {
-	return fmt.Errorf("%w: artifact %x is not the identity of its text and raw bytes", ErrDigest, a.Digest[:8])
-}
-
-// parallelEncodeBytes is the content size from which encodeAll uses every
-// core: s2 compresses ~1 GB/s, so below this a goroutine costs more than it
-// saves.
-const parallelEncodeBytes = 256 << 10
 
 // reserve claims n bytes of tenant's quota and of the cap, evicting the
 // tenant's own expired artifacts first when its quota is reached. Other
@@ -521,11 +436,11 @@ func (s *Store) reserve(tenant string, n int64) error {
 	quota := s.maxTenant.Load()
 	if !s.tenants.tryReserve(tenant, n, quota) {
 		if n > quota {
-			return fmt.Errorf("%w: need %d bytes, tenant quota %d", ErrFull, n, quota)
+			return fmt.Errorf("%w: need %d bytes, tenant quota %d", vault.ErrFull, n, quota)
 		}
 		s.evictTenant(tenant, n)
 		if !s.tenants.tryReserve(tenant, n, quota) {
-			return fmt.Errorf("%w: tenant quota: need %d bytes, %d of %d in use", ErrFull, n, s.tenants.used(tenant), quota)
+			return fmt.Errorf("%w: tenant quota: need %d bytes, %d of %d in use", vault.ErrFull, n, s.tenants.used(tenant), quota)
 		}
 	}
 	if err := s.reserveCap(n); err != nil {
@@ -542,7 +457,7 @@ func (s *Store) reserveCap(n int64) error {
 	}
 	capacity := s.maxBytes.Load()
 	if n > capacity {
-		return fmt.Errorf("%w: need %d bytes, cap %d", ErrFull, n, capacity)
+		return fmt.Errorf("%w: need %d bytes, cap %d", vault.ErrFull, n, capacity)
 	}
 	// Free a little more than needed so a nearly full vault does not evict
 	// on every request.
@@ -550,7 +465,7 @@ func (s *Store) reserveCap(n int64) error {
 	if s.tryReserve(n) {
 		return nil
 	}
-	return fmt.Errorf("%w: need %d bytes, %d of %d in use", ErrFull, n, s.bytes.Load(), capacity)
+	return fmt.Errorf("%w: need %d bytes, %d of %d in use", vault.ErrFull, n, s.bytes.Load(), capacity)
 }
 
 func (s *Store) tryReserve(n int64) bool {
@@ -622,12 +537,12 @@ func (s *Store) evictOldest(sc evictScope) {
 			if sc.tenant != nil && tenantOfKey(it.Item().Key()) != *sc.tenant {
 				continue
 			}
-			var m meta
-			if err := it.Item().Value(m.decode); err != nil {
+			var m vault.Meta
+			if err := it.Item().Value(m.Decode); err != nil {
 				return err
 			}
 			if m.LastSeen < cutoff {
-				cands = append(cands, cand{it.Item().KeyCopy(nil), m.LastSeen, m.size()})
+				cands = append(cands, cand{it.Item().KeyCopy(nil), m.LastSeen, m.Size()})
 			} else {
 				oldestKept = min(oldestKept, m.LastSeen)
 			}
@@ -664,8 +579,8 @@ func (s *Store) evictOldest(sc evictScope) {
 					if err != nil {
 						return err
 					}
-					var m meta
-					if err := item.Value(m.decode); err != nil {
+					var m vault.Meta
+					if err := item.Value(m.Decode); err != nil {
 						return err
 					}
 					if m.LastSeen >= cutoff {
@@ -679,8 +594,8 @@ func (s *Store) evictOldest(sc evictScope) {
 						return err
 					}
 					n++
-					b += m.size()
-					per[tenantOfKey(c.key)] += m.size()
+					b += m.Size()
+					per[tenantOfKey(c.key)] += m.Size()
 					if t, d, ok := keyDigest(c.key); ok {
 						gone = append(gone, verifiedKey{t, d})
 					}
@@ -729,21 +644,21 @@ func (s *Store) Get(ctx context.Context, tenant string, d artifact.Digest) (arti
 	a := artifact.Artifact{Digest: d}
 	found := false
 	err = s.db.View(func(txn *badger.Txn) error {
-		item, err := txn.Get(artKey(tenant, d))
+		item, err := txn.Get(vault.ArtKey(tenant, d))
 		if errors.Is(err, badger.ErrKeyNotFound) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		if err := item.Value(func(v []byte) error { return decodeContent(v, &a) }); err != nil {
+		if err := item.Value(func(v []byte) error { return vault.DecodeContent(v, &a) }); err != nil {
 			return err
 		}
-		if item, err = txn.Get(metaKey(tenant, d)); err != nil {
+		if item, err = txn.Get(vault.MetaKey(tenant, d)); err != nil {
 			return err
 		}
-		var m meta
-		if err := item.Value(m.decode); err != nil {
+		var m vault.Meta
+		if err := item.Value(m.Decode); err != nil {
 			return err
 		}
 		a.Chars = m.Chars
@@ -756,8 +671,8 @@ func (s *Store) Get(ctx context.Context, tenant string, d artifact.Digest) (arti
 	if !found {
 		return artifact.Artifact{}, false, nil
 	}
-	if !NamesStored(d, StringBytes(a.Text), a.Raw) {
-		return artifact.Artifact{}, false, fmt.Errorf("%w: stored artifact %x", ErrDigest, d[:8])
+	if !vault.NamesStored(d, vault.StringBytes(a.Text), a.Raw) {
+		return artifact.Artifact{}, false, fmt.Errorf("%w: stored artifact %x", vault.ErrDigest, d[:8])
 	}
 	return a, true, nil
 }

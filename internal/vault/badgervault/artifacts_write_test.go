@@ -1,4 +1,4 @@
-package vault
+package badgervault
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
 // TestEncodeAllMatchesEncodeContent: the parallel encoder gives every
@@ -21,16 +22,16 @@ func TestEncodeAllMatchesEncodeContent(t *testing.T) {
 			a := mkArt(text(fmt.Sprint("enc", n, "-", i), 20_000))
 			arts = append(arts, &a)
 		}
-		enc, err := encodeAll(arts)
+		enc, err := vault.EncodeAll(arts)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i, a := range arts {
-			if !bytes.Equal(enc[i], encodeContent(a)) {
+			if !bytes.Equal(enc[i], vault.EncodeContent(a)) {
 				t.Fatalf("%d artifacts: encoding %d differs", n, i)
 			}
 			var got artifact.Artifact
-			if err := decodeContent(enc[i], &got); err != nil || got.Text != a.Text || !bytes.Equal(got.Raw, a.Raw) || got.Tool != a.Tool || got.Args != a.Args {
+			if err := vault.DecodeContent(enc[i], &got); err != nil || got.Text != a.Text || !bytes.Equal(got.Raw, a.Raw) || got.Tool != a.Tool || got.Args != a.Args {
 				t.Fatalf("%d artifacts: encoding %d does not decode to its artifact: %v", n, i, err)
 			}
 			if len(enc[i]) != cap(enc[i]) || len(enc[i]) > len(a.Text)/2 {
@@ -50,7 +51,7 @@ func TestEncodeAllRefusesWrongDigest(t *testing.T) {
 			arts = append(arts, &a)
 		}
 		arts[tt.bad].Digest[0] ^= 1
-		if enc, err := encodeAll(arts); !errors.Is(err, ErrDigest) || enc != nil {
+		if enc, err := vault.EncodeAll(arts); !errors.Is(err, vault.ErrDigest) || enc != nil {
 			t.Errorf("%d artifacts, #%d wrong: err %v, %d encodings", tt.n, tt.bad, err, len(enc))
 		}
 	}
@@ -105,13 +106,13 @@ func TestReadBackComparesStoredBytes(t *testing.T) {
 	if err := s.Persist(context.Background(), artifact.Scope{Tenant: "t"}, []artifact.Artifact{a}); err != nil {
 		t.Fatal(err)
 	}
-	good := encodeContent(&a)
+	good := vault.EncodeContent(&a)
 	if err := s.readBack("t", []*artifact.Artifact{&a}, [][]byte{good}, nil); err != nil {
 		t.Fatalf("intact: %v", err)
 	}
 	bad := bytes.Clone(good)
 	bad[len(bad)-1] ^= 1
-	if err := s.readBack("t", []*artifact.Artifact{&a}, [][]byte{bad}, nil); !errors.Is(err, ErrReadBack) {
+	if err := s.readBack("t", []*artifact.Artifact{&a}, [][]byte{bad}, nil); !errors.Is(err, vault.ErrReadBack) {
 		t.Fatalf("different bytes: %v, want ErrReadBack", err)
 	}
 	other := mkArt(text("never stored", 5000))

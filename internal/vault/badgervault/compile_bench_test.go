@@ -1,10 +1,10 @@
-package vault_test
+package badgervault_test
 
 import (
 	"testing"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
-	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault/badgervault"
 )
 
 // The compiler with the real vault: a 1 MB chat request whose 50 tool
@@ -14,8 +14,8 @@ import (
 func BenchmarkCompile1MBWarm(b *testing.B) { compilertest.BenchCompile1MB(b, openBench(b), false) }
 func BenchmarkCompile1MBCold(b *testing.B) { compilertest.BenchCompile1MB(b, openBench(b), true) }
 
-func openBench(b *testing.B) *vault.Store {
-	s, err := vault.Open(vault.Config{Dir: b.TempDir(), MaxBytes: 8 << 30})
+func openBench(b *testing.B) *badgervault.Store {
+	s, err := badgervault.Open(badgervault.Config{Dir: b.TempDir(), MaxBytes: 8 << 30})
 	if err != nil {
 		b.Fatal(err)
 	}

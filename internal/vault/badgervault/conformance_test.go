@@ -1,9 +1,10 @@
-package vault_test
+package badgervault_test
 
 import (
 	"testing"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault/badgervault"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault/storetest"
 )
 
@@ -17,11 +18,11 @@ func TestBadgerConformance(t *testing.T) {
 			dir = t.TempDir()
 			dirs[t] = dir
 		}
-		vc := vault.Config{Dir: dir, MaxBytes: cfg.MaxBytes, TenantMaxBytes: cfg.TenantMaxBytes, Retention: cfg.Retention}
+		vc := badgervault.Config{Dir: dir, MaxBytes: cfg.MaxBytes, TenantMaxBytes: cfg.TenantMaxBytes, Retention: cfg.Retention}
 		if cfg.Now != nil {
-			vault.SetClock(&vc, cfg.Now)
+			badgervault.SetClock(&vc, cfg.Now)
 		}
-		s, err := vault.Open(vc)
+		s, err := badgervault.Open(vc)
 		if err != nil {
 			t.Fatal(err)
 		}

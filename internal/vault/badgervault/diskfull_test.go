@@ -1,4 +1,4 @@
-package vault
+package badgervault
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
 // With the disk reported (nearly) full every write is ErrFull, reads still
@@ -330,11 +331,11 @@ func TestNoSpaceIsFull(t *testing.T) {
 		{errors.New("conflict"), false},
 		{fmt.Errorf("write MANIFEST: %w", syscall.ENOSPC), true},
 		{fmt.Errorf("while writing: %v", syscall.ENOSPC), true}, // Badger's %v
-		{fmt.Errorf("%w: already", ErrFull), true},
+		{fmt.Errorf("%w: already", vault.ErrFull), true},
 	}
 	for _, tt := range tests {
 		got := noSpaceIsFull(tt.err)
-		if errors.Is(got, ErrFull) != tt.full || (tt.err == nil) != (got == nil) {
+		if errors.Is(got, vault.ErrFull) != tt.full || (tt.err == nil) != (got == nil) {
 			t.Errorf("noSpaceIsFull(%v) = %v, want full %v", tt.err, got, tt.full)
 		}
 	}

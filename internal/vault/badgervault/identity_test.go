@@ -1,4 +1,4 @@
-package vault
+package badgervault
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
 // A record written before the current artifact identity (filed under
@@ -19,12 +20,12 @@ func TestLegacyTextDigestRecordsStayReadable(t *testing.T) {
 	s := openTest(t, Config{})
 	ctx := context.Background()
 	put := func(a artifact.Artifact) {
-		m := meta{Digest: a.Digest, Chars: a.Chars, TextBytes: len(a.Text), RawBytes: len(a.Raw), Created: 1, LastSeen: time.Now().UnixNano()}
+		m := vault.Meta{Digest: a.Digest, Chars: a.Chars, TextBytes: len(a.Text), RawBytes: len(a.Raw), Created: 1, LastSeen: time.Now().UnixNano()}
 		if err := s.db.Update(func(txn *badger.Txn) error {
-			if err := txn.Set(artKey("t", a.Digest), encodeContent(&a)); err != nil {
+			if err := txn.Set(vault.ArtKey("t", a.Digest), vault.EncodeContent(&a)); err != nil {
 				return err
 			}
-			return txn.Set(metaKey("t", a.Digest), m.encode())
+			return txn.Set(vault.MetaKey("t", a.Digest), m.Encode())
 		}); err != nil {
 			t.Fatal(err)
 		}

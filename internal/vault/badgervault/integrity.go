@@ -1,4 +1,4 @@
-package vault
+package badgervault
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
 // A receipt may only name content that reads back. A record found by key is
@@ -146,49 +147,36 @@ func (v *verifiedSet) remove(tenant string, d artifact.Digest) {
 	delete(v.m, verifiedKey{tenant, d})
 }
 
-// checkContent reports whether stored content decodes, passes its CRC and
-// is the artifact d (NamesStored).
-func checkContent(v []byte, d artifact.Digest) error {
-	c, err := contentFields(v)
-	if err != nil {
-		return err
-	}
-	if !NamesStored(d, c.text, c.raw) {
-		return ErrDigest
-	}
-	return nil
-}
-
 // readable reads the content record of tenant's d in txn. Any failure to
 // read it (a Badger read error included) means no receipt may name it.
 func readable(txn *badger.Txn, tenant string, d artifact.Digest) error {
-	item, err := txn.Get(artKey(tenant, d))
+	item, err := txn.Get(vault.ArtKey(tenant, d))
 	if err != nil {
 		return err
 	}
-	return item.Value(func(v []byte) error { return checkContent(v, d) })
+	return item.Value(func(v []byte) error { return vault.CheckContent(v, d) })
 }
 
 // dropRecord deletes tenant's artifact d (content and metadata) in txn and
 // returns its metadata size, or -1 when it has no metadata.
 func dropRecord(txn *badger.Txn, tenant string, d artifact.Digest) (int64, error) {
-	mk := metaKey(tenant, d)
+	mk := vault.MetaKey(tenant, d)
 	item, err := txn.Get(mk)
 	if errors.Is(err, badger.ErrKeyNotFound) {
-		return -1, txn.Delete(artKey(tenant, d))
+		return -1, txn.Delete(vault.ArtKey(tenant, d))
 	}
 	if err != nil {
 		return 0, err
 	}
-	var m meta
+	var m vault.Meta
 	size := int64(0)
-	if item.Value(m.decode) == nil {
-		size = m.size()
+	if item.Value(m.Decode) == nil {
+		size = m.Size()
 	}
 	if err := txn.Delete(mk); err != nil {
 		return 0, err
 	}
-	return size, txn.Delete(artKey(tenant, d))
+	return size, txn.Delete(vault.ArtKey(tenant, d))
 }
 
 // dropped is forget for a record dropped because it did not read intact:
@@ -248,7 +236,7 @@ func (s *Store) scrub() {
 					continue
 				}
 				read += item.ValueSize()
-				if err := item.Value(func(v []byte) error { return checkContent(v, d) }); err != nil {
+				if err := item.Value(func(v []byte) error { return vault.CheckContent(v, d) }); err != nil {
 					bad = append(bad, verifiedKey{tenant, d})
 					why = append(why, err)
 				}

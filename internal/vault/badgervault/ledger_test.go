@@ -1,4 +1,4 @@
-package vault
+package badgervault
 
 import (
 	"bytes"
@@ -10,12 +10,14 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
-func ledgerRecs(from time.Time, n int, every time.Duration) []LedgerRecord {
-	recs := make([]LedgerRecord, n)
+func ledgerRecs(from time.Time, n int, every time.Duration) []vault.LedgerRecord {
+	recs := make([]vault.LedgerRecord, n)
 	for i := range recs {
-		recs[i] = LedgerRecord{
+		recs[i] = vault.LedgerRecord{
 			Time: from.Add(time.Duration(i) * every).UnixMilli(), Tenant: "t1", Format: "openai_chat",
 			Decision: "accepted", RawBytes: int64(1000 + i), SentBytes: 100, Receipts: 1,
 		}
@@ -29,7 +31,7 @@ func TestLedgerRetention(t *testing.T) {
 	clk := newClock()
 	s := openTest(t, Config{now: clk.Now})
 	ctx := context.Background()
-	lim := LedgerLimits{Retention: 30 * 24 * time.Hour, MaxRecords: 1000, MaxBytes: 1 << 20}
+	lim := vault.LedgerLimits{Retention: 30 * 24 * time.Hour, MaxRecords: 1000, MaxBytes: 1 << 20}
 
 	start := clk.Now()
 	// 40 daily records ending now: only the last 30 days' are kept.
@@ -37,7 +39,7 @@ func TestLedgerRetention(t *testing.T) {
 	if err := s.AppendLedger(ctx, recs, lim); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.ReadLedger(ctx, LedgerQuery{})
+	got, err := s.ReadLedger(ctx, vault.LedgerQuery{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,12 +52,12 @@ func TestLedgerRetention(t *testing.T) {
 
 	// Ten days on, ten more have aged out.
 	clk.Add(10 * 24 * time.Hour)
-	if got, _ = s.ReadLedger(ctx, LedgerQuery{}); len(got) != 21 {
+	if got, _ = s.ReadLedger(ctx, vault.LedgerQuery{}); len(got) != 21 {
 		t.Fatalf("after 10 days: %d records, want 21", len(got))
 	}
 
 	// Since / Until / Limit select by time, newest first.
-	q := LedgerQuery{Since: recs[30].Time, Until: recs[35].Time, Limit: 3}
+	q := vault.LedgerQuery{Since: recs[30].Time, Until: recs[35].Time, Limit: 3}
 	got, _ = s.ReadLedger(ctx, q)
 	if len(got) != 3 || got[0].Time != recs[34].Time || got[2].Time != recs[32].Time {
 		t.Fatalf("query %+v: %d records %+v", q, len(got), got)
@@ -67,10 +69,10 @@ func TestLedgerRetention(t *testing.T) {
 func TestLedgerBounds(t *testing.T) {
 	tests := []struct {
 		name string
-		lim  LedgerLimits
+		lim  vault.LedgerLimits
 	}{
-		{"records", LedgerLimits{Retention: time.Hour, MaxRecords: 100, MaxBytes: 1 << 30}},
-		{"bytes", LedgerLimits{Retention: time.Hour, MaxRecords: 1 << 30, MaxBytes: 20 << 10}},
+		{"records", vault.LedgerLimits{Retention: time.Hour, MaxRecords: 100, MaxBytes: 1 << 30}},
+		{"bytes", vault.LedgerLimits{Retention: time.Hour, MaxRecords: 1 << 30, MaxBytes: 20 << 10}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -86,7 +88,7 @@ func TestLedgerBounds(t *testing.T) {
 					t.Fatalf("after %d: %d records, %d bytes, over %+v", i+50, s.ledger.count, s.ledger.bytes, tt.lim)
 				}
 			}
-			got, err := s.ReadLedger(ctx, LedgerQuery{})
+			got, err := s.ReadLedger(ctx, vault.LedgerQuery{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -110,7 +112,7 @@ func TestLedgerBounds(t *testing.T) {
 func TestLedgerReopen(t *testing.T) {
 	clk := newClock()
 	dir := t.TempDir()
-	lim := LedgerLimits{Retention: time.Hour, MaxRecords: 1000, MaxBytes: 1 << 20}
+	lim := vault.LedgerLimits{Retention: time.Hour, MaxRecords: 1000, MaxBytes: 1 << 20}
 	s, err := Open(Config{Dir: dir, now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +125,7 @@ func TestLedgerReopen(t *testing.T) {
 	if err := s.AppendLedger(context.Background(), ledgerRecs(clk.Now(), 3, time.Millisecond), lim); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.ReadLedger(context.Background(), LedgerQuery{})
+	got, err := s.ReadLedger(context.Background(), vault.LedgerQuery{})
 	if err != nil || len(got) != 10 || s.ledger.count != 10 {
 		t.Fatalf("after reopen: %d records (counted %d), err %v; want 10", len(got), s.ledger.count, err)
 	}
@@ -136,7 +138,7 @@ func TestLedgerRecordFormats(t *testing.T) {
 	clk := newClock()
 	s := openTest(t, Config{now: clk.Now})
 	ctx := context.Background()
-	lim := LedgerLimits{Retention: time.Hour, MaxRecords: 100, MaxBytes: 1 << 20}
+	lim := vault.LedgerLimits{Retention: time.Hour, MaxRecords: 100, MaxBytes: 1 << 20}
 	now := clk.Now().UnixMilli()
 
 	// As the ledger wrote records before cost_horizon_* and usage.
@@ -148,23 +150,23 @@ func TestLedgerRecordFormats(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	wantOld := LedgerRecord{Time: now - 2, Tenant: "t1", TenantLabel: "acme", Conversation: "c_1", Format: "openai_chat",
+	wantOld := vault.LedgerRecord{Time: now - 2, Tenant: "t1", TenantLabel: "acme", Conversation: "c_1", Format: "openai_chat",
 		Model: "gpt-4o", Status: 200, Decision: "accepted", RawBytes: 1000, SentBytes: 100, RawTokens: 250, SentTokens: 30,
 		Receipts: 1, CostRaw: 250, CostSent: 90}
-	full := LedgerRecord{Time: now - 1, Tenant: "t2", Format: "anthropic_messages", Model: "claude-sonnet", Status: 200,
+	full := vault.LedgerRecord{Time: now - 1, Tenant: "t2", Format: "anthropic_messages", Model: "claude-sonnet", Status: 200,
 		Decision: "accepted", RawBytes: 5000, SentBytes: 900, Receipts: 2, Folded: 1, CostRaw: 1250, CostSent: 1400,
 		CostHorizonRaw: 2250, CostHorizonSent: 1800,
-		Usage: &LedgerUsage{Uncached: 12, CacheRead: 800, CacheWrite: 300, Cost: 12 + 80 + 375, RecoveryRounds: 1}}
-	noUsage := LedgerRecord{Time: now, Tenant: "t2", Format: "openai_chat", Decision: "passthrough", Reason: "not_smaller",
+		Usage: &vault.LedgerUsage{Uncached: 12, CacheRead: 800, CacheWrite: 300, Cost: 12 + 80 + 375, RecoveryRounds: 1}}
+	noUsage := vault.LedgerRecord{Time: now, Tenant: "t2", Format: "openai_chat", Decision: "passthrough", Reason: "not_smaller",
 		RawBytes: 70, SentBytes: 70, CostRaw: 20, CostSent: 20, CostHorizonRaw: 30, CostHorizonSent: 30}
-	if err := s.AppendLedger(ctx, []LedgerRecord{full, noUsage}, lim); err != nil {
+	if err := s.AppendLedger(ctx, []vault.LedgerRecord{full, noUsage}, lim); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.ReadLedger(ctx, LedgerQuery{})
+	got, err := s.ReadLedger(ctx, vault.LedgerQuery{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []LedgerRecord{noUsage, full, wantOld}
+	want := []vault.LedgerRecord{noUsage, full, wantOld}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("read back\n got %+v\nwant %+v", got, want)
 	}
@@ -172,7 +174,7 @@ func TestLedgerRecordFormats(t *testing.T) {
 		t.Fatalf("the old record gained figures: %+v", got[2])
 	}
 	// Optional means absent: a record without usage or horizon stores neither key.
-	enc, _ := json.Marshal(LedgerRecord{Time: now, Decision: "passthrough"})
+	enc, _ := json.Marshal(vault.LedgerRecord{Time: now, Decision: "passthrough"})
 	if bytes.Contains(enc, []byte("usage")) || bytes.Contains(enc, []byte("horizon")) {
 		t.Fatalf("empty figures encoded: %s", enc)
 	}

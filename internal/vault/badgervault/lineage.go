@@ -1,4 +1,4 @@
-package vault
+package badgervault
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
 // Lineage nodes carry cumulative exposures, so storing each one whole makes
@@ -45,7 +46,7 @@ func (s *Store) Record(ctx context.Context, scope artifact.Scope, rec artifact.R
 		return err
 	}
 	now := s.now().UnixNano()
-	prefix := scopePrefix(scope)
+	prefix := vault.ScopePrefix(scope)
 	key := hex.AppendEncode(bytes.Clone(prefix), rec.ChainEnd[:])
 	var val []byte
 	var old int64
@@ -55,7 +56,7 @@ func (s *Store) Record(ctx context.Context, scope artifact.Scope, rec artifact.R
 			return err
 		}
 		n.Time = now
-		val = n.encode()
+		val = n.Encode()
 		item, err := txn.Get(key)
 		if err == nil {
 			old = int64(len(key)) + item.ValueSize()
@@ -118,8 +119,8 @@ func (s *Store) Record(ctx context.Context, scope artifact.Scope, rec artifact.R
 
 // baseNode builds rec's node: a delta against its base when the parent's
 // lineage can be resolved, else whole at depth 0.
-func baseNode(txn *badger.Txn, prefix []byte, rec artifact.Record) (node, error) {
-	n := node{Length: rec.Length, Parent: rec.Parent, HasParent: rec.HasParent, Exposures: rec.Exposures, Cache: rec.Cache}
+func baseNode(txn *badger.Txn, prefix []byte, rec artifact.Record) (vault.Node, error) {
+	n := vault.Node{Length: rec.Length, Parent: rec.Parent, HasParent: rec.HasParent, Exposures: rec.Exposures, Cache: rec.Cache}
 	if !rec.HasParent {
 		return n, nil
 	}
@@ -161,7 +162,7 @@ func exposureDelta(cur, base map[artifact.Digest]int) map[artifact.Digest]int {
 	}
 	for d := range base {
 		if _, ok := cur[d]; !ok {
-			out[d] = deletedExposure
+			out[d] = vault.DeletedExposure
 		}
 	}
 	return out
@@ -170,29 +171,29 @@ func exposureDelta(cur, base map[artifact.Digest]int) map[artifact.Digest]int {
 // loadNode reads the node filed under id in prefix. A missing or unreadable
 // node is reported absent: lineage only ever makes requests smaller, so
 // losing some of it is safe.
-func loadNode(txn *badger.Txn, prefix []byte, id artifact.Digest) (node, bool, error) {
+func loadNode(txn *badger.Txn, prefix []byte, id artifact.Digest) (vault.Node, bool, error) {
 	return loadNodeKey(txn, hex.AppendEncode(bytes.Clone(prefix), id[:]))
 }
 
-func loadNodeKey(txn *badger.Txn, key []byte) (node, bool, error) {
+func loadNodeKey(txn *badger.Txn, key []byte) (vault.Node, bool, error) {
 	item, err := txn.Get(key)
 	if errors.Is(err, badger.ErrKeyNotFound) {
-		return node{}, false, nil
+		return vault.Node{}, false, nil
 	}
 	if err != nil {
-		return node{}, false, err
+		return vault.Node{}, false, err
 	}
-	var n node
-	if err := item.Value(n.decode); err != nil {
-		return node{}, false, nil
+	var n vault.Node
+	if err := item.Value(n.Decode); err != nil {
+		return vault.Node{}, false, nil
 	}
 	return n, true, nil
 }
 
 // resolve returns n's cumulative exposures, following its base links; false
 // when a base is missing.
-func resolve(txn *badger.Txn, prefix []byte, n node) (map[artifact.Digest]int, bool, error) {
-	chain := []node{n}
+func resolve(txn *badger.Txn, prefix []byte, n vault.Node) (map[artifact.Digest]int, bool, error) {
+	chain := []vault.Node{n}
 	for cur := n; cur.HasBase; {
 		if len(chain) > maxBaseHops {
 			return nil, false, nil
@@ -213,7 +214,7 @@ func resolve(txn *badger.Txn, prefix []byte, n node) (map[artifact.Digest]int, b
 	exp := maps.Clone(chain[len(chain)-1].Exposures)
 	for i := len(chain) - 2; i >= 0; i-- {
 		for d, c := range chain[i].Exposures {
-			if c == deletedExposure {
+			if c == vault.DeletedExposure {
 				delete(exp, d)
 			} else {
 				exp[d] = c
@@ -239,7 +240,7 @@ func (s *Store) Ancestor(ctx context.Context, scope artifact.Scope, chain []arti
 	if len(chain) < 2 {
 		return artifact.Lineage{}, nil
 	}
-	prefix := scopePrefix(scope)
+	prefix := vault.ScopePrefix(scope)
 	var lin artifact.Lineage
 	err = s.db.View(func(txn *badger.Txn) error {
 		key := make([]byte, len(prefix), len(prefix)+64)

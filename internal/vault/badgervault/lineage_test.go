@@ -1,4 +1,4 @@
-package vault
+package badgervault
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
 // conversation drives n requests of one conversation the way the compiler
@@ -85,7 +86,7 @@ func TestLineageBaseGone(t *testing.T) {
 		chain[i] = dg(fmt.Sprint(sc, "msg", i))
 	}
 	chain[6] = dg("next")
-	root := append(scopePrefix(sc), fmt.Sprintf("%x", chain[0][:])...)
+	root := append(vault.ScopePrefix(sc), fmt.Sprintf("%x", chain[0][:])...)
 	must(t, s.db.Update(func(txn *badger.Txn) error { return txn.Delete(root) }))
 	lin, err := s.Ancestor(ctx, sc, chain)
 	if err != nil {
@@ -111,8 +112,8 @@ func TestExposureDelta(t *testing.T) {
 	}{
 		{map[artifact.Digest]int{a: 1, b: 2}, map[artifact.Digest]int{}},
 		{map[artifact.Digest]int{a: 1, b: 3, c: 1}, map[artifact.Digest]int{b: 3, c: 1}},
-		{map[artifact.Digest]int{a: 1}, map[artifact.Digest]int{b: deletedExposure}},
-		{nil, map[artifact.Digest]int{a: deletedExposure, b: deletedExposure}},
+		{map[artifact.Digest]int{a: 1}, map[artifact.Digest]int{b: vault.DeletedExposure}},
+		{nil, map[artifact.Digest]int{a: vault.DeletedExposure, b: vault.DeletedExposure}},
 	}
 	for _, tt := range tests {
 		d := exposureDelta(tt.cur, base)
@@ -133,7 +134,7 @@ func TestLineageInCapacity(t *testing.T) {
 		exp := map[artifact.Digest]int{dg(fmt.Sprint(i)): 1}
 		err = s.Record(ctx, sc, artifact.Record{ChainEnd: dg(fmt.Sprint("c", i)), Length: 1, Exposures: exp})
 	}
-	if !errors.Is(err, ErrFull) {
+	if !errors.Is(err, vault.ErrFull) {
 		t.Fatalf("Record into a full vault = %v, want ErrFull", err)
 	}
 	if st := s.Stats(); st.Bytes > st.MaxBytes || st.Lineage != st.Bytes {

@@ -1,4 +1,4 @@
-package vault
+package badgervault
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
 // One tenant filling its quota neither stops another tenant nor loses the
@@ -16,7 +17,7 @@ func TestTenantQuota(t *testing.T) {
 	clk := newClock()
 	const retention = time.Hour
 	art := func(tenant string, i int) artifact.Artifact { return mkArt(text(fmt.Sprint(tenant, i), 2000)) }
-	size := func() int64 { a := art("x", 0); return ArtifactSize(&a) }()
+	size := func() int64 { a := art("x", 0); return vault.ArtifactSize(&a) }()
 	// Default quota: a quarter of the cap, here 2 artifacts of 8.
 	s := openTest(t, Config{MaxBytes: 8*size + size/2, Retention: retention, now: clk.Now})
 	ctx := context.Background()
@@ -38,7 +39,7 @@ func TestTenantQuota(t *testing.T) {
 	}
 	// A is at its quota, with everything inside retention.
 	err := persist(A, 2)
-	if !errors.Is(err, ErrFull) || !errors.Is(err, artifact.ErrFull) {
+	if !errors.Is(err, vault.ErrFull) || !errors.Is(err, artifact.ErrFull) {
 		t.Fatalf("Persist over quota = %v, want ErrFull", err)
 	}
 	// B is unaffected, though the vault has room for 6 more of A's.
@@ -47,7 +48,7 @@ func TestTenantQuota(t *testing.T) {
 			t.Fatalf("tenant B: %v", err)
 		}
 	}
-	if err := persist(B, 2); !errors.Is(err, ErrFull) {
+	if err := persist(B, 2); !errors.Is(err, vault.ErrFull) {
 		t.Fatalf("tenant B over its own quota = %v", err)
 	}
 	// Verifying what A has stored needs no room.
@@ -78,7 +79,7 @@ func TestTenantQuota(t *testing.T) {
 		t.Errorf("after reopen: A %d, B %d", s2.tenants.used("A"), s2.tenants.used("B"))
 	}
 	s = s2
-	if err := persist(A, 3); !errors.Is(err, ErrFull) {
+	if err := persist(A, 3); !errors.Is(err, vault.ErrFull) {
 		t.Errorf("quota not enforced after reopen: %v", err)
 	}
 }
@@ -90,7 +91,7 @@ func TestTenantQuotaConfig(t *testing.T) {
 		{1000, 0, 250},
 		{1000, 100, 100},
 		{1000, 5000, 1000},
-		{0, 0, DefaultMaxBytes / 4},
+		{0, 0, vault.DefaultMaxBytes / 4},
 	}
 	for _, tt := range tests {
 		s := openTest(t, Config{MaxBytes: tt.max, TenantMaxBytes: tt.tenant})
@@ -105,7 +106,7 @@ func TestTenantQuotaConfig(t *testing.T) {
 func TestTenantQuotaPrefix(t *testing.T) {
 	clk := newClock()
 	art := func(tenant string, i int) artifact.Artifact { return mkArt(text(fmt.Sprint(tenant, i), 2000)) }
-	size := func() int64 { a := art("x", 0); return ArtifactSize(&a) }()
+	size := func() int64 { a := art("x", 0); return vault.ArtifactSize(&a) }()
 	s := openTest(t, Config{MaxBytes: 8*size + size/2, Retention: time.Hour, now: clk.Now})
 	ctx := context.Background()
 	for _, tenant := range []string{"a/b", "a"} {
@@ -133,7 +134,7 @@ func TestSetLimitsLowered(t *testing.T) {
 	clk := newClock()
 	const retention = time.Hour
 	art := func(tenant string, i int) artifact.Artifact { return mkArt(text(fmt.Sprint(tenant, i), 2000)) }
-	size := func() int64 { a := art("x", 0); return ArtifactSize(&a) }()
+	size := func() int64 { a := art("x", 0); return vault.ArtifactSize(&a) }()
 	s := openTest(t, Config{MaxBytes: 40 * size, TenantMaxBytes: 20 * size, Retention: retention, now: clk.Now})
 	ctx := context.Background()
 	A := artifact.Scope{Tenant: "A"}
@@ -146,7 +147,7 @@ func TestSetLimitsLowered(t *testing.T) {
 		t.Fatalf("MaxBytes %d, want %d", got, 40*size)
 	}
 	// Inside retention nothing may go: over the new quota is full.
-	if err := s.Persist(ctx, A, []artifact.Artifact{art("A", 6)}); !errors.Is(err, ErrFull) {
+	if err := s.Persist(ctx, A, []artifact.Artifact{art("A", 6)}); !errors.Is(err, vault.ErrFull) {
 		t.Fatalf("Persist over the lowered quota inside retention = %v, want ErrFull", err)
 	}
 	clk.Add(retention)
@@ -164,7 +165,7 @@ func TestSetLimitsLowered(t *testing.T) {
 	}
 	// A capacity lowered below one artifact refuses it.
 	s.SetLimits(size/2, size/2)
-	if err := s.Persist(ctx, artifact.Scope{Tenant: "B"}, []artifact.Artifact{art("B", 0)}); !errors.Is(err, ErrFull) {
+	if err := s.Persist(ctx, artifact.Scope{Tenant: "B"}, []artifact.Artifact{art("B", 0)}); !errors.Is(err, vault.ErrFull) {
 		t.Errorf("Persist over the lowered capacity = %v, want ErrFull", err)
 	}
 }

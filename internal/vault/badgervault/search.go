@@ -1,4 +1,4 @@
-package vault
+package badgervault
 
 import (
 	"bytes"
@@ -7,21 +7,16 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
 // Recovery reads the vault by public artifact id and by search; neither is
 // a sighting (retention and eviction are not affected), and both see only
 // the caller's tenant.
-
-// maxSearchScan bounds the artifact records one Search considers (the
-// tenant's newest), so a search costs at most this many small metadata
-// reads and content decodes whatever the vault holds.
-const maxSearchScan = 20000
 
 // Resolve returns the digest of tenant's artifact whose public id
 // (artifact.ID: "a_" and the first 32 hex digits of the digest) is
@@ -29,7 +24,7 @@ const maxSearchScan = 20000
 // lookup is one prefix seek: metadata keys end in the full hex digest.
 func (s *Store) Resolve(ctx context.Context, tenant, id string) (artifact.Digest, bool, error) {
 	var d artifact.Digest
-	prefix, ok := idHex(id)
+	prefix, ok := vault.ArtifactIDHex(id)
 	if !ok {
 		return d, false, nil
 	}
@@ -68,20 +63,6 @@ func (s *Store) Resolve(ctx context.Context, tenant, id string) (artifact.Digest
 	return d, found, nil
 }
 
-// idHex returns the 32 hex digits of a well-formed artifact id.
-func idHex(id string) ([]byte, bool) {
-	h, ok := strings.CutPrefix(id, "a_")
-	if !ok || len(h) != 32 {
-		return nil, false
-	}
-	for i := 0; i < len(h); i++ {
-		if c := h[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return nil, false
-		}
-	}
-	return []byte(h), true
-}
-
 func tenantMetaPrefix(tenant string) []byte {
 	k := make([]byte, 0, 3+len(tenant))
 	k = append(k, "m/"...)
@@ -111,40 +92,40 @@ func (s *Store) Search(ctx context.Context, tenant, query string, limit int) ([]
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	scan, err := NewSearchScan(ctx, query)
+	scan, err := vault.NewSearchScan(ctx, query)
 	if err != nil {
 		return nil, err
 	}
 	base := tenantMetaPrefix(tenant)
 	var out []artifact.Artifact
 	err = s.db.View(func(txn *badger.Txn) error {
-		var metas []meta
+		var metas []vault.Meta
 		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 256, Prefix: base})
 		for it.Rewind(); it.Valid(); it.Next() {
 			if len(it.Item().Key()) != len(base)+64 {
 				continue // another tenant whose name extends this one
 			}
-			var m meta
-			if err := it.Item().Value(m.decode); err != nil {
+			var m vault.Meta
+			if err := it.Item().Value(m.Decode); err != nil {
 				continue
 			}
 			metas = append(metas, m)
 		}
 		it.Close()
-		slices.SortFunc(metas, func(a, b meta) int {
+		slices.SortFunc(metas, func(a, b vault.Meta) int {
 			return cmp.Or(cmp.Compare(b.Created, a.Created), cmp.Compare(b.LastSeen, a.LastSeen), bytes.Compare(a.Digest[:], b.Digest[:]))
 		})
-		metas = metas[:min(len(metas), maxSearchScan)]
+		metas = metas[:min(len(metas), vault.SearchScanLimit)]
 		for i, m := range metas {
 			if i%64 == 0 {
 				if err := scan.Err(); err != nil {
 					return err
 				}
 			}
-			if !scan.Charge(m.size()) {
+			if !scan.Charge(m.Size()) {
 				return nil // SearchScanBytes read: older artifacts are not searched
 			}
-			item, err := txn.Get(artKey(tenant, m.Digest))
+			item, err := txn.Get(vault.ArtKey(tenant, m.Digest))
 			if err != nil {
 				continue // evicted between the scan and now
 			}
@@ -152,12 +133,12 @@ func (s *Store) Search(ctx context.Context, tenant, query string, limit int) ([]
 			match := false
 			var gone error // the caller went away during the scan
 			_ = item.Value(func(v []byte) error {
-				c, err := contentFields(v)
+				c, err := vault.ContentFields(v)
 				if err != nil {
 					return err // skipped: Get reports it
 				}
-				tool = string(c.tool)
-				match, gone = scan.Match(c.text, tool)
+				tool = string(c.Tool)
+				match, gone = scan.Match(c.Text, tool)
 				return nil
 			})
 			if gone != nil {
@@ -176,11 +157,4 @@ func (s *Store) Search(ctx context.Context, tenant, query string, limit int) ([]
 		return nil, fmt.Errorf("vault: search: %w", err)
 	}
 	return out, nil
-}
-
-// containsFold reports whether text contains lower (already lower-cased),
-// ignoring case as strings.ToLower does, in time linear in text.
-func containsFold(text []byte, lower string) bool {
-	ok, _ := newScan(context.Background(), lower).contains(text)
-	return ok
 }

@@ -1,4 +1,4 @@
-package vault
+package badgervault
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
 func TestResolve(t *testing.T) {
@@ -130,7 +131,7 @@ func TestContainsFold(t *testing.T) {
 		{"xXyY", "xy", true},
 	}
 	for _, c := range cases {
-		if got := containsFold([]byte(c.text), c.q); got != c.want {
+		if got := vault.ContainsFold([]byte(c.text), c.q); got != c.want {
 			t.Errorf("containsFold(%q, %q) = %v", c.text, c.q, got)
 		}
 	}

@@ -1,4 +1,4 @@
-package vault
+package badgervault
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
 // The scan answers exactly what strings.Contains of both lower-cased
@@ -44,7 +45,7 @@ func TestSearchScanIsLowerContains(t *testing.T) {
 		cases = append(cases, struct{ text, tool, q string }{text.String(), "", q.String()})
 	}
 	for _, c := range cases {
-		s, err := NewSearchScan(context.Background(), c.q)
+		s, err := vault.NewSearchScan(context.Background(), c.q)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +62,7 @@ func FuzzSearchScan(f *testing.F) {
 	f.Add("abababc", "ababc")
 	f.Add("\xff\u212a", "k")
 	f.Fuzz(func(t *testing.T, text, q string) {
-		s, err := NewSearchScan(context.Background(), q)
+		s, err := vault.NewSearchScan(context.Background(), q)
 		if err != nil {
 			return
 		}
@@ -110,8 +111,8 @@ func TestSearchCostLinear(t *testing.T) {
 		return best
 	}
 	easy := cost("zz")
-	worst := cost(strings.Repeat("a", MaxSearchQueryChars-1) + "z")
-	t.Logf("CPU per search: absent 2-letter query %v, worst %d-character query %v", easy, MaxSearchQueryChars, worst)
+	worst := cost(strings.Repeat("a", vault.MaxSearchQueryChars-1) + "z")
+	t.Logf("CPU per search: absent 2-letter query %v, worst %d-character query %v", easy, vault.MaxSearchQueryChars, worst)
 	if worst > 5*easy+20*time.Millisecond {
 		t.Fatalf("the worst query costs %v of CPU, more than 5× the easy one's %v (+20ms): the scan is not linear", worst, easy)
 	}
@@ -133,7 +134,7 @@ func TestSearchWorstCPU(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	q := strings.Repeat("a", MaxSearchQueryChars-1) + "z"
+	q := strings.Repeat("a", vault.MaxSearchQueryChars-1) + "z"
 	for range 3 {
 		before := cpuTime(t)
 		hits, err := s.Search(ctx, "t", q, 10)

@@ -1,4 +1,4 @@
-package vault
+package badgervault
 
 import (
 	"errors"
@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
 // Badger writes its memtable logs, value logs and tables through memory maps
@@ -112,7 +114,7 @@ func (g *diskGuard) check(need int64) error {
 		g.releaseBallast() // someone else is filling the disk: give flushes room
 	}
 	if r := g.reserve(); free < need+r {
-		return fmt.Errorf("%w: disk has %d bytes free, a write needs %d plus a reserve of %d", ErrFull, free, need, r)
+		return fmt.Errorf("%w: disk has %d bytes free, a write needs %d plus a reserve of %d", vault.ErrFull, free, need, r)
 	}
 	return nil
 }
@@ -150,9 +152,9 @@ func (g *diskGuard) fillBallast() {
 // passes through as vault_full. Badger formats some errors with %v, so the
 // text is checked as well as the chain.
 func noSpaceIsFull(err error) error {
-	if err != nil && !errors.Is(err, ErrFull) &&
+	if err != nil && !errors.Is(err, vault.ErrFull) &&
 		(errors.Is(err, syscall.ENOSPC) || strings.Contains(err.Error(), syscall.ENOSPC.Error())) {
-		return fmt.Errorf("%w: %w", ErrFull, err)
+		return fmt.Errorf("%w: %w", vault.ErrFull, err)
 	}
 	return err
 }

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package vault
+package badgervault
 
 // freeBytes cannot measure free space here; the disk guard allows every
 // write, as the vault did before it had one.

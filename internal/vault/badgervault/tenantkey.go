@@ -1,4 +1,4 @@
-package vault
+package badgervault
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"fmt"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
 // keyHMAC is where a Badger vault keeps its random tenant key. Tenant ids
@@ -75,4 +77,4 @@ func (s *Store) Tenant(credential string) string {
 	return hex.EncodeToString(m.Sum(nil))[:32]
 }
 
-var _ Backend = (*Store)(nil)
+var _ vault.Backend = (*Store)(nil)

@@ -1,4 +1,4 @@
-package vault
+package badgervault
 
 import (
 	"context"
@@ -14,37 +14,13 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
-)
-
-// Defaults applied by Open to zero (or negative) Config fields.
-const (
-	DefaultMaxBytes         int64 = 512 << 20
-	DefaultMaxArtifactBytes int64 = 8 << 20
-	DefaultRetention              = 7 * 24 * time.Hour
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
 // maxArtifactLimit clamps MaxArtifactBytes so that one artifact always fits a
 // value-log file (Badger refuses values larger than ValueLogFileSize, which
 // itself must stay below 2 GiB).
 const maxArtifactLimit int64 = 256 << 20
-
-var (
-	// ErrFull means the vault has no room for new artifacts even after
-	// evicting everything not protected by retention. Callers pass the
-	// request through unchanged.
-	ErrFull = artifact.ErrFull
-	// ErrTooLarge means one artifact exceeds Config.MaxArtifactBytes.
-	ErrTooLarge = errors.New("vault: artifact too large")
-	// ErrDigest means an artifact's Digest is not artifact.DigestOf of
-	// its Text and Raw (see identity.go), or a stored
-	// record does not match the digest it is filed under.
-	ErrDigest = errors.New("vault: digest mismatch")
-	// ErrReadBack means a freshly written artifact did not read back
-	// byte for byte.
-	ErrReadBack = errors.New("vault: read-back mismatch")
-	// ErrClosed is returned by every operation after Close.
-	ErrClosed = errors.New("vault: closed")
-)
 
 // Config configures Open.
 type Config struct {
@@ -86,24 +62,6 @@ type Config struct {
 	scrubRate     int64 // content bytes per second the scrub reads
 	scrubEvery    time.Duration
 	syncFile      func(path string) error
-}
-
-// Stats is a snapshot of the vault's size and activity. It holds no content.
-type Stats struct {
-	Artifacts int64  // artifacts stored, all tenants
-	Bytes     int64  // Text+Raw bytes of those artifacts, plus Lineage
-	Lineage   int64  // lineage bytes (keys and values) counted in Bytes
-	MaxBytes  int64  // configured cap
-	Written   uint64 // artifacts written since Open
-	Verified  uint64 // artifacts found already present by Persist since Open
-	Evicted   uint64 // artifacts evicted since Open
-	Corrupt   uint64 // unreadable artifacts found and dropped since Open
-	// Syncs counts db.Sync calls made for Persist since Open (each is two
-	// fsyncs: the memtable's log, then the value log). Concurrent Persists
-	// share them, so it can be well below the Persists that wrote.
-	Syncs     uint64
-	LSMBytes  int64 // on-disk LSM size as Badger estimates it
-	VlogBytes int64 // on-disk value-log size as Badger estimates it
 }
 
 // Store is the Badger-backed vault. It implements artifact.Store and is safe
@@ -219,13 +177,13 @@ func Open(cfg Config) (*Store, error) {
 		return nil, errors.New("vault: no directory")
 	}
 	if cfg.MaxBytes <= 0 {
-		cfg.MaxBytes = DefaultMaxBytes
+		cfg.MaxBytes = vault.DefaultMaxBytes
 	}
 	if cfg.MaxArtifactBytes <= 0 {
-		cfg.MaxArtifactBytes = DefaultMaxArtifactBytes
+		cfg.MaxArtifactBytes = vault.DefaultMaxArtifactBytes
 	}
 	if cfg.Retention <= 0 {
-		cfg.Retention = DefaultRetention
+		cfg.Retention = vault.DefaultRetention
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
@@ -311,7 +269,7 @@ func Open(cfg Config) (*Store, error) {
 // capacity. Nothing stored is lost by the change itself.
 func (s *Store) SetLimits(maxBytes, tenantMaxBytes int64) {
 	if maxBytes <= 0 {
-		maxBytes = DefaultMaxBytes
+		maxBytes = vault.DefaultMaxBytes
 	}
 	if tenantMaxBytes <= 0 {
 		tenantMaxBytes = maxBytes / 4
@@ -330,13 +288,13 @@ func (s *Store) scanSizes() error {
 		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 256, Prefix: []byte("m/")})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
-			var m meta
-			if err := it.Item().Value(func(v []byte) error { return m.decode(v) }); err != nil {
+			var m vault.Meta
+			if err := it.Item().Value(func(v []byte) error { return m.Decode(v) }); err != nil {
 				return err
 			}
 			n++
-			total += m.size()
-			per[tenantOfKey(it.Item().Key())] += m.size()
+			total += m.Size()
+			per[tenantOfKey(it.Item().Key())] += m.Size()
 		}
 		return nil
 	})
@@ -379,14 +337,14 @@ func (s *Store) enter() (func(), error) {
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
-		return nil, ErrClosed
+		return nil, vault.ErrClosed
 	}
 	return s.mu.RUnlock, nil
 }
 
 // Stats returns a snapshot of sizes and counters.
-func (s *Store) Stats() Stats {
-	st := Stats{
+func (s *Store) Stats() vault.Stats {
+	st := vault.Stats{
 		Artifacts: s.count.Load(),
 		Bytes:     s.bytes.Load(),
 		Lineage:   s.lineage.Load(),

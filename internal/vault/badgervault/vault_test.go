@@ -1,4 +1,4 @@
-package vault
+package badgervault
 
 import (
 	"bytes"
@@ -21,6 +21,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
 type clock struct {
@@ -78,12 +79,12 @@ func text(seed string, n int) string {
 
 func dg(s string) artifact.Digest { return sha256.Sum256([]byte(s)) }
 
-func readMeta(t *testing.T, s *Store, tenant string, d artifact.Digest) (meta, bool) {
+func readMeta(t *testing.T, s *Store, tenant string, d artifact.Digest) (vault.Meta, bool) {
 	t.Helper()
-	var m meta
+	var m vault.Meta
 	found := false
 	err := s.db.View(func(txn *badger.Txn) error {
-		item, err := txn.Get(metaKey(tenant, d))
+		item, err := txn.Get(vault.MetaKey(tenant, d))
 		if errors.Is(err, badger.ErrKeyNotFound) {
 			return nil
 		}
@@ -91,7 +92,7 @@ func readMeta(t *testing.T, s *Store, tenant string, d artifact.Digest) (meta, b
 			return err
 		}
 		found = true
-		return item.Value(m.decode)
+		return item.Value(m.Decode)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +130,7 @@ func TestPersistGet(t *testing.T) {
 			got.Args != want.Args || got.Chars != want.Chars || got.Digest != want.Digest {
 			t.Errorf("Get(%x) = %+v, want %+v", want.Digest[:4], got, want)
 		}
-		bytes += ArtifactSize(&want)
+		bytes += vault.ArtifactSize(&want)
 	}
 	if _, ok, err := s.Get(ctx, sc.Tenant, dg("absent")); ok || err != nil {
 		t.Errorf("Get(absent) = %v, %v", ok, err)
@@ -151,7 +152,7 @@ func TestPersistExisting(t *testing.T) {
 		t.Fatal(err)
 	}
 	m0, _ := readMeta(t, s, "t", a.Digest)
-	if st := s.Stats(); st.Written != 1 || st.Artifacts != 1 || st.Bytes != ArtifactSize(&a) {
+	if st := s.Stats(); st.Written != 1 || st.Artifacts != 1 || st.Bytes != vault.ArtifactSize(&a) {
 		t.Fatalf("after first Persist: %+v", st)
 	}
 
@@ -194,10 +195,10 @@ func TestPersistRejects(t *testing.T) {
 		arts []artifact.Artifact
 		want error
 	}{
-		{"wrong digest", []artifact.Artifact{good, wrong}, ErrDigest},
-		{"zero digest", []artifact.Artifact{{Text: "x"}}, ErrDigest},
-		{"over per-artifact cap", []artifact.Artifact{good, huge}, ErrTooLarge},
-		{"more than the whole vault", []artifact.Artifact{good, mkArt(strings.Repeat("h", 400))}, ErrFull},
+		{"wrong digest", []artifact.Artifact{good, wrong}, vault.ErrDigest},
+		{"zero digest", []artifact.Artifact{{Text: "x"}}, vault.ErrDigest},
+		{"over per-artifact cap", []artifact.Artifact{good, huge}, vault.ErrTooLarge},
+		{"more than the whole vault", []artifact.Artifact{good, mkArt(strings.Repeat("h", 400))}, vault.ErrFull},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -224,7 +225,7 @@ func TestEviction(t *testing.T) {
 	for i := range arts {
 		arts[i] = mkArt(text(fmt.Sprint("art", i), 1500))
 	}
-	size := ArtifactSize(&arts[0])
+	size := vault.ArtifactSize(&arts[0])
 	// One tenant: this is about the cap, so its quota is the whole vault.
 	s := openTest(t, Config{MaxBytes: 3*size + size/2, TenantMaxBytes: 3*size + size/2, Retention: retention, now: clk.Now})
 	ctx := context.Background()
@@ -269,13 +270,13 @@ func TestEviction(t *testing.T) {
 	// Everything left was seen within Retention: full, and nothing evicted.
 	clk.Add(retention - 2*time.Minute)
 	err := persist(5)
-	if !errors.Is(err, ErrFull) {
+	if !errors.Is(err, vault.ErrFull) {
 		t.Fatalf("Persist into live-full vault = %v, want ErrFull", err)
 	}
 	if got := fmt.Sprint(present()); got != "[0 3 4]" {
 		t.Fatalf("after ErrFull present = %s, want [0 3 4]", got)
 	}
-	if err := persist(5); !errors.Is(err, ErrFull) {
+	if err := persist(5); !errors.Is(err, vault.ErrFull) {
 		t.Fatalf("second Persist = %v, want ErrFull", err)
 	}
 	// Verifying an artifact already stored never needs room.
@@ -583,7 +584,7 @@ func TestConcurrent(t *testing.T) {
 	}
 	// Racing writers of the same artifact must not double count it.
 	wantN := int64(workers*rounds + 4*len(shared))
-	wantB := int64(workers*rounds)*10_000 + 4*(ArtifactSize(&shared[0])+ArtifactSize(&shared[1]))
+	wantB := int64(workers*rounds)*10_000 + 4*(vault.ArtifactSize(&shared[0])+vault.ArtifactSize(&shared[1]))
 	var rawExtra int64
 	for w := range workers {
 		for r := range rounds {
@@ -627,7 +628,7 @@ func TestContextCanceled(t *testing.T) {
 func TestMaintenance(t *testing.T) {
 	clk := newClock()
 	a, b := mkArt(text("old", 4000)), mkArt(text("new", 4000))
-	s := openTest(t, Config{MaxBytes: 2 * ArtifactSize(&a), TenantMaxBytes: 2 * ArtifactSize(&a), Retention: time.Hour, now: clk.Now, maintainEvery: 10 * time.Millisecond})
+	s := openTest(t, Config{MaxBytes: 2 * vault.ArtifactSize(&a), TenantMaxBytes: 2 * vault.ArtifactSize(&a), Retention: time.Hour, now: clk.Now, maintainEvery: 10 * time.Millisecond})
 	ctx := context.Background()
 	sc := artifact.Scope{Tenant: "t"}
 	if err := s.Persist(ctx, sc, []artifact.Artifact{a}); err != nil {
@@ -672,16 +673,16 @@ func TestClose(t *testing.T) {
 		t.Errorf("second Close = %v", err)
 	}
 	ctx := context.Background()
-	if err := s.Persist(ctx, artifact.Scope{}, []artifact.Artifact{mkArt("x")}); !errors.Is(err, ErrClosed) {
+	if err := s.Persist(ctx, artifact.Scope{}, []artifact.Artifact{mkArt("x")}); !errors.Is(err, vault.ErrClosed) {
 		t.Errorf("Persist after Close = %v", err)
 	}
-	if err := s.Record(ctx, artifact.Scope{}, artifact.Record{}); !errors.Is(err, ErrClosed) {
+	if err := s.Record(ctx, artifact.Scope{}, artifact.Record{}); !errors.Is(err, vault.ErrClosed) {
 		t.Errorf("Record after Close = %v", err)
 	}
-	if _, err := s.Ancestor(ctx, artifact.Scope{}, nil); !errors.Is(err, ErrClosed) {
+	if _, err := s.Ancestor(ctx, artifact.Scope{}, nil); !errors.Is(err, vault.ErrClosed) {
 		t.Errorf("Ancestor after Close = %v", err)
 	}
-	if _, _, err := s.Get(ctx, "", dg("x")); !errors.Is(err, ErrClosed) {
+	if _, _, err := s.Get(ctx, "", dg("x")); !errors.Is(err, vault.ErrClosed) {
 		t.Errorf("Get after Close = %v", err)
 	}
 	_ = s.Stats()
@@ -696,36 +697,36 @@ func TestClose(t *testing.T) {
 }
 
 func TestCodec(t *testing.T) {
-	m := meta{Digest: dg("x"), Chars: 3, TextBytes: 3, RawBytes: 5, Created: 1, LastSeen: -2}
-	var m2 meta
-	if err := m2.decode(m.encode()); err != nil || m2 != m {
+	m := vault.Meta{Digest: dg("x"), Chars: 3, TextBytes: 3, RawBytes: 5, Created: 1, LastSeen: -2}
+	var m2 vault.Meta
+	if err := m2.Decode(m.Encode()); err != nil || m2 != m {
 		t.Fatalf("meta round trip = %+v, %v", m2, err)
 	}
-	n := node{Length: 4, Parent: dg("p"), HasParent: true, Time: 9, Exposures: map[artifact.Digest]int{dg("a"): 1, dg("b"): 3}}
-	var n2 node
-	if err := n2.decode(n.encode()); err != nil || n2.Length != 4 || n2.Parent != n.Parent || !n2.HasParent || !maps.Equal(n2.Exposures, n.Exposures) {
+	n := vault.Node{Length: 4, Parent: dg("p"), HasParent: true, Time: 9, Exposures: map[artifact.Digest]int{dg("a"): 1, dg("b"): 3}}
+	var n2 vault.Node
+	if err := n2.Decode(n.Encode()); err != nil || n2.Length != 4 || n2.Parent != n.Parent || !n2.HasParent || !maps.Equal(n2.Exposures, n.Exposures) {
 		t.Fatalf("node round trip = %+v, %v", n2, err)
 	}
 	a := mkArt("content")
 	var a2 artifact.Artifact
-	if err := decodeContent(encodeContent(&a), &a2); err != nil || a2.Text != a.Text || string(a2.Raw) != string(a.Raw) || a2.Tool != a.Tool || a2.Args != a.Args {
+	if err := vault.DecodeContent(vault.EncodeContent(&a), &a2); err != nil || a2.Text != a.Text || string(a2.Raw) != string(a.Raw) || a2.Tool != a.Tool || a2.Args != a.Args {
 		t.Fatalf("content round trip = %+v, %v", a2, err)
 	}
 	corrupt := func(b []byte) [][]byte {
 		return [][]byte{nil, {0x7f}, append([]byte{0x7f}, b[1:]...), b[:len(b)-1], append(b[:len(b):len(b)], 0)}
 	}
-	for _, b := range corrupt(m.encode()) {
-		if m2.decode(b) == nil {
+	for _, b := range corrupt(m.Encode()) {
+		if m2.Decode(b) == nil {
 			t.Errorf("meta %x accepted", b)
 		}
 	}
-	for _, b := range corrupt(n.encode()) {
-		if n2.decode(b) == nil {
+	for _, b := range corrupt(n.Encode()) {
+		if n2.Decode(b) == nil {
 			t.Errorf("node %x accepted", b)
 		}
 	}
-	for _, b := range corrupt(encodeContent(&a)) {
-		if decodeContent(b, &a2) == nil || sameContent(b, &a) {
+	for _, b := range corrupt(vault.EncodeContent(&a)) {
+		if vault.DecodeContent(b, &a2) == nil || vault.SameContent(b, &a) {
 			t.Errorf("content %x accepted", b)
 		}
 	}
@@ -763,22 +764,22 @@ func TestMissing(t *testing.T) {
 // copies) cost little more than one of them.
 func TestContentCompressed(t *testing.T) {
 	a := mkArt(text("compress", 50000))
-	b := encodeContent(&a)
+	b := vault.EncodeContent(&a)
 	if len(b) >= len(a.Text) {
 		t.Fatalf("encoded %d bytes for %d of text and %d of JSON", len(b), len(a.Text), len(a.Raw))
 	}
 	var a2 artifact.Artifact
-	if err := decodeContent(b, &a2); err != nil || a2.Text != a.Text || string(a2.Raw) != string(a.Raw) {
+	if err := vault.DecodeContent(b, &a2); err != nil || a2.Text != a.Text || string(a2.Raw) != string(a.Raw) {
 		t.Fatal("round trip")
 	}
 	// Any flipped byte is caught.
 	for i := range b {
 		c := bytes.Clone(b)
 		c[i] ^= 0x40
-		if decodeContent(c, &a2) == nil && a2.Text == a.Text && string(a2.Raw) == string(a.Raw) {
+		if vault.DecodeContent(c, &a2) == nil && a2.Text == a.Text && string(a2.Raw) == string(a.Raw) {
 			continue // a flip in a place s2 ignores would still decode to the same content
 		}
-		if sameContent(c, &a) {
+		if vault.SameContent(c, &a) {
 			t.Fatalf("flip at %d not detected", i)
 		}
 	}
