@@ -279,32 +279,8 @@ func (s *Store) write(ctx context.Context, tenant string, arts []*artifact.Artif
 	s.unsynced.add(tenant, arts)
 	defer s.unsynced.done(tenant, arts)
 	for off := 0; off < len(arts); off += writeChunk {
-		chunk := arts[off:min(off+writeChunk, len(arts))]
-		var wrote, skipped []*artifact.Artifact
-		var wroteEnc [][]byte
-		err := s.update(ctx, func(txn *badger.Txn) error {
-			wrote, skipped, wroteEnc = wrote[:0], skipped[:0], wroteEnc[:0]
-			for i, a := range chunk {
-				mk := vault.MetaKey(tenant, a.Digest)
-				_, err := txn.Get(mk)
-				if err == nil {
-					skipped = append(skipped, a)
-					continue
-				}
-				if !errors.Is(err, badger.ErrKeyNotFound) {
-					return err
-				}
-				m := vault.Meta{Digest: a.Digest, Chars: a.Chars, TextBytes: len(a.Text), RawBytes: len(a.Raw), Created: now, LastSeen: now}
-				if err := txn.Set(vault.ArtKey(tenant, a.Digest), enc[off+i]); err != nil {
-					return err
-				}
-				if err := txn.Set(mk, m.Encode()); err != nil {
-					return err
-				}
-				wrote, wroteEnc = append(wrote, a), append(wroteEnc, enc[off+i])
-			}
-			return nil
-		})
+		end := min(off+writeChunk, len(arts))
+		wrote, skipped, wroteEnc, err := s.writeBatch(ctx, tenant, arts[off:end], enc[off:end], now)
 		if err != nil {
 			s.settleCommitted(tenant, ours)
 			return fmt.Errorf("vault: write: %w", err)
@@ -334,6 +310,36 @@ func (s *Store) write(ctx context.Context, tenant string, arts []*artifact.Artif
 	}
 	s.checked.add(tenant, gen, written...)
 	return nil
+}
+
+// writeBatch stores the artifacts of chunk (enc their stored bytes) that
+// tenant does not have yet, in one transaction: it returns those it wrote,
+// with their bytes, and those found stored already (skipped).
+func (s *Store) writeBatch(ctx context.Context, tenant string, chunk []*artifact.Artifact, enc [][]byte, now int64) (wrote, skipped []*artifact.Artifact, wroteEnc [][]byte, err error) {
+	err = s.update(ctx, func(txn *badger.Txn) error {
+		wrote, skipped, wroteEnc = wrote[:0], skipped[:0], wroteEnc[:0]
+		for i, a := range chunk {
+			mk := vault.MetaKey(tenant, a.Digest)
+			_, err := txn.Get(mk)
+			if err == nil {
+				skipped = append(skipped, a)
+				continue
+			}
+			if !errors.Is(err, badger.ErrKeyNotFound) {
+				return err
+			}
+			m := vault.Meta{Digest: a.Digest, Chars: a.Chars, TextBytes: len(a.Text), RawBytes: len(a.Raw), Created: now, LastSeen: now}
+			if err := txn.Set(vault.ArtKey(tenant, a.Digest), enc[i]); err != nil {
+				return err
+			}
+			if err := txn.Set(mk, m.Encode()); err != nil {
+				return err
+			}
+			wrote, wroteEnc = append(wrote, a), append(wroteEnc, enc[i])
+		}
+		return nil
+	})
+	return wrote, skipped, wroteEnc, err
 }
 
 // settleCommitted is for a write whose later chunk failed after earlier
@@ -522,13 +528,52 @@ func (s *Store) evictOldest(sc evictScope) {
 		return // nothing can have left its retention window since the last scan
 	}
 	cutoff := now - int64(s.retention)
-
-	type cand struct {
-		key  []byte
-		seen int64
-		size int64
+	cands, oldestKept, err := s.evictCandidates(sc, cutoff)
+	if err != nil {
+		s.log.Warn("vault eviction scan failed", zap.Error(err))
+		return
 	}
-	var cands []cand
+	slices.SortFunc(cands, func(a, b evictCand) int { return cmp.Compare(a.seen, b.seen) })
+	// Take just enough of the oldest to reach the target.
+	excess := sc.used() - target
+	var take int
+	for sum := int64(0); take < len(cands) && sum < excess; take++ {
+		sum += cands[take].size
+	}
+
+	var evicted, freed int64
+	for chunk := range slices.Chunk(cands[:take], evictChunk) {
+		n, b, err := s.evictChunk(chunk, cutoff)
+		if err != nil {
+			s.log.Warn("vault eviction failed", zap.Error(err))
+			break
+		}
+		evicted += n
+		freed += b
+	}
+	if evicted > 0 {
+		s.log.Info("vault evicted", zap.Int64("artifacts", evicted), zap.Int64("bytes", freed))
+	}
+	if sc.used() > target && oldestKept != math.MaxInt64 {
+		// Every artifact left is inside its window; the earliest can leave
+		// it at oldestKept+retention, and last-seen times only grow.
+		sc.next.Store(oldestKept + int64(s.retention))
+	}
+}
+
+// evictCand is an artifact eviction may remove: its metadata key, when it
+// was last seen and its size.
+type evictCand struct {
+	key  []byte
+	seen int64
+	size int64
+}
+
+// evictCandidates scans sc's metadata for the artifacts last seen before
+// cutoff, and returns the earliest last-seen time of those it keeps
+// (math.MaxInt64 when none).
+func (s *Store) evictCandidates(sc evictScope, cutoff int64) ([]evictCand, int64, error) {
+	var cands []evictCand
 	oldestKept := int64(math.MaxInt64)
 	err := s.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 256, Prefix: sc.prefix})
@@ -542,92 +587,74 @@ func (s *Store) evictOldest(sc evictScope) {
 				return err
 			}
 			if m.LastSeen < cutoff {
-				cands = append(cands, cand{it.Item().KeyCopy(nil), m.LastSeen, m.Size()})
+				cands = append(cands, evictCand{it.Item().KeyCopy(nil), m.LastSeen, m.Size()})
 			} else {
 				oldestKept = min(oldestKept, m.LastSeen)
 			}
 		}
 		return nil
 	})
-	if err != nil {
-		s.log.Warn("vault eviction scan failed", zap.Error(err))
-		return
-	}
-	slices.SortFunc(cands, func(a, b cand) int { return cmp.Compare(a.seen, b.seen) })
-	// Take just enough of the oldest to reach the target.
-	excess := sc.used() - target
-	var take int
-	for sum := int64(0); take < len(cands) && sum < excess; take++ {
-		sum += cands[take].size
-	}
+	return cands, oldestKept, err
+}
 
-	var evicted, freed int64
-	for chunk := range slices.Chunk(cands[:take], evictChunk) {
-		var n, b int64
-		per := map[string]int64{}
-		var gone []verifiedKey
-		err := s.deleting(func() (bool, error) {
-			err := s.update(context.Background(), func(txn *badger.Txn) error {
-				n, b = 0, 0
-				clear(per)
-				gone = gone[:0]
-				for _, c := range chunk {
-					item, err := txn.Get(c.key)
-					if errors.Is(err, badger.ErrKeyNotFound) {
-						continue
-					}
-					if err != nil {
-						return err
-					}
-					var m vault.Meta
-					if err := item.Value(m.Decode); err != nil {
-						return err
-					}
-					if m.LastSeen >= cutoff {
-						continue // seen again since the scan
-					}
-					ak := append([]byte("a"), c.key[1:]...)
-					if err := txn.Delete(c.key); err != nil {
-						return err
-					}
-					if err := txn.Delete(ak); err != nil {
-						return err
-					}
-					n++
-					b += m.Size()
-					per[tenantOfKey(c.key)] += m.Size()
-					if t, d, ok := keyDigest(c.key); ok {
-						gone = append(gone, verifiedKey{t, d})
-					}
+// evictChunk deletes the candidates of chunk still last seen before cutoff
+// (content and metadata) in one transaction, then forgets their
+// verification and takes them off the counts. It returns how many
+// artifacts and bytes went.
+func (s *Store) evictChunk(chunk []evictCand, cutoff int64) (n, b int64, err error) {
+	per := map[string]int64{}
+	var gone []verifiedKey
+	err = s.deleting(func() (bool, error) {
+		err := s.update(context.Background(), func(txn *badger.Txn) error {
+			n, b = 0, 0
+			clear(per)
+			gone = gone[:0]
+			for _, c := range chunk {
+				item, err := txn.Get(c.key)
+				if errors.Is(err, badger.ErrKeyNotFound) {
+					continue
 				}
-				return nil
-			})
-			return err == nil && n > 0, err
+				if err != nil {
+					return err
+				}
+				var m vault.Meta
+				if err := item.Value(m.Decode); err != nil {
+					return err
+				}
+				if m.LastSeen >= cutoff {
+					continue // seen again since the scan
+				}
+				ak := append([]byte("a"), c.key[1:]...)
+				if err := txn.Delete(c.key); err != nil {
+					return err
+				}
+				if err := txn.Delete(ak); err != nil {
+					return err
+				}
+				n++
+				b += m.Size()
+				per[tenantOfKey(c.key)] += m.Size()
+				if t, d, ok := keyDigest(c.key); ok {
+					gone = append(gone, verifiedKey{t, d})
+				}
+			}
+			return nil
 		})
-		if err != nil {
-			s.log.Warn("vault eviction failed", zap.Error(err))
-			break
-		}
-		for _, k := range gone {
-			s.checked.remove(k.tenant, k.d)
-		}
-		for t, size := range per {
-			s.tenants.add(t, -size)
-		}
-		s.bytes.Add(-b)
-		s.count.Add(-n)
-		s.evicted.Add(uint64(n))
-		evicted += n
-		freed += b
+		return err == nil && n > 0, err
+	})
+	if err != nil {
+		return 0, 0, err
 	}
-	if evicted > 0 {
-		s.log.Info("vault evicted", zap.Int64("artifacts", evicted), zap.Int64("bytes", freed))
+	for _, k := range gone {
+		s.checked.remove(k.tenant, k.d)
 	}
-	if sc.used() > target && oldestKept != math.MaxInt64 {
-		// Every artifact left is inside its window; the earliest can leave
-		// it at oldestKept+retention, and last-seen times only grow.
-		sc.next.Store(oldestKept + int64(s.retention))
+	for t, size := range per {
+		s.tenants.add(t, -size)
 	}
+	s.bytes.Add(-b)
+	s.count.Add(-n)
+	s.evicted.Add(uint64(n))
+	return n, b, nil
 }
 
 // Get returns tenant's artifact d, for recovery and tests. It does not count

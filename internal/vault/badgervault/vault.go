@@ -131,8 +131,8 @@ var _ artifact.Store = (*Store)(nil)
 // throughput; the vault sees one small batch per request.
 //
 //   - MemTableSize 4 MiB, NumMemtables 2: at most ~8 MiB of memtables
-//     (default 64 MiB x 5; 8 MiB x 2 measured 5-10 MB more peak heap with
-//     16 concurrent cold 1 MB requests). A batch is capped at 15% of a
+//     (default 64 MiB x 5; larger memtables raise the peak heap under
+//     concurrent cold requests). A batch is capped at 15% of a
 //     memtable (600 KiB of keys and small values), which is ample because
 //     content lives in the value log: a 256-artifact chunk is ~50 KiB.
 //   - NumLevelZeroTables 2, NumLevelZeroTablesStall 4: flush small L0 early.
@@ -176,44 +176,7 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("vault: no directory")
 	}
-	if cfg.MaxBytes <= 0 {
-		cfg.MaxBytes = vault.DefaultMaxBytes
-	}
-	if cfg.MaxArtifactBytes <= 0 {
-		cfg.MaxArtifactBytes = vault.DefaultMaxArtifactBytes
-	}
-	if cfg.Retention <= 0 {
-		cfg.Retention = vault.DefaultRetention
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = zap.NewNop()
-	}
-	if cfg.MaxArtifactBytes > maxArtifactLimit {
-		// Callers derive this from a body-size limit; larger artifacts are
-		// refused with ErrTooLarge rather than refusing to start.
-		cfg.Logger.Warn("vault max artifact bytes clamped",
-			zap.Int64("configured", cfg.MaxArtifactBytes), zap.Int64("limit", maxArtifactLimit))
-		cfg.MaxArtifactBytes = maxArtifactLimit
-	}
-	if cfg.now == nil {
-		cfg.now = time.Now
-	}
-	if cfg.maintainEvery <= 0 {
-		cfg.maintainEvery = 10 * time.Minute
-	}
-	if cfg.TenantMaxBytes <= 0 {
-		cfg.TenantMaxBytes = cfg.MaxBytes / 4
-	}
-	cfg.TenantMaxBytes = min(cfg.TenantMaxBytes, cfg.MaxBytes)
-	if cfg.scrubRate <= 0 {
-		cfg.scrubRate = defaultScrubRate
-	}
-	if cfg.scrubEvery <= 0 {
-		cfg.scrubEvery = defaultScrubEvery
-	}
-	if cfg.syncFile == nil {
-		cfg.syncFile = syncFile
-	}
+	cfg = cfg.withDefaults()
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("vault: %w", err)
 	}
@@ -259,6 +222,50 @@ func Open(cfg Config) (*Store, error) {
 	disk.fillBallast()
 	go s.maintain(cfg.maintainEvery)
 	return s, nil
+}
+
+// withDefaults returns cfg with every zero (or negative) field set to its
+// default, and MaxArtifactBytes clamped to what a value-log file holds.
+func (cfg Config) withDefaults() Config {
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = vault.DefaultMaxBytes
+	}
+	if cfg.MaxArtifactBytes <= 0 {
+		cfg.MaxArtifactBytes = vault.DefaultMaxArtifactBytes
+	}
+	if cfg.Retention <= 0 {
+		cfg.Retention = vault.DefaultRetention
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.MaxArtifactBytes > maxArtifactLimit {
+		// Callers derive this from a body-size limit; larger artifacts are
+		// refused with ErrTooLarge rather than refusing to start.
+		cfg.Logger.Warn("vault max artifact bytes clamped",
+			zap.Int64("configured", cfg.MaxArtifactBytes), zap.Int64("limit", maxArtifactLimit))
+		cfg.MaxArtifactBytes = maxArtifactLimit
+	}
+	if cfg.now == nil {
+		cfg.now = time.Now
+	}
+	if cfg.maintainEvery <= 0 {
+		cfg.maintainEvery = 10 * time.Minute
+	}
+	if cfg.TenantMaxBytes <= 0 {
+		cfg.TenantMaxBytes = cfg.MaxBytes / 4
+	}
+	cfg.TenantMaxBytes = min(cfg.TenantMaxBytes, cfg.MaxBytes)
+	if cfg.scrubRate <= 0 {
+		cfg.scrubRate = defaultScrubRate
+	}
+	if cfg.scrubEvery <= 0 {
+		cfg.scrubEvery = defaultScrubEvery
+	}
+	if cfg.syncFile == nil {
+		cfg.syncFile = syncFile
+	}
+	return cfg
 }
 
 // SetLimits changes the capacity and the tenant quota of the open vault,

@@ -370,9 +370,44 @@ func (s *Store) evict(ctx context.Context, need int64) error {
 		return nil // nothing can have left its retention window since the last scan
 	}
 	cutoff := s.cutoff(now)
+	cands, used, oldestKept, err := s.evictScan(ctx, cutoff)
+	if err != nil {
+		return err
+	}
+	target := s.lim().maxBytes - need - s.lim().maxBytes/20
+	if used <= target {
+		return nil
+	}
+	slices.SortFunc(cands, func(a, b evictCand) int { return cmp.Compare(a.seen, b.seen) })
+	byTenant, err := s.evictSelect(ctx, cands, used-target, cutoff)
+	if err != nil {
+		return err
+	}
+	freed := s.evictRun(ctx, byTenant)
+	if used-freed > target && oldestKept >= 0 && len(cands) < scanLimit {
+		// Every artifact left is inside its window; the earliest can
+		// leave it at oldestKept+retention, and last-seen times only grow.
+		s.nextEvict.Store(int64(oldestKept) + s.retention.Milliseconds())
+	}
+	return nil
+}
+
+// evictCand is an artifact eviction may remove: its tenant's keys, its
+// digest's hex and when it was last seen.
+type evictCand struct {
+	tk   tenantKeys
+	hex  string
+	seen float64
+}
+
+// evictScan reads every tenant's artifacts last seen before cutoff (at
+// most scanLimit a tenant), the bytes the tenants hold, and the earliest
+// last-seen time of the artifacts kept (-1 when none). A fleet counter
+// that disagrees with the tenants' is recounted.
+func (s *Store) evictScan(ctx context.Context, cutoff int64) (cands []evictCand, used int64, oldestKept float64, err error) {
 	tags, err := s.rdb.SMembers(ctx, s.k.global("tenants")).Result()
 	if err != nil {
-		return fmt.Errorf("redisvault: evict: %w", err)
+		return nil, 0, 0, fmt.Errorf("redisvault: evict: %w", err)
 	}
 	type scan struct {
 		tk          tenantKeys
@@ -392,21 +427,14 @@ func (s *Store) evict(ctx context.Context, need int64) error {
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("redisvault: evict: %w", err)
+		return nil, 0, 0, fmt.Errorf("redisvault: evict: %w", err)
 	}
-	type cand struct {
-		tk   tenantKeys
-		hex  string
-		seen float64
-	}
-	var cands []cand
-	var used int64
-	oldestKept := float64(-1)
+	oldestKept = -1
 	for _, sc := range scans {
 		b, _ := sc.bytes.Int64()
 		used += b
 		for _, z := range sc.old.Val() {
-			cands = append(cands, cand{sc.tk, z.Member.(string), z.Score})
+			cands = append(cands, evictCand{sc.tk, z.Member.(string), z.Score})
 		}
 		if kept := sc.oldest.Val(); len(kept) > 0 && (oldestKept < 0 || kept[0].Score < oldestKept) {
 			oldestKept = kept[0].Score
@@ -415,29 +443,30 @@ func (s *Store) evict(ctx context.Context, need int64) error {
 	if observed, _ := global.Int64(); observed != used {
 		// Only if unchanged since read: a reservation made meanwhile wins.
 		if err := recountScript.Run(ctx, s.rdb, []string{s.k.global("bytes")}, observed, used).Err(); err != nil {
-			return fmt.Errorf("redisvault: recount: %w", err)
+			return nil, 0, 0, fmt.Errorf("redisvault: recount: %w", err)
 		}
 		s.log.Info("redis vault capacity recounted", zap.Int64("was", observed), zap.Int64("bytes", used))
 	}
-	target := s.lim().maxBytes - need - s.lim().maxBytes/20
-	if used <= target {
-		return nil
-	}
-	slices.SortFunc(cands, func(a, b cand) int { return cmp.Compare(a.seen, b.seen) })
+	return cands, used, oldestKept, nil
+}
+
+// evictSelect takes just enough of the oldest of cands (sorted by
+// last-seen time) to free excess bytes, grouped by tenant as the evict
+// script's arguments.
+func (s *Store) evictSelect(ctx context.Context, cands []evictCand, excess, cutoff int64) (map[string][]any, error) {
 	sizes := make([]*redis.StringCmd, len(cands))
-	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, c := range cands {
 			sizes[i] = p.HGet(ctx, c.tk.meta, c.hex)
 		}
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("redisvault: evict: %w", err)
+		return nil, fmt.Errorf("redisvault: evict: %w", err)
 	}
-	// Take just enough of the oldest to reach the target, grouped by tenant.
 	byTenant := map[string][]any{}
 	var want int64
-	for i := 0; i < len(cands) && used-want > target; i++ {
+	for i := 0; i < len(cands) && want < excess; i++ {
 		size, _, err := parseMeta(sizes[i].Val())
 		if err != nil {
 			continue // evicted meanwhile
@@ -449,6 +478,12 @@ func (s *Store) evict(ctx context.Context, need int64) error {
 		byTenant[c.tk.tag] = append(byTenant[c.tk.tag], c.hex)
 		want += size
 	}
+	return byTenant, nil
+}
+
+// evictRun runs the evict script for each tenant of byTenant and takes what
+// it freed off the fleet counter; it returns the bytes freed.
+func (s *Store) evictRun(ctx context.Context, byTenant map[string][]any) int64 {
 	var freed, n int64
 	for tag, args := range byTenant {
 		tk := s.k.tagged(tag)
@@ -467,10 +502,5 @@ func (s *Store) evict(ctx context.Context, need int64) error {
 		}
 		s.log.Info("redis vault evicted", zap.Int64("artifacts", n), zap.Int64("bytes", freed))
 	}
-	if used-freed > target && oldestKept >= 0 && len(cands) < scanLimit {
-		// Every artifact left is inside its window; the earliest can
-		// leave it at oldestKept+retention, and last-seen times only grow.
-		s.nextEvict.Store(int64(oldestKept) + s.retention.Milliseconds())
-	}
-	return nil
+	return freed
 }
