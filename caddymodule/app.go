@@ -10,6 +10,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/gateway"
 	"github.com/tokenterminator/caddy-token-terminator/internal/tokens"
@@ -367,7 +368,7 @@ func (compilerHandle) Destruct() error { return nil }
 
 // compiler returns the shared compiler for a vault, a counter and options,
 // so its caches survive a reload that keeps them.
-func (a *App) compiler(vaultKey, counterKey string, opts compiler.Options, store compiler.Store, tc compiler.TokenCounter) (*compiler.Compiler, func(), error) {
+func (a *App) compiler(vaultKey, counterKey string, opts compiler.Options, store artifact.Store, tc compiler.TokenCounter) (*compiler.Compiler, func(), error) {
 	key := compilerKey(vaultKey, counterKey, opts)
 	v, _, err := a.shared.compilers.LoadOrNew(key, func() (caddy.Destructor, error) {
 		c, err := compiler.New(opts, store, tc)

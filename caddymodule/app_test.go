@@ -13,7 +13,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/gateway"
-	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault/badgervault"
 )
 
 // newApp provisions an App the way Caddy does and cleans it up after t.
@@ -70,7 +70,7 @@ func TestVaultConflictRefused(t *testing.T) {
 	if err := provisionHandler(t, app2, ctx2, &Handler{VaultDir: dir, VaultMaxBytes: int64p(3 << 20)}); err != nil {
 		t.Fatalf("a reload that resizes the vault: %v", err)
 	}
-	if got := app.peekVault("badger:" + dir).backend.(*vault.Store).Stats().MaxBytes; got != 3<<20 {
+	if got := app.peekVault("badger:" + dir).backend.(*badgervault.Store).Stats().MaxBytes; got != 3<<20 {
 		t.Fatalf("capacity after the reload %d, want %d", got, 3<<20)
 	}
 }
@@ -78,7 +78,7 @@ func TestVaultConflictRefused(t *testing.T) {
 // The gateway's tenant hash is the one the Badger vault always used: an
 // existing vault's tenants keep their ids.
 func TestTenantIDMatchesVault(t *testing.T) {
-	st, err := vault.Open(vault.Config{Dir: t.TempDir()})
+	st, err := badgervault.Open(badgervault.Config{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +160,7 @@ func TestTenantKey(t *testing.T) {
 // vault_error, logs the cause at error level and leaves the files alone.
 func TestDamagedVaultPassesThrough(t *testing.T) {
 	dir := t.TempDir()
-	st, err := vault.Open(vault.Config{Dir: dir})
+	st, err := badgervault.Open(badgervault.Config{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}

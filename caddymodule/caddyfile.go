@@ -12,6 +12,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/dustin/go-humanize"
+
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 func init() {
@@ -238,8 +240,8 @@ var subdirectives = map[string]func(t *Handler, v string) error{
 		return nil
 	},
 	"tokenizer": func(t *Handler, v string) error {
-		if !knownTokenizer(v) {
-			return fmt.Errorf("want auto, o200k_base, cl100k_base or off, got '%s'", v)
+		if !provider.KnownTokenizer(v) {
+			return fmt.Errorf("want %s, got '%s'", provider.TokenizerChoices, v)
 		}
 		t.Tokenizer = v
 		return nil

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/gateway"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
@@ -353,8 +354,8 @@ func (h *Handler) check() error {
 	default:
 		return errf("mode must be enforce, shadow or off, got %q", h.Mode)
 	}
-	if !knownTokenizer(h.Tokenizer) {
-		return errf("tokenizer must be auto, o200k_base, cl100k_base or off, got %q", h.Tokenizer)
+	if !provider.KnownTokenizer(h.Tokenizer) {
+		return errf("tokenizer must be %s, got %q", provider.TokenizerChoices, h.Tokenizer)
 	}
 	if h.TokenBudget < 0 {
 		return errf("token_budget must be positive, got %s", time.Duration(h.TokenBudget))
@@ -402,14 +403,6 @@ func (h *Handler) check() error {
 		return err
 	}
 	return h.checkObserve()
-}
-
-func knownTokenizer(v string) bool {
-	switch v {
-	case "auto", "o200k_base", "cl100k_base", "off":
-		return true
-	}
-	return false
 }
 
 // compilerOptions maps the configuration onto compiler.Options, every

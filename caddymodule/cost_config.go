@@ -12,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // DefaultCostModel: decisions are made by expected billed cost unless
@@ -67,7 +68,7 @@ type CostPrices struct {
 
 // priceOf is the money of one base-price input token of a request's
 // family and the currency, or 0 and "" when no price is configured.
-func (c *CostSettings) priceOf(format, model string) (float64, string) {
+func (c *CostSettings) priceOf(format provider.Format, model string) (float64, string) {
 	if c.CostCurrency == "" {
 		return 0, ""
 	}

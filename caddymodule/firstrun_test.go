@@ -10,7 +10,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault/badgervault"
 )
 
 // A negative, empty or malformed size is refused naming the subdirective
@@ -74,7 +74,7 @@ func TestProvisionOpensNoVault(t *testing.T) {
 // starts, naming the vault; off (the default) passes candidates through.
 func TestRequireVault(t *testing.T) {
 	dir := t.TempDir()
-	st, err := vault.Open(vault.Config{Dir: dir})
+	st, err := badgervault.Open(badgervault.Config{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}

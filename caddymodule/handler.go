@@ -21,6 +21,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/gateway"
 	"github.com/tokenterminator/caddy-token-terminator/internal/tokens"
@@ -219,7 +220,7 @@ func (h *Handler) startVault(wr *wiring) error {
 
 // checkOnlyStore lets compiler.New check the options before the vault
 // opens; the compiler it returns is never used.
-type checkOnlyStore struct{ compiler.Store }
+type checkOnlyStore struct{ artifact.Store }
 
 // logStart writes the handler's start-up line: its mode, vault, recovery,
 // compaction and whether it needs its vault.

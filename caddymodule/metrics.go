@@ -6,7 +6,9 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault/badgervault"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault/redisvault"
 )
 
@@ -50,7 +52,7 @@ type vaultStatser interface{ Stats() vault.Stats }
 
 // Both built-in backends report their sizes.
 var (
-	_ vaultStatser = (*vault.Store)(nil)
+	_ vaultStatser = (*badgervault.Store)(nil)
 	_ vaultStatser = (*redisvault.Store)(nil)
 )
 
@@ -106,7 +108,7 @@ func (c *vaultCollector) stats() vault.Stats {
 // RecoveryRound counts one round in which the gateway answered the
 // model's recovery tool calls (format: the request's format). Safe on a
 // nil App.
-func (a *App) RecoveryRound(format string) {
+func (a *App) RecoveryRound(format provider.Format) {
 	if a != nil && a.shared != nil {
 		a.shared.metrics.RecoveryRound(format)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/internal/gateway"
 	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault/badgervault"
 )
 
 func TestRecoveryCaddyfile(t *testing.T) {
@@ -60,14 +61,14 @@ func TestRecoveryCaddyfile(t *testing.T) {
 }
 
 // noArtifacts is a backend without Resolve and Search (the methods of
-// *vault.Store are not promoted through the interface).
+// *badgervault.Store are not promoted through the interface).
 type noArtifacts struct{ vault.Backend }
 
 // The effective recovery follows the mode and the backend: tool offers the
 // definitions and names the tool in receipts, api names the path, off and
 // a backend that cannot resolve artifacts offer nothing (logged).
 func TestRecoveryProvision(t *testing.T) {
-	store, err := vault.Open(vault.Config{Dir: t.TempDir()})
+	store, err := badgervault.Open(badgervault.Config{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +103,7 @@ func TestRecoveryProvision(t *testing.T) {
 // The API is served under recovery_path and never reaches next; other
 // paths do.
 func TestRecoveryAPIServedNotForwarded(t *testing.T) {
-	store, err := vault.Open(vault.Config{Dir: t.TempDir()})
+	store, err := badgervault.Open(badgervault.Config{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/tokens"
 )
 
@@ -41,11 +41,11 @@ func TestCounterSharedAcrossBudgets(t *testing.T) {
 
 	body := []byte(`{"model":"gpt-4o","messages":[{"role":"tool","content":"` + strings.Repeat("line of tool output 12345\\n", 20000) + `"}]}`)
 	ctx := context.Background()
-	if st := cs.Count(ctx, "gpt-4o", body).Status; st != compiler.TokensBudget {
+	if st := cs.Count(ctx, "gpt-4o", body).Status; st != artifact.TokensBudget {
 		t.Fatalf("cold body with a 1ns budget: %s", st)
 	}
 	want := cl.Count(ctx, "gpt-4o", body)
-	if want.Status != compiler.TokensExact {
+	if want.Status != artifact.TokensExact {
 		t.Fatalf("one minute budget: %+v", want)
 	}
 	if got := cs.Count(ctx, "gpt-4o", body); got != want {

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault/badgervault"
 )
 
 func init() {
@@ -121,7 +122,7 @@ func (b *BadgerVault) tenantMax() int64 {
 
 // OpenVault implements VaultBackend.
 func (b *BadgerVault) OpenVault(log *zap.Logger, maxArtifactBytes int64) (vault.Backend, error) {
-	return vault.Open(vault.Config{
+	return badgervault.Open(badgervault.Config{
 		Dir:              b.Dir,
 		MaxBytes:         *b.MaxBytes,
 		TenantMaxBytes:   b.tenantMax(),
@@ -133,7 +134,7 @@ func (b *BadgerVault) OpenVault(log *zap.Logger, maxArtifactBytes int64) (vault.
 
 // SetVaultLimits implements VaultBackend.
 func (b *BadgerVault) SetVaultLimits(v vault.Backend) error {
-	st, ok := v.(*vault.Store)
+	st, ok := v.(*badgervault.Store)
 	if !ok {
 		return fmt.Errorf("not a badger vault (%T)", v)
 	}

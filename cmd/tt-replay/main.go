@@ -26,12 +26,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
 	"github.com/tokenterminator/caddy-token-terminator/internal/tokens"
-	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault/badgervault"
 )
 
 func main() {
@@ -63,7 +65,7 @@ func main() {
 		fail(err)
 	}
 	defer os.RemoveAll(tmp)
-	store, err := vault.Open(vault.Config{Dir: tmp})
+	store, err := badgervault.Open(badgervault.Config{Dir: tmp})
 	if err != nil {
 		fail(err)
 	}
@@ -261,10 +263,10 @@ func ReplayTrace(c *compiler.Compiler, s fixtures.CorpusFile, clock Clock, tenan
 		at := clock.At(i)
 		res := c.Compile(context.Background(), compiler.Request{
 			Path: req.Path, Body: req.Body, Mode: compiler.ModeEnforce, Time: at,
-			Scope: compiler.Scope{Tenant: "replay/" + tenant + s.Name},
+			Scope: artifact.Scope{Tenant: "replay/" + tenant + s.Name},
 		})
 		if rawSim == nil {
-			m := cfg.Model(s.Format, modelOf(req.Body))
+			m := cfg.Model(provider.Format(s.Format), modelOf(req.Body))
 			rawSim, sentSim = &cost.Simulator{Model: m, Config: cfg}, &cost.Simulator{Model: m, Config: cfg}
 		}
 		durs = append(durs, res.Total)
@@ -285,8 +287,8 @@ func ReplayTrace(c *compiler.Compiler, s fixtures.CorpusFile, clock Clock, tenan
 		} else {
 			r.Reasons[res.Reason]++
 		}
-		br := rawSim.Step(cost.Render(s.Format, req.Body), at)
-		bs := sentSim.Step(cost.Render(s.Format, res.Body), at)
+		br := rawSim.Step(cost.Render(provider.Format(s.Format), req.Body), at)
+		bs := sentSim.Step(cost.Render(provider.Format(s.Format), res.Body), at)
 		r.Billed.Raw += br.Cost
 		r.Billed.Sent += bs.Cost
 		if trace != nil {

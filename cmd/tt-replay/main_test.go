@@ -9,6 +9,7 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 func TestClock(t *testing.T) {
@@ -40,7 +41,7 @@ func TestReplayBillsLikeTheSimulator(t *testing.T) {
 	want := 0.0
 	var bills []cost.Bill
 	for i, req := range s.Requests {
-		b := sim.Step(cost.Render(s.Format, req.Body), clock.At(i))
+		b := sim.Step(cost.Render(provider.Format(s.Format), req.Body), clock.At(i))
 		bills = append(bills, b)
 		want += b.Cost
 	}

@@ -9,12 +9,13 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 	"github.com/tokenterminator/caddy-token-terminator/internal/gateway"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
-	"github.com/tokenterminator/caddy-token-terminator/internal/response"
 )
 
 // ToolRecovery is the gateway's default recovery (recovery tool): the
@@ -57,20 +58,20 @@ func ReplayRecovery(with, off *compiler.Compiler, arts recovery.Artifacts, s fix
 	var cfg cost.Config
 	var rawSim, sentSim, offSim *cost.Simulator
 	tenant := "replay/recovery/" + tag + s.Name
-	var pending []compiler.Digest // recovered by the last step
+	var pending []artifact.Digest // recovered by the last step
 	for i, req := range s.Requests {
 		at := clock.At(i)
 		ctx := context.Background()
 		res := with.Compile(ctx, compiler.Request{Path: req.Path, Body: req.Body, Mode: compiler.ModeEnforce, Time: at,
-			Scope: compiler.Scope{Tenant: tenant}, DeferCommit: true})
+			Scope: artifact.Scope{Tenant: tenant}, DeferCommit: true})
 		ro := off.Compile(ctx, compiler.Request{Path: req.Path, Body: req.Body, Mode: compiler.ModeEnforce, Time: at,
-			Scope: compiler.Scope{Tenant: tenant + "/off"}})
+			Scope: artifact.Scope{Tenant: tenant + "/off"}})
 		if rawSim == nil {
-			m := cfg.Model(s.Format, modelOf(req.Body))
+			m := cfg.Model(provider.Format(s.Format), modelOf(req.Body))
 			rawSim, sentSim, offSim = &cost.Simulator{Model: m, Config: cfg}, &cost.Simulator{Model: m, Config: cfg}, &cost.Simulator{Model: m, Config: cfg}
 		}
 		for _, d := range pending {
-			if !bytes.Contains(res.Body, []byte(compiler.ArtifactID(d))) {
+			if !bytes.Contains(res.Body, []byte(artifact.ID(d))) {
 				if a, ok, err := arts.Get(ctx, tenant, d); err == nil && ok {
 					row.Reinlined += a.Chars
 				}
@@ -99,13 +100,13 @@ func ReplayRecovery(with, off *compiler.Compiler, arts recovery.Artifacts, s fix
 		}
 		row.Sent += len(res.Body)
 		row.SentOff += len(ro.Body)
-		row.Billed.Raw += rawSim.Step(cost.Render(s.Format, req.Body), at).Cost
-		row.Billed.Sent += sentSim.Step(cost.Render(s.Format, res.Body), at).Cost
-		row.BilledOff += offSim.Step(cost.Render(s.Format, ro.Body), at).Cost
+		row.Billed.Raw += rawSim.Step(cost.Render(provider.Format(s.Format), req.Body), at).Cost
+		row.Billed.Sent += sentSim.Step(cost.Render(provider.Format(s.Format), res.Body), at).Cost
+		row.BilledOff += offSim.Step(cost.Render(provider.Format(s.Format), ro.Body), at).Cost
 		if len(pending) > 0 {
-			if body, err := recoveryRound(ctx, arts, tenant, s.Format, res.Body, pending); err == nil {
+			if body, err := recoveryRound(ctx, arts, tenant, provider.Format(s.Format), res.Body, pending); err == nil {
 				row.Rounds++
-				row.BilledRnd += sentSim.Step(cost.Render(s.Format, body), at).Cost
+				row.BilledRnd += sentSim.Step(cost.Render(provider.Format(s.Format), body), at).Cost
 			}
 		}
 	}
@@ -115,19 +116,19 @@ func ReplayRecovery(with, off *compiler.Compiler, arts recovery.Artifacts, s fix
 // recoveryRound is the follow-up request of a round in which the model
 // calls the tool once for each of ds, whole: body with the model's turn and
 // the tool's results appended (recovery.FollowUp), as the gateway sends it.
-func recoveryRound(ctx context.Context, arts recovery.Artifacts, tenant, format string, body []byte, ds []compiler.Digest) ([]byte, error) {
+func recoveryRound(ctx context.Context, arts recovery.Artifacts, tenant string, format provider.Format, body []byte, ds []artifact.Digest) ([]byte, error) {
 	cfg := recovery.Config{MaxPageChars: compiler.DefaultMaxArtifactChars}
 	var calls []recovery.Call
 	var items []string
 	for i, d := range ds {
-		args := fmt.Sprintf(`{"action":"artifact_get","artifact_id":%q,"limit":%d}`, compiler.ArtifactID(d), compiler.DefaultMaxArtifactChars)
+		args := fmt.Sprintf(`{"action":"artifact_get","artifact_id":%q,"limit":%d}`, artifact.ID(d), compiler.DefaultMaxArtifactChars)
 		id := fmt.Sprintf("tt_replay_%d", i)
 		calls = append(calls, recovery.Call{ID: id, Args: []byte(args), Result: recovery.ExecuteWith(ctx, cfg, arts, tenant, []byte(args))})
 		q := strconv.Quote(args)
 		switch format {
-		case response.FormatChat:
+		case provider.Chat:
 			items = append(items, `{"id":"`+id+`","type":"function","function":{"name":"`+recovery.ToolName+`","arguments":`+q+`}}`)
-		case response.FormatResponses:
+		case provider.Responses:
 			items = append(items, `{"type":"function_call","call_id":"`+id+`","name":"`+recovery.ToolName+`","arguments":`+q+`}`)
 		default:
 			items = append(items, `{"type":"tool_use","id":"`+id+`","name":"`+recovery.ToolName+`","input":`+args+`}`)
@@ -136,9 +137,9 @@ func recoveryRound(ctx context.Context, arts recovery.Artifacts, tenant, format 
 	list := strings.Join(items, ",")
 	var answer string
 	switch format {
-	case response.FormatChat:
+	case provider.Chat:
 		answer = `{"choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[` + list + `]},"finish_reason":"tool_calls"}]}`
-	case response.FormatResponses:
+	case provider.Responses:
 		answer = `{"output":[` + list + `]}`
 	default:
 		answer = `{"role":"assistant","content":[` + list + `],"stop_reason":"tool_use"}`

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault/badgervault"
 )
 
 // With the simulated model recovering every receipt of every third step,
@@ -18,7 +18,7 @@ func TestReplayRecoveryTargets(t *testing.T) {
 	if testing.Short() {
 		t.Skip("replays ~300 requests twice")
 	}
-	store, err := vault.Open(vault.Config{Dir: t.TempDir()})
+	store, err := badgervault.Open(badgervault.Config{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

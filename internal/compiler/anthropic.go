@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // anthropicFormat is Anthropic Messages (POST /v1/messages): units are the
@@ -23,7 +24,7 @@ import (
 // (see contextManagementCompatible) and, when compiled, kept byte for byte.
 type anthropicFormat struct{}
 
-func (anthropicFormat) name() string { return "anthropic_messages" }
+func (anthropicFormat) name() provider.Format { return provider.Anthropic }
 
 const (
 	anthToolUse    = "tool_use"

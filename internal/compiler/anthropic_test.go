@@ -5,9 +5,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 func TestAnthropicDuplicates(t *testing.T) {
@@ -30,7 +32,7 @@ func TestAnthropicDuplicates(t *testing.T) {
 		msgs := decode(t, res.Body)["messages"].([]any)
 		first := msgs[2].(map[string]any)["content"].([]any)[0].(map[string]any)
 		s, marked := resultText(first["content"])
-		if !strings.HasPrefix(s, compiler.ReceiptPrefix) || !strings.Contains(s, "tool=Read") {
+		if !strings.HasPrefix(s, artifact.ReceiptPrefix) || !strings.Contains(s, "tool=Read") {
 			t.Fatalf("older copy not receipted: %.80q", s)
 		}
 		// With the client's breakpoint on the newest message (and one
@@ -210,7 +212,10 @@ func TestAnthropicBadInput(t *testing.T) {
 }
 
 func TestFormatForAllFormats(t *testing.T) {
-	tests := []struct{ path, want string }{
+	tests := []struct {
+		path string
+		want provider.Format
+	}{
 		{"/v1/chat/completions", "openai_chat"},
 		{"/v1/responses", "openai_responses"},
 		{"/openai/v1/responses/", "openai_responses"},

@@ -17,125 +17,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
 	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
-
-// Digest is a SHA-256 digest. Artifacts are addressed by the digest of their
-// text; lineage nodes by the chain hash of their messages.
-type Digest [32]byte
-
-// Scope identifies whose artifacts and lineage a request may see. Tenant is an
-// opaque keyed hash of the request's credential (never the credential);
-// Session is an optional extra conversation key (already hashed or opaque).
-// Artifacts are scoped by Tenant; lineage by Tenant and Session.
-type Scope struct {
-	Tenant  string
-	Session string
-}
-
-// Artifact is a piece of content removed from a request and replaced by a
-// receipt. Text is exactly what the model saw; Raw is the exact bytes that
-// were replaced (a JSON value, or the raw span of a tool result's body
-// inside its string when the client's wrapper stayed around the receipt), so
-// the request can be restored byte for byte. Text and Raw may share the
-// request body's memory: a Store copies what it keeps.
-type Artifact struct {
-	Digest Digest // ArtifactDigest(Text, Raw): each raw spelling is its own artifact
-	Text   string
-	Raw    []byte
-	Tool   string // private provenance: never logged, never in a receipt
-	Args   string // private provenance: never logged, never in a receipt
-	Chars  int    // Unicode code points in Text
-}
-
-// Lineage is what the Store knows about a request's recorded ancestry.
-type Lineage struct {
-	// Found reports whether a recorded proper prefix exists.
-	Found bool
-	// Ancestor is the chain hash of the longest recorded proper prefix.
-	Ancestor Digest
-	// Length is the number of messages of that prefix.
-	Length int
-	// Exposures counts, per artifact, the forwarded requests along the
-	// ancestry that carried the artifact inline (cumulative, including the
-	// ancestor itself). An artifact a forwarded request of the ancestry
-	// named in a receipt or folded turn but that none carried inline is
-	// present with count 0: the keys are what the conversation may
-	// recover (Result.Reachable).
-	Exposures map[Digest]int
-	// Cache is the ancestor's Record.Cache, returned as stored (nil when
-	// none was recorded).
-	Cache []byte
-}
-
-// Record is written after a request is forwarded: the forwarded request's
-// chain end with the cumulative inline exposures along its ancestry.
-type Record struct {
-	ChainEnd  Digest
-	Length    int
-	Parent    Digest
-	HasParent bool
-	// Exposures is cumulative: the ancestor's counts plus one for every
-	// artifact this request carried inline, and 0 for every artifact it
-	// named that has no count yet (Lineage.Exposures).
-	Exposures map[Digest]int
-	// Referenced lists artifacts this request named in receipts, so the Store
-	// can keep them alive (retention) while the conversation is active.
-	Referenced []Digest
-	// Cache is the compiler's opaque record of the provider prompt cache
-	// after this request (what was forwarded, rendered, and when); a Store
-	// keeps it with the node and returns it as Lineage.Cache. May be nil.
-	Cache []byte
-}
-
-// Store is the compiler's view of the vault. Implementations must be safe for
-// concurrent use and must keep tenants strictly apart.
-type Store interface {
-	// Ancestor returns the longest recorded proper prefix of chain, where
-	// chain[i] is the chain hash of the first i+1 messages. The full chain
-	// itself (chain[len-1]) is never an ancestor, so a retried request sees
-	// the same ancestry as its first attempt.
-	Ancestor(ctx context.Context, scope Scope, chain []Digest) (Lineage, error)
-	// Missing confirms which of a tenant's artifacts are stored and returns
-	// those that are not. A confirmed artifact must stay retrievable for the
-	// retention window (the confirmation counts as a use), so its receipt may
-	// go out without sending its content to the store again.
-	Missing(ctx context.Context, scope Scope, digests []Digest) ([]Digest, error)
-	// Persist makes artifacts durable before any receipt naming them is
-	// forwarded: written (one batch), synced, read back and compared. An
-	// artifact already stored is only verified present. Any failure,
-	// including a full vault, is an error.
-	Persist(ctx context.Context, scope Scope, arts []Artifact) error
-	// Record stores the lineage node of a forwarded request.
-	Record(ctx context.Context, scope Scope, rec Record) error
-}
-
-// TokenCount is a token measurement of one complete body.
-type TokenCount struct {
-	N        int
-	Encoding string // e.g. "o200k_base"; empty when none applies
-	// Exact is true when Encoding is the model's own tokenizer.
-	Exact  bool
-	Status TokenStatus
-}
-
-// TokenStatus says how a body's tokens were measured.
-type TokenStatus string
-
-const (
-	TokensExact    TokenStatus = "exact"    // the model's own tokenizer
-	TokensEstimate TokenStatus = "estimate" // a fixed encoding that is not the model's
-	TokensNone     TokenStatus = "none"     // no tokenizer applies, or tokenizer off
-	TokensBudget   TokenStatus = "budget"   // counting did not finish within the budget
-)
-
-// Measured reports whether the count is a number the gate may judge by.
-func (s TokenStatus) Measured() bool { return s == TokensExact || s == TokensEstimate }
 
 // TokenCounter counts tokens of complete request bodies.
 type TokenCounter interface {
-	Count(ctx context.Context, model string, body []byte) TokenCount
+	Count(ctx context.Context, model string, body []byte) artifact.TokenCount
 }
 
 // HintedCounter is a TokenCounter that can use where a body's messages
@@ -145,22 +35,15 @@ type TokenCounter interface {
 // is given none.
 type HintedCounter interface {
 	TokenCounter
-	CountHinted(ctx context.Context, model string, body []byte, hints []int) TokenCount
+	CountHinted(ctx context.Context, model string, body []byte, hints []int) artifact.TokenCount
 }
-
-// Hold keeps a body's bytes from reuse for a reader that outlives the call
-// it was given them in: it takes a reference, which release gives back; ok
-// is false once the bytes may be reused, and then they must not be read
-// after the call. Request.Hold is the gateway's; immutableHold is for
-// bytes no one ever reuses.
-type Hold func() (release func(), ok bool)
 
 // HeldCounter is a HintedCounter that can read body after CountHeld
 // returned (the work it left past its budget goes on and fills its caches)
 // under hold instead of from a copy; a nil hold means a copy.
 type HeldCounter interface {
 	HintedCounter
-	CountHeld(ctx context.Context, model string, body []byte, hints []int, hold Hold) TokenCount
+	CountHeld(ctx context.Context, model string, body []byte, hints []int, hold artifact.Hold) artifact.TokenCount
 }
 
 // immutableHold holds bytes that are never reused (the garbage collector
@@ -243,7 +126,7 @@ const (
 type Request struct {
 	Path  string // URL path; selects the format by suffix
 	Body  []byte // complete body; never modified
-	Scope Scope
+	Scope artifact.Scope
 	Mode  Mode
 	// Time is when the request goes upstream, for the prompt cache's TTL;
 	// zero means now.
@@ -266,7 +149,7 @@ type Request struct {
 	// Hold, when set, keeps Body from reuse for readers that outlive
 	// Compile: the token counter's workers, which finish counting past the
 	// budget (nil: they copy what they read).
-	Hold Hold
+	Hold artifact.Hold
 }
 
 // Scratch is memory that serves one compile after another: the parse
@@ -329,7 +212,7 @@ type Result struct {
 	// Detail is the store's error behind vault_error / vault_full, for the
 	// log: it names digests, sizes and paths, never content.
 	Detail string
-	Format string
+	Format provider.Format
 
 	RawBytes  int
 	SentBytes int
@@ -347,7 +230,7 @@ type Result struct {
 	// (its opening: usually the system prompt and the first user input),
 	// the same for every request of a conversation. Unkeyed: the gateway
 	// keys it before it is stored. Zero when the chain was not computed.
-	Conversation Digest
+	Conversation artifact.Digest
 
 	Tokens TokenReport
 
@@ -393,14 +276,14 @@ type Result struct {
 	// request; call it before Commit. The lineage then treats them as
 	// never delivered, so the next InlineLeases requests of the
 	// conversation carry them inline again. Nil when Commit is.
-	Recovered func(digests ...Digest)
+	Recovered func(digests ...artifact.Digest)
 	// Reachable lists the artifacts the recovery tool may serve while the
 	// provider answers this request (set when RecoveryTool is): those a
 	// forwarded request of its conversation (its lineage, this request
 	// included) named in a receipt or a folded turn, or carried inline.
 	// This request's first, newest named first; then the lineage's others
 	// in digest order. Nothing else of the tenant is the model's to read.
-	Reachable []Digest
+	Reachable []artifact.Digest
 }
 
 // ReceiptKinds counts a request's tool-result receipts by their cause.
@@ -413,7 +296,7 @@ type ReceiptKinds struct {
 
 // TokenReport holds the token figures of the gate for one request.
 type TokenReport struct {
-	Status   TokenStatus // as TokenCount.Status; "" when not measured
+	Status   artifact.TokenStatus // as TokenCount.Status; "" when not measured
 	Encoding string
 	Raw      int
 	Sent     int
@@ -430,7 +313,7 @@ type Compaction struct {
 }
 
 // countHinted counts body with hints and hold when tc can use them.
-func countHinted(ctx context.Context, tc TokenCounter, model string, body []byte, hints []int, hold Hold) TokenCount {
+func countHinted(ctx context.Context, tc TokenCounter, model string, body []byte, hints []int, hold artifact.Hold) artifact.TokenCount {
 	switch hc := tc.(type) {
 	case HeldCounter:
 		return hc.CountHeld(ctx, model, body, hints, hold)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
@@ -42,7 +43,7 @@ func BenchmarkCostDecision1MBWarm(b *testing.B) {
 			at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 			req := func(body []byte, at time.Time) compiler.Result {
 				return c.Compile(context.Background(), compiler.Request{Path: tt.path, Body: body,
-					Scope: compiler.Scope{Tenant: "warm"}, Mode: compiler.ModeEnforce, Time: at})
+					Scope: artifact.Scope{Tenant: "warm"}, Mode: compiler.ModeEnforce, Time: at})
 			}
 			req(prev, at)
 			want := req(body, at.Add(20*time.Second)).Receipts

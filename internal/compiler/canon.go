@@ -9,7 +9,9 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // longString is the size from which a string's canonical form is its
@@ -21,13 +23,13 @@ const longString = 1024
 // made only when it is needed (an artifact being stored, a summary), since
 // a warm request needs only digests.
 type text struct {
-	// digest is the artifact identity (ArtifactDigest of the text and the
+	// digest is the artifact identity (artifact.DigestOf of the text and the
 	// raw bytes a receipt would replace), set for tool-result texts (slots)
 	// and folded turns.
-	digest Digest
+	digest artifact.Digest
 	// canon is sha256 of the decoded text: a long string's canonical form
 	// in the conversation chain, which ignores escape spelling.
-	canon Digest
+	canon artifact.Digest
 	chars int
 	s     string
 	node  *jsonv.Node // decoded on demand from src, when set
@@ -50,9 +52,9 @@ func (t *text) str() string {
 
 // rawIdentity is the artifact identity of content whose text is its raw
 // bytes (a folded turn's exact messages): one hash serves both.
-func rawIdentity(raw []byte) Digest {
+func rawIdentity(raw []byte) artifact.Digest {
 	sum := sha256.Sum256(raw)
-	return artifactDigest(sum, sum)
+	return artifact.DigestOfSums(sum, sum)
 }
 
 // hasher computes canonical message hashes. The canonical form ignores key
@@ -185,14 +187,14 @@ func (c *hasher) bodyOf(n *jsonv.Node) (t *text, start, end int) {
 		if !ok {
 			t = c.decoded(n, k, len(raw) >= longString, b)
 		}
-		t.digest = artifactDigest(t.canon, sha256.Sum256(raw))
+		t.digest = artifact.DigestOfSums(t.canon, sha256.Sum256(raw))
 		if cached {
 			c.cache.put(bk, textVal{digest: t.digest, chars: t.chars})
 		}
 		return t, n.Start, n.End
 	}
 	body := b[lo:hi]
-	t = &text{digest: artifactDigest(sha256.Sum256(body), sha256.Sum256(raw[rlo:rhi])), chars: runeCount(body), src: c.src, span: raw[rlo:rhi]}
+	t = &text{digest: artifact.DigestOfSums(sha256.Sum256(body), sha256.Sum256(raw[rlo:rhi])), chars: runeCount(body), src: c.src, span: raw[rlo:rhi]}
 	if cached {
 		c.cache.put(bk, textVal{digest: t.digest, chars: t.chars, lo: rlo, hi: rhi})
 	}
@@ -206,7 +208,7 @@ func (c *hasher) bodyOf(n *jsonv.Node) (t *text, start, end int) {
 // bytes (knownStrings.rangeKey), for the tenant, so no tenant's compile is
 // sped up by another's messages. A canonical hash is a function of the
 // bytes alone, so a remembered one is the one message would compute.
-func (c *hasher) messageOf(n *jsonv.Node) Digest {
+func (c *hasher) messageOf(n *jsonv.Node) artifact.Digest {
 	if c.cache == nil || c.known == nil {
 		return c.message(n)
 	}
@@ -224,10 +226,10 @@ func (c *hasher) messageOf(n *jsonv.Node) Digest {
 }
 
 // message returns the canonical hash of one message.
-func (c *hasher) message(n *jsonv.Node) Digest {
+func (c *hasher) message(n *jsonv.Node) artifact.Digest {
 	c.h.Reset()
 	c.node(n)
-	var d Digest
+	var d artifact.Digest
 	c.h.Sum(d[:0])
 	return d
 }
@@ -310,8 +312,8 @@ func (c *hasher) node(n *jsonv.Node) {
 
 // chain returns h_i = H(h_{i-1}, m_i) for every unit, seeded by the format
 // name so that the same messages in two formats are two conversations.
-func (c *hasher) chain(format string, units []*jsonv.Node) []Digest {
-	out := make([]Digest, len(units))
+func (c *hasher) chain(format provider.Format, units []*jsonv.Node) []artifact.Digest {
+	out := make([]artifact.Digest, len(units))
 	prev := sha256.Sum256([]byte("token-terminator/chain/v1/" + format))
 	var buf [64]byte
 	for i, u := range units {

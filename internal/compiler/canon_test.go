@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
@@ -71,7 +72,7 @@ func TestChainGolden(t *testing.T) {
 func TestMessageOfRemembers(t *testing.T) {
 	base := fixtures.ChatBody("gpt-4o", fixtures.Turns(7, 6, 3000), "")
 	cache := newTextCache()
-	chain := func(body []byte, tenant string) (got, want []Digest, remembered int) {
+	chain := func(body []byte, tenant string) (got, want []artifact.Digest, remembered int) {
 		t.Helper()
 		known := newKnownStrings(cache, tenant)
 		pd, reason := parseDocKnown(chatFormat{}, body, cache, known)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // chatFormat is OpenAI Chat Completions (and the many providers that speak
@@ -11,7 +12,7 @@ import (
 // legacy role "function" messages.
 type chatFormat struct{}
 
-func (chatFormat) name() string { return "openai_chat" }
+func (chatFormat) name() provider.Format { return provider.Chat }
 
 // parse walks the messages once: slots, the calls they answer, and each
 // message's history description. A turn starts at a user message that

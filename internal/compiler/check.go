@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
 	"github.com/tokenterminator/caddy-token-terminator/internal/splice"
 )
@@ -171,7 +172,7 @@ func sameFolded(orig *doc, bs []byte, b *jsonv.Node, replaced map[int]bool, list
 		for j, k := range keep {
 			e := bm.Value.Elems[j]
 			if k == -1 {
-				if !strings.HasPrefix(foldedText(bs, e), FoldPrefix) {
+				if !strings.HasPrefix(foldedText(bs, e), artifact.FoldPrefix) {
 					return fmt.Errorf("element %d is not a summary", j)
 				}
 				continue

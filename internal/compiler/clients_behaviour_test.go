@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
@@ -44,7 +45,7 @@ func TestClientWrappersStayInline(t *testing.T) {
 				}
 			}
 			// The receipt sits where the older body was, right before its wrapper.
-			if !bytes.Contains(res.Body, []byte("…]"+tt.wrappers[0])) && !bytes.Contains(res.Body, []byte(tt.wrappers[0]+compiler.ReceiptPrefix)) {
+			if !bytes.Contains(res.Body, []byte("…]"+tt.wrappers[0])) && !bytes.Contains(res.Body, []byte(tt.wrappers[0]+artifact.ReceiptPrefix)) {
 				t.Fatal("receipt is not next to its wrapper")
 			}
 			file := strings.TrimRight(tt.file, "\n")
@@ -178,7 +179,7 @@ func TestPreamblePinned(t *testing.T) {
 func summaries(body []byte) string {
 	var out []string
 	for s := string(body); ; {
-		i := strings.Index(s, compiler.FoldPrefix)
+		i := strings.Index(s, artifact.FoldPrefix)
 		if i < 0 {
 			return strings.Join(out, "\n")
 		}
@@ -205,15 +206,15 @@ func TestOracleWrappers(t *testing.T) {
 		t.Fatal(err)
 	}
 	wrapper := `\n` + jsonString(ccTokensLeft(ccTokens(0))) // the body's own last line break goes with the wrapper
-	i := strings.Index(out, compiler.ReceiptPrefix)
+	i := strings.Index(out, artifact.ReceiptPrefix)
 	j := strings.Index(out[i:], "…]") + i + len("…]")
 	receipt := out[i:j]
 	file := strings.TrimRight(fixtures.ToolOutput(7, 9000), "\n")
-	other := compiler.Receipt(sha256.Sum256([]byte(file+"x")), "Read", len([]rune(file)))
+	other := artifact.Receipt(sha256.Sum256([]byte(file+"x")), "Read", len([]rune(file)))
 	tests := []struct {
 		name, out, wantErr string
 	}{
-		{"wrapper vaulted with the body", strings.Replace(out, receipt+wrapper, compiler.Receipt(sha256.Sum256([]byte(file+"\n"+ccTokensLeft(ccTokens(0)))), "Read", len([]rune(file+"\n"+ccTokensLeft(ccTokens(0))))), 1), "wrapper part was vaulted"},
+		{"wrapper vaulted with the body", strings.Replace(out, receipt+wrapper, artifact.Receipt(sha256.Sum256([]byte(file+"\n"+ccTokensLeft(ccTokens(0)))), "Read", len([]rune(file+"\n"+ccTokensLeft(ccTokens(0))))), 1), "wrapper part was vaulted"},
 		{"wrapper changed", strings.Replace(out, receipt+wrapper, receipt+strings.Replace(wrapper, "14978145", "14978146", 1), 1), "not the original"},
 		{"wrapper respelled", strings.Replace(out, receipt+wrapper, receipt+strings.Replace(wrapper, "<total_tokens>", `\u003ctotal_tokens>`, 1), 1), "wrapper bytes changed"},
 		{"receipt of other content", strings.Replace(out, receipt, other, 1), "names other content"},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
@@ -27,7 +28,7 @@ func TestDeferredCommit(t *testing.T) {
 				store := compilertest.NewMemStore()
 				c := newCompiler(t, compiler.Options{InlineLeases: 1}, store, nil)
 				req := func(body []byte, m compiler.Mode) compiler.Request {
-					return compiler.Request{Path: chatPath, Body: body, Scope: compiler.Scope{Tenant: "t"}, Mode: m, DeferCommit: true}
+					return compiler.Request{Path: chatPath, Body: body, Scope: artifact.Scope{Tenant: "t"}, Mode: m, DeferCommit: true}
 				}
 				res := c.Compile(context.Background(), req(step1, mode))
 				if res.Commit == nil {

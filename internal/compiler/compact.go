@@ -6,6 +6,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
 )
 
@@ -16,9 +17,6 @@ import (
 // multiple of compactBlock, so both move together once every compactBlock
 // turns; in between, every request carries the same compacted prefix.
 const compactBlock = 4
-
-// FoldPrefix starts every folded-turn summary.
-const FoldPrefix = "[Token Terminator folded turn "
 
 // Summary bounds, in characters.
 const (
@@ -81,7 +79,7 @@ type turn struct {
 type fold struct {
 	turn    turn
 	summary []byte // the summary message, JSON
-	art     Artifact
+	art     artifact.Artifact
 	edits   []edit
 	size    int   // bytes of what replaces the turn's folded runs (summary, kept preamble parts)
 	keep    []int // the turn's output elements, as in compaction.keep
@@ -323,7 +321,7 @@ func (c *Compiler) foldTurn(d *doc, list *jsonv.Node, infos []msgInfo, t turn) f
 	first, last := list.Elems[t.first], list.Elems[t.last]
 	raw := d.src[first.Start:last.End]
 	t0 := c.texts.rawText(raw)
-	art := Artifact{Digest: t0.digest, Text: t0.s, Raw: raw, Tool: "turn", Chars: t0.chars}
+	art := artifact.Artifact{Digest: t0.digest, Text: t0.s, Raw: raw, Tool: "turn", Chars: t0.chars}
 
 	line := foldSummary(d, infos, t, art.Digest)
 	// The summary says how to get the turn back, as receipts do; the hint
@@ -385,7 +383,7 @@ func (c *Compiler) foldTurn(d *doc, list *jsonv.Node, infos []msgInfo, t turn) f
 // foldSummary is the summary line of turn t (artifact digest): its first
 // user text, its tools with their call counts, its last assistant text,
 // each clipped.
-func foldSummary(d *doc, infos []msgInfo, t turn, digest Digest) string {
+func foldSummary(d *doc, infos []msgInfo, t turn, digest artifact.Digest) string {
 	var user, assistant string
 	var order []string
 	counts := map[string]int{}
@@ -412,10 +410,10 @@ func foldSummary(d *doc, infos []msgInfo, t turn, digest Digest) string {
 			tools = append(tools, "+"+strconv.Itoa(len(order)-i)+"_more")
 			break
 		}
-		tools = append(tools, SanitizeTool(name)+"×"+strconv.Itoa(counts[name]))
+		tools = append(tools, artifact.SanitizeTool(name)+"×"+strconv.Itoa(counts[name]))
 	}
-	return fmt.Sprintf(FoldPrefix+"%s | messages=%d | user=%s | tools=%s | assistant=%s]",
-		ArtifactID(digest), t.last-t.first+1, clip(user, summaryUserChars),
+	return fmt.Sprintf(artifact.FoldPrefix+"%s | messages=%d | user=%s | tools=%s | assistant=%s]",
+		artifact.ID(digest), t.last-t.first+1, clip(user, summaryUserChars),
 		strings.Join(tools, ","), clip(assistant, summaryAssistantChars))
 }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
@@ -85,7 +86,7 @@ func TestCompactionFormats(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			store := compilertest.NewMemStore()
 			c := newCompiler(t, compactOpts(5, 6), store, nil)
-			res := c.Compile(t.Context(), compiler.Request{Path: tt.path, Body: tt.body, Scope: compiler.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce})
+			res := c.Compile(t.Context(), compiler.Request{Path: tt.path, Body: tt.body, Scope: artifact.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce})
 			if res.Folded != tt.folded || res.Receipts != tt.receipts {
 				t.Fatalf("folded %d receipts %d (%s/%s), want %d and %d", res.Folded, res.Receipts, res.Decision, res.Reason, tt.folded, tt.receipts)
 			}
@@ -94,7 +95,7 @@ func TestCompactionFormats(t *testing.T) {
 			}
 			// Determinism.
 			again := newCompiler(t, compactOpts(5, 6), compilertest.NewMemStore(), nil).Compile(t.Context(),
-				compiler.Request{Path: tt.path, Body: tt.body, Scope: compiler.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce})
+				compiler.Request{Path: tt.path, Body: tt.body, Scope: artifact.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce})
 			if !bytes.Equal(again.Body, res.Body) {
 				t.Fatal("not deterministic")
 			}
@@ -110,7 +111,7 @@ func TestCompactionFormats(t *testing.T) {
 					t.Fatal("vaulted turn is not original bytes")
 				}
 			}
-			if tt.folded > 0 && strings.Count(string(res.Body), compiler.FoldPrefix) != tt.folded {
+			if tt.folded > 0 && strings.Count(string(res.Body), artifact.FoldPrefix) != tt.folded {
 				t.Fatal("summary count")
 			}
 		})

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
@@ -107,7 +108,7 @@ func TestCompactionWindows(t *testing.T) {
 			// Folded turns became summaries, in order, after the system prompt.
 			for i := 0; i < tt.wantFolded; i++ {
 				s := contentString(out[1+i])
-				if out[1+i].Role != "user" || !strings.HasPrefix(s, compiler.FoldPrefix) ||
+				if out[1+i].Role != "user" || !strings.HasPrefix(s, artifact.FoldPrefix) ||
 					!strings.Contains(s, fmt.Sprintf(`user="Question %d:`, i)) ||
 					!strings.Contains(s, "tools=read_file×1") || !strings.Contains(s, fmt.Sprintf(`assistant="File %d looks fine."`, i)) {
 					t.Fatalf("summary %d: %q", i, s)
@@ -148,7 +149,7 @@ func TestCompactionStickyPrefix(t *testing.T) {
 			if end > 0 && !bytes.HasPrefix(res.Body, prev[:end]) {
 				t.Fatalf("step %d rewrote the compacted prefix of step %d", n, n-1)
 			}
-			folded := strings.Count(string(res.Body), compiler.FoldPrefix) > prevSummaries
+			folded := strings.Count(string(res.Body), artifact.FoldPrefix) > prevSummaries
 			for _, r := range receipts(t, prev) {
 				if !folded && !bytes.Contains(res.Body, []byte(r)) {
 					t.Fatalf("step %d dropped a receipt of step %d", n, n-1)
@@ -158,7 +159,7 @@ func TestCompactionStickyPrefix(t *testing.T) {
 				t.Fatalf("step %d changed bytes before a receipt of step %d", n, n-1)
 			}
 		}
-		if s := strings.Count(string(res.Body), compiler.FoldPrefix); s < prevSummaries {
+		if s := strings.Count(string(res.Body), artifact.FoldPrefix); s < prevSummaries {
 			t.Fatalf("step %d: summaries went from %d to %d", n, prevSummaries, s)
 		} else {
 			prevSummaries = s
@@ -171,11 +172,11 @@ func TestCompactionStickyPrefix(t *testing.T) {
 }
 
 // lastCompacted returns the offset just past the last summary.
-func lastCompacted(body []byte) int { return endOf(body, compiler.FoldPrefix) }
+func lastCompacted(body []byte) int { return endOf(body, artifact.FoldPrefix) }
 
 // lastReceipt returns the offset just past the last receipt or summary.
 func lastReceipt(body []byte) int {
-	return max(endOf(body, compiler.FoldPrefix), endOf(body, compiler.ReceiptPrefix))
+	return max(endOf(body, artifact.FoldPrefix), endOf(body, artifact.ReceiptPrefix))
 }
 
 func endOf(body []byte, prefix string) int {
@@ -228,10 +229,10 @@ func TestFoldedTurnRecoversExactly(t *testing.T) {
 	out := messagesOf(t, res.Body)
 	orig := messagesOf(t, body)
 	s := contentString(out[1])
-	id := s[len(compiler.FoldPrefix) : len(compiler.FoldPrefix)+34]
+	id := s[len(artifact.FoldPrefix) : len(artifact.FoldPrefix)+34]
 	found := false
 	for _, a := range store.All("t") {
-		if compiler.ArtifactID(a.Digest) != id {
+		if artifact.ID(a.Digest) != id {
 			continue
 		}
 		found = true
@@ -263,7 +264,7 @@ func TestCompactionNeverTouchesUnansweredResults(t *testing.T) {
 		t.Fatalf("receipts %d, want 3 (the unanswered result stays)", res.Receipts)
 	}
 	out := messagesOf(t, res.Body)
-	if strings.HasPrefix(contentString(out[len(out)-1]), compiler.ReceiptPrefix) {
+	if strings.HasPrefix(contentString(out[len(out)-1]), artifact.ReceiptPrefix) {
 		t.Fatal("unanswered result vaulted")
 	}
 }
@@ -291,7 +292,7 @@ func TestCompactionKeepsSmallTurns(t *testing.T) {
 			t.Fatalf("message %d changed", i)
 		}
 	}
-	if !strings.HasPrefix(contentString(out[3]), compiler.FoldPrefix) {
+	if !strings.HasPrefix(contentString(out[3]), artifact.FoldPrefix) {
 		t.Fatal("turn 1 not folded")
 	}
 }

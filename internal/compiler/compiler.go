@@ -13,6 +13,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
 	"github.com/tokenterminator/caddy-token-terminator/internal/splice"
 )
@@ -69,14 +70,10 @@ const (
 	recordTimeout       = time.Second
 )
 
-// ErrFull may be wrapped by a Store whose capacity is exhausted; the compiler
-// reports it as vault_full rather than vault_error.
-var ErrFull = errors.New("vault full")
-
 // Compiler compiles candidate requests. It is safe for concurrent use.
 type Compiler struct {
 	opts   Options
-	store  Store
+	store  artifact.Store
 	tokens TokenCounter
 	texts  *textCache
 	counts *rawCounts // token counts of original bodies (rawcount.go)
@@ -91,7 +88,7 @@ type Compiler struct {
 func (c *Compiler) InvalidOutputs() uint64 { return c.invalid.Load() }
 
 // New returns a Compiler. tokens may be nil (byte gate only).
-func New(opts Options, store Store, tokens TokenCounter) (*Compiler, error) {
+func New(opts Options, store artifact.Store, tokens TokenCounter) (*Compiler, error) {
 	if store == nil {
 		return nil, errors.New("compiler: a Store is required")
 	}
@@ -193,8 +190,8 @@ func (c *Compiler) Compile(ctx context.Context, req Request) Result {
 // plan is the set of decisions for one request.
 type plan struct {
 	d        *doc
-	chain    []Digest
-	lineage  Lineage
+	chain    []artifact.Digest
+	lineage  artifact.Lineage
 	replace  []bool // per slot: a duplicate or leased artifact
 	eligible []bool // per slot: large enough to be an artifact
 
@@ -215,24 +212,24 @@ type plan struct {
 
 	// Built from the decisions by build:
 	edits    []edit
-	arts     []Artifact // unique artifacts named by receipts and summaries
-	texts    []*text    // per art: its text, decoded only if it must be stored
-	receipt  []bool     // per slot: goes out as a receipt
-	gone     []bool     // per slot: folded away with its turn
+	arts     []artifact.Artifact // unique artifacts named by receipts and summaries
+	texts    []*text             // per art: its text, decoded only if it must be stored
+	receipt  []bool              // per slot: goes out as a receipt
+	gone     []bool              // per slot: folded away with its turn
 	receipts int
 	markUnit int          // the unit whose receipt carries the receipt breakpoint, -1 for none
 	kinds    ReceiptKinds // receipts by why they were made
 
-	reinlineMode string          // Options.ReinlineRecovered
-	recovery     Recovery        // Options.Recovery for this request (forDoc): the hint and the tool
-	tool         toolPlan        // the recovery tool (recovery_tool.go)
-	recovered    map[Digest]bool // artifacts the model recovered (Result.Recovered)
+	reinlineMode string                   // Options.ReinlineRecovered
+	recovery     Recovery                 // Options.Recovery for this request (forDoc): the hint and the tool
+	tool         toolPlan                 // the recovery tool (recovery_tool.go)
+	recovered    map[artifact.Digest]bool // artifacts the model recovered (Result.Recovered)
 }
 
 // reinline reports whether the plan must carry artifact d inline whatever
 // else would receipt it (ReinlineOn): the model recovered it while
 // answering the previous forwarded request.
-func (p *plan) reinline(d Digest) bool {
+func (p *plan) reinline(d artifact.Digest) bool {
 	return p.reinlineMode == ReinlineOn && p.prev.wasRecovered(d)
 }
 
@@ -251,17 +248,17 @@ func (p *plan) build() {
 	p.receiptDelta = make([]int, len(slots))
 	// Most slots of a long history get a receipt.
 	p.edits = make([]edit, 0, len(slots))
-	p.arts = make([]Artifact, 0, len(slots))
+	p.arts = make([]artifact.Artifact, 0, len(slots))
 	p.texts = make([]*text, 0, len(slots))
-	named := make(map[Digest]bool, len(slots))
-	add := func(a Artifact, t *text) {
+	named := make(map[artifact.Digest]bool, len(slots))
+	add := func(a artifact.Artifact, t *text) {
 		if !named[a.Digest] {
 			named[a.Digest] = true
 			p.arts = append(p.arts, a)
 			p.texts = append(p.texts, t)
 		}
 	}
-	copies := make(map[Digest]int, len(slots)) // per digest: its eligible copies in this request
+	copies := make(map[artifact.Digest]int, len(slots)) // per digest: its eligible copies in this request
 	for i, s := range slots {
 		if p.eligible[i] {
 			copies[s.text.digest]++
@@ -294,7 +291,7 @@ func (p *plan) build() {
 		}
 		p.receiptDelta[i] = len(e.repl) - (e.end - e.start)
 		p.edits = append(p.edits, e)
-		add(Artifact{Digest: s.text.digest, Raw: p.d.src[s.start:s.end], Tool: s.tool, Args: s.args, Chars: s.text.chars}, s.text)
+		add(artifact.Artifact{Digest: s.text.digest, Raw: p.d.src[s.start:s.end], Tool: s.tool, Args: s.args, Chars: s.text.chars}, s.text)
 	}
 	if mark >= 0 {
 		e := &p.edits[mark]
@@ -312,7 +309,7 @@ func (p *plan) receiptEdit(i int) (e edit, markable bool) {
 	s := &p.d.slots[i]
 	var r string
 	if k := p.sameAs[i]; k >= 0 {
-		r = p.recovery.receiptHint(receiptSameAs(Receipt(s.text.digest, s.tool, s.text.chars), p.d.callID(p.d.slots[k])))
+		r = p.recovery.receiptHint(receiptSameAs(artifact.Receipt(s.text.digest, s.tool, s.text.chars), p.d.callID(p.d.slots[k])))
 	} else {
 		r = p.receiptOf(i)
 	}
@@ -344,7 +341,7 @@ func (p *plan) receiptOf(i int) string {
 		return r
 	}
 	s := p.d.slots[i]
-	r := p.recovery.receiptHint(Receipt(s.text.digest, s.tool, s.text.chars))
+	r := p.recovery.receiptHint(artifact.Receipt(s.text.digest, s.tool, s.text.chars))
 	p.receiptTexts[i] = r
 	return r
 }
@@ -466,9 +463,9 @@ func (c *Compiler) finish(ctx context.Context, f format, p *plan, ch *choice, re
 		res.Reachable = reachable(p)
 	}
 	res.ToolConflict = p.tool.conflict
-	res.Recovered = func(ds ...Digest) {
+	res.Recovered = func(ds ...artifact.Digest) {
 		if p.recovered == nil {
-			p.recovered = map[Digest]bool{}
+			p.recovered = map[artifact.Digest]bool{}
 		}
 		for _, d := range ds {
 			p.recovered[d] = true
@@ -537,8 +534,8 @@ func (c *Compiler) decide(p *plan) {
 	slots := p.d.slots
 	p.replace = make([]bool, len(slots))
 	p.sameAs = make([]int, len(slots))
-	newest := make(map[Digest]int, len(slots))
-	kept := make(map[Digest]int, len(slots))
+	newest := make(map[artifact.Digest]int, len(slots))
+	kept := make(map[artifact.Digest]int, len(slots))
 	for i, s := range slots {
 		p.sameAs[i] = -1
 		if p.eligible[i] {
@@ -624,8 +621,8 @@ func (c *Compiler) rewrite(ctx context.Context, f format, p *plan, req Request, 
 // persist makes every artifact the rewrite names durable. Artifacts the
 // store confirms it has are not sent again; only the missing ones are
 // decoded and written (one synced batch, read back).
-func (c *Compiler) persist(ctx context.Context, scope Scope, p *plan) error {
-	digests := make([]Digest, len(p.arts))
+func (c *Compiler) persist(ctx context.Context, scope artifact.Scope, p *plan) error {
+	digests := make([]artifact.Digest, len(p.arts))
 	for i, a := range p.arts {
 		digests[i] = a.Digest
 	}
@@ -633,7 +630,7 @@ func (c *Compiler) persist(ctx context.Context, scope Scope, p *plan) error {
 	if err != nil || len(missing) == 0 {
 		return err
 	}
-	want := make(map[Digest]bool, len(missing))
+	want := make(map[artifact.Digest]bool, len(missing))
 	for _, d := range missing {
 		want[d] = true
 	}
@@ -646,7 +643,7 @@ func (c *Compiler) persist(ctx context.Context, scope Scope, p *plan) error {
 		}
 	}
 	decodeAll(todo)
-	arts := make([]Artifact, 0, len(missing))
+	arts := make([]artifact.Artifact, 0, len(missing))
 	for i, a := range p.arts {
 		if want[a.Digest] {
 			a.Text = p.texts[i].str()
@@ -715,7 +712,7 @@ func (c *Compiler) tokenGate(ctx context.Context, p *plan, raw, out []byte, res 
 	rawHints, outHints := tokenHints(p.d, p.edits)
 	// Both bodies are counted at once, so the gate waits for at most one
 	// token budget (the counter never waits longer than its budget).
-	var st TokenCount
+	var st artifact.TokenCount
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -746,10 +743,10 @@ func (c *Compiler) tokenGate(ctx context.Context, p *plan, raw, out []byte, res 
 // countRaw counts the original body raw, from rawCounts when these bytes
 // were counted before. The key comes from the parse of d, so only that
 // very body is looked up.
-func (c *Compiler) countRaw(ctx context.Context, d *doc, model string, raw []byte, hints []int) TokenCount {
+func (c *Compiler) countRaw(ctx context.Context, d *doc, model string, raw []byte, hints []int) artifact.TokenCount {
 	var key textKey
 	ok := false
-	var hold Hold
+	var hold artifact.Hold
 	if len(raw) == len(d.src) && unsafe.SliceData(raw) == unsafe.SliceData(d.src) {
 		hold = d.hold
 		if c.counts != nil && d.known != nil {
@@ -772,15 +769,15 @@ func (c *Compiler) countRaw(ctx context.Context, d *doc, model string, raw []byt
 // carried inline counts as one more exposure. It runs for pass-through too,
 // so leases always follow what actually went upstream, and never names a
 // receipt that was not sent.
-func (c *Compiler) record(ctx context.Context, scope Scope, p *plan, forwarded bool) time.Duration {
+func (c *Compiler) record(ctx context.Context, scope artifact.Scope, p *plan, forwarded bool) time.Duration {
 	if len(p.chain) == 0 {
 		return 0 // no eligible slot, so no lineage was looked up: nothing to lease
 	}
-	exp := make(map[Digest]int, len(p.lineage.Exposures)+len(p.d.slots))
+	exp := make(map[artifact.Digest]int, len(p.lineage.Exposures)+len(p.d.slots))
 	for k, v := range p.lineage.Exposures {
 		exp[k] = v
 	}
-	inline := map[Digest]bool{}
+	inline := map[artifact.Digest]bool{}
 	for i, s := range p.d.slots {
 		if !p.eligible[i] || (forwarded && (p.receipt[i] || p.gone[i])) {
 			continue
@@ -797,7 +794,7 @@ func (c *Compiler) record(ctx context.Context, scope Scope, p *plan, forwarded b
 			exp[dg] = 0
 		}
 	}
-	var refs []Digest
+	var refs []artifact.Digest
 	if forwarded {
 		for _, a := range p.arts {
 			refs = append(refs, a.Digest)
@@ -806,7 +803,7 @@ func (c *Compiler) record(ctx context.Context, scope Scope, p *plan, forwarded b
 			}
 		}
 	}
-	rec := Record{
+	rec := artifact.Record{
 		ChainEnd: p.chain[len(p.chain)-1], Length: len(p.chain),
 		Parent: p.lineage.Ancestor, HasParent: p.lineage.Found,
 		Exposures: exp, Referenced: refs,
@@ -826,22 +823,22 @@ func (c *Compiler) record(ctx context.Context, scope Scope, p *plan, forwarded b
 // reachable is Result.Reachable of a forwarded plan: the artifacts its
 // receipts and folds name, newest first, then the rest of its lineage's
 // (named or carried inline by an earlier request) in digest order.
-func reachable(p *plan) []Digest {
-	out := make([]Digest, 0, len(p.arts)+len(p.lineage.Exposures))
-	seen := make(map[Digest]bool, cap(out))
+func reachable(p *plan) []artifact.Digest {
+	out := make([]artifact.Digest, 0, len(p.arts)+len(p.lineage.Exposures))
+	seen := make(map[artifact.Digest]bool, cap(out))
 	for i := len(p.arts) - 1; i >= 0; i-- {
 		if d := p.arts[i].Digest; !seen[d] {
 			seen[d] = true
 			out = append(out, d)
 		}
 	}
-	rest := make([]Digest, 0, len(p.lineage.Exposures))
+	rest := make([]artifact.Digest, 0, len(p.lineage.Exposures))
 	for d := range p.lineage.Exposures {
 		if !seen[d] {
 			rest = append(rest, d)
 		}
 	}
-	slices.SortFunc(rest, func(a, b Digest) int { return bytes.Compare(a[:], b[:]) })
+	slices.SortFunc(rest, func(a, b artifact.Digest) int { return bytes.Compare(a[:], b[:]) })
 	return append(out, rest...)
 }
 
@@ -849,7 +846,7 @@ func vaultReason(ctx context.Context, err error) Reason {
 	switch {
 	case ctx.Err() != nil:
 		return ReasonTimeout
-	case errors.Is(err, ErrFull):
+	case errors.Is(err, artifact.ErrFull):
 		return ReasonVaultFull
 	}
 	return ReasonVaultError
@@ -870,6 +867,6 @@ func countTrue(b []bool) int {
 func newText(s string, raw []byte) *text {
 	b := unsafe.Slice(unsafe.StringData(s), len(s)) // read only
 	t := &text{s: s, canon: sha256.Sum256(b), chars: runeCount(b)}
-	t.digest = artifactDigest(t.canon, sha256.Sum256(raw))
+	t.digest = artifact.DigestOfSums(t.canon, sha256.Sum256(raw))
 	return t
 }

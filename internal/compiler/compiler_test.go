@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
@@ -23,7 +24,7 @@ const chatPath = "/v1/chat/completions"
 
 var receiptRE = regexp.MustCompile(`^\[Token Terminator artifact a_[0-9a-f]{32} \| tool=[A-Za-z0-9._:/-]{1,80} \| chars=[0-9]+ \| sha256=[0-9a-f]{16}…\]$`)
 
-func newCompiler(t testing.TB, opts compiler.Options, store compiler.Store, tc compiler.TokenCounter) *compiler.Compiler {
+func newCompiler(t testing.TB, opts compiler.Options, store artifact.Store, tc compiler.TokenCounter) *compiler.Compiler {
 	t.Helper()
 	c, err := compiler.New(opts, store, tc)
 	if err != nil {
@@ -33,7 +34,7 @@ func newCompiler(t testing.TB, opts compiler.Options, store compiler.Store, tc c
 }
 
 func compile(c *compiler.Compiler, tenant string, body []byte) compiler.Result {
-	return c.Compile(context.Background(), compiler.Request{Path: chatPath, Body: body, Scope: compiler.Scope{Tenant: tenant}, Mode: compiler.ModeEnforce})
+	return c.Compile(context.Background(), compiler.Request{Path: chatPath, Body: body, Scope: artifact.Scope{Tenant: tenant}, Mode: compiler.ModeEnforce})
 }
 
 // receipts returns the receipts found in a body.
@@ -101,7 +102,7 @@ func assertSpliced(t testing.TB, orig, out []byte) {
 }
 
 func TestReceiptFormat(t *testing.T) {
-	var d compiler.Digest
+	var d artifact.Digest
 	for i := range d {
 		d[i] = byte(i * 7)
 	}
@@ -115,18 +116,18 @@ func TestReceiptFormat(t *testing.T) {
 		{strings.Repeat("x", 200), strings.Repeat("x", 80)},
 	}
 	for _, tt := range tests {
-		r := compiler.Receipt(d, tt.tool, 12345)
+		r := artifact.Receipt(d, tt.tool, 12345)
 		if !receiptRE.MatchString(r) || len(r) >= 300 {
 			t.Errorf("Receipt(%q) = %q: malformed", tt.tool, r)
 		}
 		if !strings.Contains(r, " | tool="+tt.want+" | ") {
 			t.Errorf("Receipt(%q) = %q, want tool=%s", tt.tool, r, tt.want)
 		}
-		if r != compiler.Receipt(d, tt.tool, 12345) {
+		if r != artifact.Receipt(d, tt.tool, 12345) {
 			t.Errorf("receipt not stable")
 		}
 	}
-	if got := compiler.ArtifactID(d); !strings.HasPrefix(compiler.Receipt(d, "x", 1), compiler.ReceiptPrefix+got[2:]) {
+	if got := artifact.ID(d); !strings.HasPrefix(artifact.Receipt(d, "x", 1), artifact.ReceiptPrefix+got[2:]) {
 		t.Errorf("receipt does not name %s", got)
 	}
 }
@@ -154,7 +155,7 @@ func TestSameRequestDuplicates(t *testing.T) {
 	if err := json.Unmarshal(res.Body, &msgs); err != nil {
 		t.Fatal(err)
 	}
-	if s, _ := msgs.Messages[3].Content.(string); !strings.HasPrefix(s, compiler.ReceiptPrefix) {
+	if s, _ := msgs.Messages[3].Content.(string); !strings.HasPrefix(s, artifact.ReceiptPrefix) {
 		t.Fatalf("older copy not receipted: %.60q", s)
 	}
 	if s, _ := msgs.Messages[7].Content.(string); s != out {
@@ -239,7 +240,7 @@ func TestIsolation(t *testing.T) {
 	// Sessions split one tenant's conversations.
 	sc := func(session string, body []byte) compiler.Result {
 		return c.Compile(context.Background(), compiler.Request{Path: chatPath, Body: body,
-			Scope: compiler.Scope{Tenant: "tenantC", Session: session}, Mode: compiler.ModeEnforce})
+			Scope: artifact.Scope{Tenant: "tenantC", Session: session}, Mode: compiler.ModeEnforce})
 	}
 	sc("s1", step1)
 	if res := sc("s2", step2); res.Receipts != 0 {
@@ -342,10 +343,10 @@ func TestTextPartsAndLegacyFunction(t *testing.T) {
 
 type fakeTokens struct{ perByte float64 }
 
-func (f fakeTokens) Count(_ context.Context, _ string, body []byte) compiler.TokenCount {
+func (f fakeTokens) Count(_ context.Context, _ string, body []byte) artifact.TokenCount {
 	// Receipts are "expensive": count receipt bytes 100x.
-	n := len(body) + 100*bytes.Count(body, []byte(compiler.ReceiptPrefix))*int(f.perByte)
-	return compiler.TokenCount{N: n, Encoding: "fake", Exact: true, Status: "exact"}
+	n := len(body) + 100*bytes.Count(body, []byte(artifact.ReceiptPrefix))*int(f.perByte)
+	return artifact.TokenCount{N: n, Encoding: "fake", Exact: true, Status: "exact"}
 }
 
 func TestGate(t *testing.T) {
@@ -402,7 +403,7 @@ func TestVaultFailureFailsOpen(t *testing.T) {
 		t.Fatalf("%d receipts after two inline exposures, want 1", res.Receipts)
 	}
 	full := compilertest.NewMemStore()
-	full.Fail = fmt.Errorf("wrapped: %w", compiler.ErrFull)
+	full.Fail = fmt.Errorf("wrapped: %w", artifact.ErrFull)
 	c = newCompiler(t, compiler.Options{}, full, nil)
 	if res := compile(c, "t", body); res.Reason != "vault_error" && res.Reason != "vault_full" {
 		t.Fatalf("reason %q", res.Reason)
@@ -411,14 +412,14 @@ func TestVaultFailureFailsOpen(t *testing.T) {
 
 type slowStore struct{ *compilertest.MemStore }
 
-func (s slowStore) Persist(ctx context.Context, _ compiler.Scope, _ []compiler.Artifact) error {
+func (s slowStore) Persist(ctx context.Context, _ artifact.Scope, _ []artifact.Artifact) error {
 	<-ctx.Done()
 	return ctx.Err()
 }
 
 type panicStore struct{ *compilertest.MemStore }
 
-func (panicStore) Ancestor(context.Context, compiler.Scope, []compiler.Digest) (compiler.Lineage, error) {
+func (panicStore) Ancestor(context.Context, artifact.Scope, []artifact.Digest) (artifact.Lineage, error) {
 	panic("boom")
 }
 
@@ -502,15 +503,15 @@ func rank(c heldCall) int {
 	return 1
 }
 
-func (h *heldTokens) Count(ctx context.Context, model string, body []byte) compiler.TokenCount {
+func (h *heldTokens) Count(ctx context.Context, model string, body []byte) artifact.TokenCount {
 	return h.CountHeld(ctx, model, body, nil, nil)
 }
 
-func (h *heldTokens) CountHinted(ctx context.Context, model string, body []byte, hints []int) compiler.TokenCount {
+func (h *heldTokens) CountHinted(ctx context.Context, model string, body []byte, hints []int) artifact.TokenCount {
 	return h.CountHeld(ctx, model, body, hints, nil)
 }
 
-func (h *heldTokens) CountHeld(_ context.Context, _ string, body []byte, _ []int, hold compiler.Hold) compiler.TokenCount {
+func (h *heldTokens) CountHeld(_ context.Context, _ string, body []byte, _ []int, hold artifact.Hold) artifact.TokenCount {
 	call := heldCall{original: bytes.Equal(body, h.orig), hasHold: hold != nil}
 	if hold != nil {
 		release, ok := hold()
@@ -522,7 +523,7 @@ func (h *heldTokens) CountHeld(_ context.Context, _ string, body []byte, _ []int
 	h.mu.Lock()
 	h.calls = append(h.calls, call)
 	h.mu.Unlock()
-	return compiler.TokenCount{N: len(body), Encoding: "fake", Exact: true, Status: compiler.TokensExact}
+	return artifact.TokenCount{N: len(body), Encoding: "fake", Exact: true, Status: artifact.TokensExact}
 }
 
 // TestGateHandsTheCounterHolds: the gate counts the original under the
@@ -536,7 +537,7 @@ func TestGateHandsTheCounterHolds(t *testing.T) {
 		tc := &heldTokens{orig: body}
 		c := newCompiler(t, compiler.Options{}, compilertest.NewMemStore(), tc)
 		var holds atomic.Int32
-		req := compiler.Request{Path: chatPath, Body: body, Scope: compiler.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce}
+		req := compiler.Request{Path: chatPath, Body: body, Scope: artifact.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce}
 		if withHold {
 			req.Hold = func() (func(), bool) { holds.Add(1); return func() {}, true }
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
 )
 
@@ -39,7 +40,7 @@ func TestCheaperVeto(t *testing.T) {
 	// Measured tokens: 10000 raw, 9999 sent (the receipts are dense): the
 	// rewrite saves one token but costs as much to write: 9999 + 0.1*9984
 	// + 15 = 11012.4 vs 11014.4 — still cheaper, barely; at 10001 it is not.
-	res.Tokens = TokenReport{Status: TokensExact, Raw: 10000, Sent: 9999}
+	res.Tokens = TokenReport{Status: artifact.TokensExact, Raw: 10000, Sent: 9999}
 	if !ch.cheaper(&res, 40000, 20000) {
 		t.Fatal("measured, cheaper by two: vetoed")
 	}
@@ -58,7 +59,7 @@ func TestCacheStateRoundTrip(t *testing.T) {
 		len(got.segs) != 3 || got.segs[1] != s.segs[1] || got.segs[2] != s.segs[2] || len(got.receipted) != 2 || got.receipted[1] != 9 {
 		t.Fatalf("round trip: %+v, %v", got, err)
 	}
-	if !got.wasReceipted(Digest{9}) || got.wasReceipted(Digest{6}) {
+	if !got.wasReceipted(artifact.Digest{9}) || got.wasReceipted(artifact.Digest{6}) {
 		t.Fatal("wasReceipted")
 	}
 	for _, bad := range [][]byte{nil, {2}, b[:len(b)-1], append(b[:len(b):len(b)], 0)} {

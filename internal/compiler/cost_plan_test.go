@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
@@ -105,7 +106,7 @@ func TestCostBreakpointLeaseWaitsForColdCache(t *testing.T) {
 		c := newCompiler(t, compiler.Options{InlineLeases: 1}, compilertest.NewMemStore(), nil)
 		req := func(body []byte, at time.Time) compiler.Result {
 			return c.Compile(t.Context(), compiler.Request{Path: messagesPath, Body: body,
-				Scope: compiler.Scope{Tenant: "bp"}, Mode: compiler.ModeEnforce, Time: at})
+				Scope: artifact.Scope{Tenant: "bp"}, Mode: compiler.ModeEnforce, Time: at})
 		}
 		if r := req(step1, t0); r.Receipts != 0 {
 			t.Fatalf("step 1: %d receipts", r.Receipts)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
 )
 
@@ -226,7 +227,7 @@ func (r *stateReader) u64() uint64 {
 	return v
 }
 
-func (s *cacheState) wasReceipted(d Digest) bool {
+func (s *cacheState) wasReceipted(d artifact.Digest) bool {
 	if s == nil {
 		return false
 	}
@@ -237,7 +238,7 @@ func (s *cacheState) wasReceipted(d Digest) bool {
 func (s *cacheState) time() time.Time { return time.Unix(0, s.at) }
 
 // short is the first 8 bytes of a digest.
-func short(d Digest) uint64 { return binary.LittleEndian.Uint64(d[:8]) }
+func short(d artifact.Digest) uint64 { return binary.LittleEndian.Uint64(d[:8]) }
 
 // mix folds v into the running fingerprint h (FNV-1a style over 64-bit
 // words, finished with a splitmix64 avalanche so near values spread).

@@ -9,17 +9,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
-	"github.com/tokenterminator/caddy-token-terminator/internal/response"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 var t0 = time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 
 func compileWhen(c *compiler.Compiler, tenant string, body []byte, at time.Time) compiler.Result {
 	return c.Compile(context.Background(), compiler.Request{Path: chatPath, Body: body,
-		Scope: compiler.Scope{Tenant: tenant}, Mode: compiler.ModeEnforce, Time: at})
+		Scope: artifact.Scope{Tenant: tenant}, Mode: compiler.ModeEnforce, Time: at})
 }
 
 // gpt5 makes a conversation body a gpt-5 request: cache reads at 0.1x, so
@@ -158,7 +159,7 @@ func TestCostDuplicateKeepsCachedCopy(t *testing.T) {
 			if !bytes.HasPrefix(r3.Body, chat(answered)[:cut]) {
 				t.Fatal("the cached copy was rewritten")
 			}
-			if n := bytes.Count(r3.Body, []byte(compiler.ReceiptPrefix)); n != 1 || !bytes.Contains(r3.Body, []byte(" | same_as=call_a]")) {
+			if n := bytes.Count(r3.Body, []byte(artifact.ReceiptPrefix)); n != 1 || !bytes.Contains(r3.Body, []byte(" | same_as=call_a]")) {
 				t.Fatalf("%d receipts, same_as missing: %s", n, r3.Body[cut:])
 			}
 			assertSpliced(t, chat(answered), r3.Body)
@@ -210,12 +211,12 @@ func TestCostNotCheaper(t *testing.T) {
 func TestCostUsageMarksCacheCold(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
-		usage  response.Usage
+		usage  provider.Usage
 		folded int
 	}{
-		{"cache read", response.Usage{Known: true, Input: 9000, CacheRead: 8000}, 2},
-		{"no cache read", response.Usage{Known: true, Input: 9000}, 6},
-		{"usage unknown", response.Usage{}, 2},
+		{"cache read", provider.Usage{Known: true, Input: 9000, CacheRead: 8000}, 2},
+		{"no cache read", provider.Usage{Known: true, Input: 9000}, 6},
+		{"usage unknown", provider.Usage{}, 2},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			// Cache reads at 0.01x (an override): only a cold cache makes a

@@ -3,8 +3,9 @@ package compiler
 import (
 	"sync"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
-	"github.com/tokenterminator/caddy-token-terminator/internal/response"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // usageNotes remembers, for the most recent forwarded requests, what the
@@ -21,7 +22,7 @@ type usageNotes struct {
 }
 
 type usageNote struct {
-	usage      response.Usage
+	usage      provider.Usage
 	expectRead float64 // tokens the decision expected to be read from the cache
 }
 
@@ -29,7 +30,7 @@ const maxUsageNotes = 4096
 
 func newUsageNotes() *usageNotes { return &usageNotes{notes: map[string]usageNote{}} }
 
-func usageKey(s Scope, chainEnd Digest) string {
+func usageKey(s artifact.Scope, chainEnd artifact.Digest) string {
 	return s.Tenant + "\x00" + s.Session + "\x00" + string(chainEnd[:])
 }
 
@@ -37,7 +38,7 @@ func usageKey(s Scope, chainEnd Digest) string {
 // forwarded request (res is that request's Result). The response path calls
 // it once the usage is known; a Result without a conversation, or a usage
 // that was not seen, is ignored.
-func (c *Compiler) ObserveUsage(res Result, u response.Usage) {
+func (c *Compiler) ObserveUsage(res Result, u provider.Usage) {
 	if res.usageKey == "" || !u.Known {
 		return
 	}
@@ -57,7 +58,7 @@ func (c *Compiler) ObserveUsage(res Result, u response.Usage) {
 // cold reports whether the response to the request recorded as chainEnd
 // read nothing from the provider's cache although a cache read of at least
 // the minimum prefix was expected.
-func (n *usageNotes) cold(s Scope, chainEnd Digest, m cost.Model) bool {
+func (n *usageNotes) cold(s artifact.Scope, chainEnd artifact.Digest, m cost.Model) bool {
 	n.mu.Lock()
 	note, ok := n.notes[usageKey(s, chainEnd)]
 	n.mu.Unlock()

@@ -3,7 +3,9 @@ package compiler
 import (
 	"strings"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // doc is a parsed request: its units (the messages or items whose chain
@@ -14,7 +16,7 @@ type doc struct {
 	root  *jsonv.Node
 	known *knownStrings // the parse's keys of src's long strings; may be nil
 	arena *jsonv.Arena  // where the compile's trees are parsed; nil: the heap
-	hold  Hold          // keeps src from reuse for readers past Compile (Request.Hold); may be nil
+	hold  artifact.Hold // keeps src from reuse for readers past Compile (Request.Hold); may be nil
 	model string
 	units []*jsonv.Node
 	slots []slot
@@ -46,7 +48,7 @@ type slot struct {
 
 // format knows one provider request shape.
 type format interface {
-	name() string
+	name() provider.Format
 	// parse is the format's one extractor: it fills d.units, d.slots,
 	// d.model and the history (d.list, d.offset, d.infos) from d.root in
 	// one walk. A non-empty reason means the request is not one this
@@ -70,7 +72,7 @@ var formats = []struct {
 // FormatFor reports which request format a request with this method and
 // path would be compiled as, and false when it is not a candidate. It is the
 // one place that decides what the gateway buffers.
-func FormatFor(method, path string) (string, bool) {
+func FormatFor(method, path string) (provider.Format, bool) {
 	f := formatFor(method, path)
 	if f == nil {
 		return "", false

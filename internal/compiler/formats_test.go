@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 )
 
@@ -17,7 +18,7 @@ const (
 
 func compileAt(c *compiler.Compiler, path, tenant string, body []byte) compiler.Result {
 	return c.Compile(context.Background(), compiler.Request{Path: path, Body: body,
-		Scope: compiler.Scope{Tenant: tenant}, Mode: compiler.ModeEnforce})
+		Scope: artifact.Scope{Tenant: tenant}, Mode: compiler.ModeEnforce})
 }
 
 // assertValidRewrite is the full oracle for one compile: pass-through is the
@@ -67,7 +68,7 @@ func assertPlaces(t testing.TB, path string, out []byte) int {
 			v = b["text"]
 		}
 		s, ok := v.(string)
-		return ok && strings.Contains(s, compiler.ReceiptPrefix) // whole, or inside a client wrapper
+		return ok && strings.Contains(s, artifact.ReceiptPrefix) // whole, or inside a client wrapper
 	}
 	switch {
 	case strings.HasSuffix(path, "/responses"):
@@ -111,7 +112,7 @@ func assertPlaces(t testing.TB, path string, out []byte) int {
 func countReceipts(v any, n *int) {
 	switch x := v.(type) {
 	case string:
-		if strings.Contains(x, compiler.ReceiptPrefix) {
+		if strings.Contains(x, artifact.ReceiptPrefix) {
 			*n++
 		}
 	case []any:

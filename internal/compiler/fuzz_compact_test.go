@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 )
@@ -39,7 +40,7 @@ func FuzzCompileCompacted(f *testing.F) {
 		orig := bytes.Clone(body)
 		var first []byte
 		for i := 0; i < 2; i++ {
-			res := c.Compile(t.Context(), compiler.Request{Path: path, Body: body, Scope: compiler.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce})
+			res := c.Compile(t.Context(), compiler.Request{Path: path, Body: body, Scope: artifact.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce})
 			switch res.Reason {
 			case compiler.ReasonPanic, compiler.ReasonInternal, compiler.ReasonInvalidOutput:
 				t.Fatalf("compiler %s", res.Reason)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
 )
 
@@ -12,7 +13,7 @@ import (
 // and whatever it removes leaves a valid JSON body that is the input minus
 // one block (so it can only ever take out what the compiler put in).
 func FuzzWithoutWorkingState(f *testing.F) {
-	block := workingStateBlock([]wsEntry{{digest: Digest{1}, tool: "read_file", args: `{"path":"a.go"}`, chars: 9000}}, 2000)
+	block := workingStateBlock([]wsEntry{{digest: artifact.Digest{1}, tool: "read_file", args: `{"path":"a.go"}`, chars: 9000}}, 2000)
 	esc := string(wsInsertion("text", block, true))
 	f.Add([]byte(`{"messages":[{"role":"user","content":"hi`+esc+`"}]}`), uint8(0))
 	f.Add([]byte(`{"messages":[{"role":"user","content":[{"type":"text","text":"hi"}`+string(wsInsertion("text", block, false))+`]}]}`), uint8(2))
@@ -51,7 +52,7 @@ func FuzzArgPath(f *testing.F) {
 		if n := utf8.RuneCountInString(p); n > wsPathChars {
 			t.Fatalf("path of %d characters", n)
 		}
-		b := workingStateBlock([]wsEntry{{digest: Digest{2}, tool: "t", args: args, chars: 1}}, WorkingStateMaxChars)
+		b := workingStateBlock([]wsEntry{{digest: artifact.Digest{2}, tool: "t", args: args, chars: 1}}, WorkingStateMaxChars)
 		if !wsBlockRE.MatchString(b) {
 			t.Fatalf("block with path %q does not match the grammar", p)
 		}

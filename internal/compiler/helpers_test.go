@@ -4,21 +4,21 @@ import (
 	"context"
 	"encoding/json"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 )
 
 // strDigest is the artifact identity of a tool result sent as the JSON
 // string json.Marshal writes for s.
-func strDigest(s string) compiler.Digest {
+func strDigest(s string) artifact.Digest {
 	raw, _ := json.Marshal(s)
-	return compiler.ArtifactDigest(s, raw)
+	return artifact.DigestOf(s, raw)
 }
 
 // storedDigest is the digest under which store holds tenant's artifact
 // whose text is text (the zero digest when none): tests whose fixtures
 // spell tool results in several ways find it by its content, then Get it.
-func storedDigest(store *compilertest.MemStore, tenant, text string) compiler.Digest {
+func storedDigest(store *compilertest.MemStore, tenant, text string) artifact.Digest {
 	for _, a := range store.All(tenant) {
 		if a.Text == text {
 			if g, ok, _ := store.Get(context.Background(), tenant, a.Digest); ok && g.Text == text {
@@ -26,7 +26,7 @@ func storedDigest(store *compilertest.MemStore, tenant, text string) compiler.Di
 			}
 		}
 	}
-	return compiler.Digest{}
+	return artifact.Digest{}
 }
 
 // resultText is a tool result's content as the model reads it: a string,

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
@@ -73,7 +74,7 @@ func TestArtifactIdentityIsTheExactValue(t *testing.T) {
 			if !bytes.Equal(a.Raw, []byte(tc.value)) {
 				t.Fatalf("%s: restores %d bytes %.40q, want its own %d bytes", tc.name, len(a.Raw), a.Raw, len(tc.value))
 			}
-			if compiler.ArtifactDigest(a.Text, a.Raw) != a.Digest {
+			if artifact.DigestOf(a.Text, a.Raw) != a.Digest {
 				t.Fatalf("%s: stored under a digest that is not its identity", tc.name)
 			}
 		}
@@ -87,10 +88,10 @@ var receiptIDRE = regexp.MustCompile(`Token Terminator artifact a_([0-9a-f]{32})
 
 // artifactByID returns tenant's stored artifact with the public id (hex
 // part), read back through Get.
-func artifactByID(t *testing.T, store *compilertest.MemStore, tenant, id string) compiler.Artifact {
+func artifactByID(t *testing.T, store *compilertest.MemStore, tenant, id string) artifact.Artifact {
 	t.Helper()
 	for _, a := range store.All(tenant) {
-		if compiler.ArtifactID(a.Digest) == "a_"+id {
+		if artifact.ID(a.Digest) == "a_"+id {
 			got, ok, err := store.Get(t.Context(), tenant, a.Digest)
 			if !ok || err != nil {
 				t.Fatalf("a_%s: Get = %v, %v", id, ok, err)
@@ -99,5 +100,5 @@ func artifactByID(t *testing.T, store *compilertest.MemStore, tenant, id string)
 		}
 	}
 	t.Fatalf("a_%s not stored", id)
-	return compiler.Artifact{}
+	return artifact.Artifact{}
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // countStore is a minimal Store (compilertest would be an import cycle).
@@ -16,15 +18,17 @@ type countStore struct {
 	persisted int
 }
 
-func (*countStore) Ancestor(context.Context, Scope, []Digest) (Lineage, error) { return Lineage{}, nil }
-func (s *countStore) Persist(_ context.Context, _ Scope, a []Artifact) error {
+func (*countStore) Ancestor(context.Context, artifact.Scope, []artifact.Digest) (artifact.Lineage, error) {
+	return artifact.Lineage{}, nil
+}
+func (s *countStore) Persist(_ context.Context, _ artifact.Scope, a []artifact.Artifact) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.persisted += len(a)
 	return nil
 }
-func (*countStore) Record(context.Context, Scope, Record) error { return nil }
-func (*countStore) Missing(_ context.Context, _ Scope, d []Digest) ([]Digest, error) {
+func (*countStore) Record(context.Context, artifact.Scope, artifact.Record) error { return nil }
+func (*countStore) Missing(_ context.Context, _ artifact.Scope, d []artifact.Digest) ([]artifact.Digest, error) {
 	return d, nil
 }
 

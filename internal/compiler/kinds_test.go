@@ -3,6 +3,7 @@ package compiler_test
 import (
 	"testing"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
@@ -35,7 +36,7 @@ func TestReceiptKinds(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := newCompiler(t, tt.opts, compilertest.NewMemStore(), nil)
 			var res compiler.Result
-			var conv compiler.Digest
+			var conv artifact.Digest
 			for i, body := range tt.bodies {
 				res = compile(c, "t", body)
 				if i == 0 {
@@ -50,7 +51,7 @@ func TestReceiptKinds(t *testing.T) {
 			if k := res.Kinds; k.Duplicate+k.Lease+k.Compaction != res.Receipts {
 				t.Fatalf("kinds %+v do not add up to %d receipts", k, res.Receipts)
 			}
-			if res.Model != "gpt-4o" || res.Conversation == (compiler.Digest{}) {
+			if res.Model != "gpt-4o" || res.Conversation == (artifact.Digest{}) {
 				t.Fatalf("model %q conversation %x", res.Model, res.Conversation)
 			}
 		})

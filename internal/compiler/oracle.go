@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
 )
 
@@ -96,7 +97,7 @@ func alignHistory(f format, d *doc, list, outList *jsonv.Node, orig, out []byte,
 	}
 	oi := 0
 	for _, e := range outList.Elems {
-		if strings.HasPrefix(foldedText(out, e), FoldPrefix) {
+		if strings.HasPrefix(foldedText(out, e), artifact.FoldPrefix) {
 			if !folding {
 				return nil, 0, fmt.Errorf("history element at %d is a folded turn", e.Start)
 			}
@@ -163,7 +164,7 @@ var receiptBlockRE = regexp.MustCompile(`\[\{"type":"text","text":("(?:[^"\\]|\\
 // block list (no receipt in it) stays as it is.
 func WithoutReceiptBlocks(out []byte) []byte {
 	return receiptBlockRE.ReplaceAllFunc(out, func(b []byte) []byte {
-		if q := receiptBlockRE.FindSubmatch(b)[1]; bytes.Contains(q, []byte(ReceiptPrefix)) {
+		if q := receiptBlockRE.FindSubmatch(b)[1]; bytes.Contains(q, []byte(artifact.ReceiptPrefix)) {
 			return q
 		}
 		return b

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
 )
 
@@ -37,7 +38,7 @@ func oracleReceipt(origRaw, outRaw []byte) error {
 	if json.Unmarshal(outRaw, &q) != nil {
 		return fmt.Errorf("changed into something other than a receipt")
 	}
-	i := strings.Index(q, ReceiptPrefix)
+	i := strings.Index(q, artifact.ReceiptPrefix)
 	j := -1
 	if i >= 0 {
 		j = strings.Index(q[i:], "…]")
@@ -99,7 +100,7 @@ func oracleUnblock(raw []byte) []byte {
 
 // oracleNames checks that a receipt names the artifact of text whose raw
 // bytes are raw: the identity is sha256 over a domain, sha256(text) and
-// sha256(raw), written out here independently of ArtifactDigest.
+// sha256(raw), written out here independently of artifact.DigestOf.
 func oracleNames(rec, text string, raw []byte) error {
 	st, sr := sha256.Sum256([]byte(text)), sha256.Sum256(raw)
 	id := sha256.Sum256(append(append([]byte("token-terminator/artifact/v2\x00"), st[:]...), sr[:]...))

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // A request has up to four ways to go out, and the cheapest by expected
@@ -80,7 +81,7 @@ func (ch *choice) price(cp costPlan, tpb float64) float64 {
 // choose builds the candidate plans of a request and returns the cheapest
 // compiled one with its cost decision; with the cost model off it returns
 // the full plan and no decision (bytes and tokens judge alone).
-func (c *Compiler) choose(base *plan, format string, req Request) (*plan, *choice) {
+func (c *Compiler) choose(base *plan, format provider.Format, req Request) (*plan, *choice) {
 	cur := 0
 	if base.hist != nil {
 		cur = alignedTurns(len(base.hist.turns))
@@ -111,7 +112,7 @@ func (c *Compiler) choose(base *plan, format string, req Request) (*plan, *choic
 // newChoice starts the cost decision of base: the model's prices for
 // format and base's model, the breakpoints the client marked, and the
 // conversation's recorded cache state and whether it is still warm.
-func (c *Compiler) newChoice(base *plan, format string, req Request) *choice {
+func (c *Compiler) newChoice(base *plan, format provider.Format, req Request) *choice {
 	d := base.d
 	ch := &choice{model: c.opts.Cost.Model(format, d.model), now: req.Time, tpb: c.opts.Cost.Tokens(1)}
 	if ch.now.IsZero() {
@@ -170,7 +171,7 @@ type judged struct {
 // must also beat the best plan that does not over the fold horizon
 // (cost_horizon): its boundary moves again a few turns later, rewriting
 // the prompt once more.
-func (c *Compiler) judge(base *plan, format string, ch *choice, variants []variant, prevAligned int, receiptHorizon, foldHorizon float64) (best *judged, rewrites bool) {
+func (c *Compiler) judge(base *plan, format provider.Format, ch *choice, variants []variant, prevAligned int, receiptHorizon, foldHorizon float64) (best *judged, rewrites bool) {
 	rel := func(cp costPlan, h float64) float64 {
 		return ch.expectedOver(cp, ch.tpb, h) - ch.expectedOver(ch.orig, ch.tpb, h)
 	}

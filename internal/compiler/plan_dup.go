@@ -3,6 +3,7 @@ package compiler
 import (
 	"strings"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
 )
 
@@ -54,5 +55,5 @@ func receiptSameAs(receipt, call string) string {
 	if call == "" {
 		return receipt
 	}
-	return strings.TrimSuffix(receipt, "]") + " | same_as=" + SanitizeTool(call) + "]"
+	return strings.TrimSuffix(receipt, "]") + " | same_as=" + artifact.SanitizeTool(call) + "]"
 }

@@ -3,6 +3,8 @@ package compiler
 import (
 	"encoding/binary"
 	"hash/maphash"
+
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // rawCounts remembers the token counts of original bodies, so a request
@@ -14,12 +16,12 @@ import (
 // the model and the counter, and a Compiler has one counter, so a
 // remembered count is the count; only measured counts are kept (not one
 // cut short by the budget).
-type rawCounts = generations[textKey, TokenCount]
+type rawCounts = generations[textKey, artifact.TokenCount]
 
 // rawCountEntries bounds each generation; an entry is ~100 bytes.
 const rawCountEntries = 1 << 12
 
-func newRawCounts() *rawCounts { return newGenerations[textKey, TokenCount](rawCountEntries) }
+func newRawCounts() *rawCounts { return newGenerations[textKey, artifact.TokenCount](rawCountEntries) }
 
 // bodyKey is a 128-bit keyed hash of all of src, for the tenant and model
 // in salt: the bytes between the long strings the parse hashed, each long

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
@@ -15,14 +16,14 @@ import (
 type callCounter struct {
 	mu     sync.Mutex
 	calls  map[int]int
-	status compiler.TokenStatus
+	status artifact.TokenStatus
 }
 
-func (c *callCounter) Count(_ context.Context, _ string, body []byte) compiler.TokenCount {
+func (c *callCounter) Count(_ context.Context, _ string, body []byte) artifact.TokenCount {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.calls[len(body)]++
-	return compiler.TokenCount{N: len(body), Encoding: "fake", Exact: true, Status: c.status}
+	return artifact.TokenCount{N: len(body), Encoding: "fake", Exact: true, Status: c.status}
 }
 
 // The token gate counts an original body resent whole once: the resend
@@ -32,7 +33,7 @@ func TestRawCountRemembered(t *testing.T) {
 	turns := fixtures.Turns(40, 4, 3000)
 	body := fixtures.ChatBody("gpt-4o", turns, "")
 	for _, tc := range []struct {
-		status      compiler.TokenStatus
+		status      artifact.TokenStatus
 		countsAfter int // counts of the original after the resend
 	}{
 		{"exact", 1},

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
@@ -36,7 +37,7 @@ func TestReceiptBreakpointKeepsLeasesCached(t *testing.T) {
 		body := anthropicBody(outputs[:step]...)
 		at := t0.Add(time.Duration(step) * 20 * time.Second)
 		r := c.Compile(t.Context(), compiler.Request{Path: messagesPath, Body: body,
-			Scope: compiler.Scope{Tenant: "rb"}, Mode: compiler.ModeEnforce, Time: at})
+			Scope: artifact.Scope{Tenant: "rb"}, Mode: compiler.ModeEnforce, Time: at})
 		billedRaw += raw.Step(cost.Render("anthropic_messages", body), at).Cost
 		b := sent.Step(cost.Render("anthropic_messages", r.Body), at)
 		billedSent += b.Cost
@@ -92,7 +93,7 @@ func addedBreakpoints(t *testing.T, orig, out []byte) (added int, onReceipt bool
 				continue
 			}
 			text, _ := inner[0]["text"].(string)
-			if inner[0]["cache_control"] != nil && strings.HasPrefix(text, compiler.ReceiptPrefix) {
+			if inner[0]["cache_control"] != nil && strings.HasPrefix(text, artifact.ReceiptPrefix) {
 				marked++
 			}
 		}
@@ -135,20 +136,20 @@ func TestReceiptBreakpointRules(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := newCompiler(t, compiler.Options{InlineLeases: 1}, compilertest.NewMemStore(), nil)
 			r := c.Compile(t.Context(), compiler.Request{Path: messagesPath, Body: []byte(tt.body),
-				Scope: compiler.Scope{Tenant: "rr"}, Mode: compiler.ModeEnforce, Time: t0})
+				Scope: artifact.Scope{Tenant: "rr"}, Mode: compiler.ModeEnforce, Time: t0})
 			if r.Decision != compiler.Accepted || r.Receipts == 0 {
 				t.Fatalf("%s/%s receipts %d", r.Decision, r.Reason, r.Receipts)
 			}
 			if err := compiler.CheckCompacted(messagesPath, []byte(tt.body), r.Body); err != nil {
 				t.Fatal(err)
 			}
-			blocks := bytes.Contains(r.Body, []byte(`[{"type":"text","text":"`+compiler.ReceiptPrefix))
+			blocks := bytes.Contains(r.Body, []byte(`[{"type":"text","text":"`+artifact.ReceiptPrefix))
 			added, onReceipt := addedBreakpoints(t, []byte(tt.body), r.Body)
 			if blocks != tt.blocks || (added == 1) != tt.added || added > 1 || !onReceipt {
 				t.Fatalf("block receipts %v, %d breakpoints added (on a receipt %v); want %v, %v", blocks, added, onReceipt, tt.blocks, tt.added)
 			}
 			again := c.Compile(t.Context(), compiler.Request{Path: messagesPath, Body: []byte(tt.body),
-				Scope: compiler.Scope{Tenant: "rr"}, Mode: compiler.ModeEnforce, Time: t0})
+				Scope: artifact.Scope{Tenant: "rr"}, Mode: compiler.ModeEnforce, Time: t0})
 			if !bytes.Equal(again.Body, r.Body) {
 				t.Fatal("the same request compiled to other bytes")
 			}

@@ -9,7 +9,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/splice"
 )
 
@@ -72,14 +74,14 @@ type ToolDefinitions struct {
 }
 
 // of returns the definition for a format name, nil for none.
-func (t ToolDefinitions) of(format string) []byte {
+func (t ToolDefinitions) of(format provider.Format) []byte {
 	var s string
 	switch format {
-	case chatFormat{}.name():
+	case provider.Chat:
 		s = t.Chat
-	case responsesFormat{}.name():
+	case provider.Responses:
 		s = t.Responses
-	case anthropicFormat{}.name():
+	case provider.Anthropic:
 		s = t.Anthropic
 	}
 	if s == "" {
@@ -108,7 +110,7 @@ type toolPlan struct {
 // been sent the tool before, unless the request is offered none
 // (Recovery.forDoc: the client's tools already name it). A plan without
 // edits goes out as the original, so it carries none (and is priced so).
-func (c *Compiler) planTool(format string, p *plan) toolPlan {
+func (c *Compiler) planTool(format provider.Format, p *plan) toolPlan {
 	tp := toolPlan{sticky: toolSent(p.lineage.Cache)}
 	if len(p.edits) == 0 || (p.receipts == 0 && len(p.folds()) == 0 && !tp.sticky) {
 		return tp
@@ -181,8 +183,8 @@ func (ch *choice) roundAfter(p *plan, cp costPlan) costPlan {
 	// recovered folded turn is left to weigh); with ReinlineOff no state
 	// records a recovery.
 	content := 0
-	counted := map[Digest]bool{}
-	add := func(d Digest, n int) {
+	counted := map[artifact.Digest]bool{}
+	add := func(d artifact.Digest, n int) {
 		if !counted[d] && ch.prev.wasRecovered(d) {
 			counted[d] = true
 			content += n
@@ -259,7 +261,7 @@ func parseRecoveryState(b []byte, s *cacheState) []byte {
 	return rest
 }
 
-func (s *cacheState) wasRecovered(d Digest) bool {
+func (s *cacheState) wasRecovered(d artifact.Digest) bool {
 	if s == nil {
 		return false
 	}
@@ -367,7 +369,7 @@ var hintRE = regexp.MustCompile(`(…(?: \| same_as=[^"\]\\]*)?) \| recover: [^"
 
 // foldHintRE finds a folded-turn summary's recovery hint: at the end of
 // the summary's JSON string, after its quoted assistant text.
-var foldHintRE = regexp.MustCompile(`(` + regexp.QuoteMeta(FoldPrefix) + `a_[0-9a-f]+ (?:[^"\\]|\\.)*\\") \| recover: [^"\]\\]*\]"`)
+var foldHintRE = regexp.MustCompile(`(` + regexp.QuoteMeta(artifact.FoldPrefix) + `a_[0-9a-f]+ (?:[^"\\]|\\.)*\\") \| recover: [^"\]\\]*\]"`)
 
 // WithoutRecovery undoes what recovery adds to a rewrite out of orig: the
 // tool definition appended to the tools array (or the tools member added

@@ -1,6 +1,10 @@
 package compiler
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
+)
 
 // The sticky flag survives the cache state's encoding, and a state
 // recorded before the flag existed reads as not sent.
@@ -38,7 +42,7 @@ func TestPlanToolSticky(t *testing.T) {
 		t.Fatal(reason)
 	}
 	for _, sent := range []bool{false, true} {
-		p := &plan{d: d.doc, lineage: Lineage{Cache: (&cacheState{tool: sent}).encode()}, recovery: c.opts.Recovery.forDoc(d.doc)}
+		p := &plan{d: d.doc, lineage: artifact.Lineage{Cache: (&cacheState{tool: sent}).encode()}, recovery: c.opts.Recovery.forDoc(d.doc)}
 		if tp := c.planTool(f.name(), p); tp.def != nil {
 			t.Fatalf("sent before=%v: a plan without edits carries the tool", sent)
 		}

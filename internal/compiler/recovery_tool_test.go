@@ -9,12 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
-	"github.com/tokenterminator/caddy-token-terminator/internal/response"
 )
 
 const (
@@ -26,9 +27,9 @@ func recoveryOptions() compiler.Options {
 	return compiler.Options{InlineLeases: 1, Recovery: compiler.Recovery{
 		Hint: toolHint, ToolName: recovery.ToolName, ConflictHint: apiHint,
 		Tools: compiler.ToolDefinitions{
-			Chat:      string(recovery.Definition(response.FormatChat)),
-			Responses: string(recovery.Definition(response.FormatResponses)),
-			Anthropic: string(recovery.Definition(response.FormatAnthropic)),
+			Chat:      string(recovery.Definition(provider.Chat)),
+			Responses: string(recovery.Definition(provider.Responses)),
+			Anthropic: string(recovery.Definition(provider.Anthropic)),
 		},
 	}}
 }
@@ -36,16 +37,18 @@ func recoveryOptions() compiler.Options {
 // recoveryFormats renders steps of one conversation per format; tools is
 // the client's own tools array ("" for none).
 var recoveryFormats = []struct {
-	name, format, path string
-	body               func(turns []fixtures.ChatTurn, tools string) []byte
+	name   string
+	format provider.Format
+	path   string
+	body   func(turns []fixtures.ChatTurn, tools string) []byte
 }{
-	{"chat", response.FormatChat, chatPath, func(ts []fixtures.ChatTurn, tools string) []byte {
+	{"chat", provider.Chat, chatPath, func(ts []fixtures.ChatTurn, tools string) []byte {
 		return withTools(fixtures.ChatBody("gpt-4o", ts, ""), tools)
 	}},
-	{"responses", response.FormatResponses, responsesPath, func(ts []fixtures.ChatTurn, tools string) []byte {
+	{"responses", provider.Responses, responsesPath, func(ts []fixtures.ChatTurn, tools string) []byte {
 		return withTools(fixtures.ResponsesBody("gpt-4o", ts, "", fixtures.ResponsesOptions{}), tools)
 	}},
-	{"anthropic", response.FormatAnthropic, messagesPath, func(ts []fixtures.ChatTurn, tools string) []byte {
+	{"anthropic", provider.Anthropic, messagesPath, func(ts []fixtures.ChatTurn, tools string) []byte {
 		return withTools(fixtures.AnthropicBody("claude-sonnet-4-5", ts, "", fixtures.AnthropicOptions{}), tools)
 	}},
 }
@@ -87,11 +90,11 @@ func toolsRaw(t *testing.T, body []byte) []byte {
 	return nil
 }
 
-func clientTool(format, name string) string {
+func clientTool(format provider.Format, name string) string {
 	switch format {
-	case response.FormatChat:
+	case provider.Chat:
 		return `[{"type":"function","function":{"name":"` + name + `","parameters":{"type":"object"}}}]`
-	case response.FormatResponses:
+	case provider.Responses:
 		return `[{"type":"function","name":"` + name + `","parameters":{"type":"object"}}]`
 	}
 	return `[{"name":"` + name + `","input_schema":{"type":"object"}}]`
@@ -115,7 +118,7 @@ func TestRecoveryToolEdit(t *testing.T) {
 				for step := 1; step <= 4; step++ {
 					body := f.body(turns[:step], tools)
 					res := c.Compile(context.Background(), compiler.Request{Path: f.path, Body: body,
-						Scope: compiler.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce, DeferCommit: true})
+						Scope: artifact.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce, DeferCommit: true})
 					if res.Commit == nil {
 						t.Fatalf("step %d: no commit (%s)", step, res.Reason)
 					}
@@ -176,7 +179,7 @@ func TestRecoveryToolEdit(t *testing.T) {
 // withoutTool returns res with the tool's definition and the receipts'
 // hints removed from its body, so the ordinary rewrite oracle applies to
 // the rest.
-func withoutTool(t *testing.T, format string, res compiler.Result) compiler.Result {
+func withoutTool(t *testing.T, format provider.Format, res compiler.Result) compiler.Result {
 	t.Helper()
 	b := bytes.ReplaceAll(res.Body, []byte(" | recover: "+toolHint+"]"), []byte("]"))
 	b = bytes.ReplaceAll(b, []byte(" | recover: "+apiHint+"]"), []byte("]"))
@@ -206,7 +209,7 @@ func TestRecoveredArtifactReinlined(t *testing.T) {
 		c := newCompiler(t, recoveryOptions(), compilertest.NewMemStore(), nil)
 		run := func(step int) compiler.Result {
 			res := c.Compile(context.Background(), compiler.Request{Path: chatPath, Body: fixtures.ChatBody("gpt-4o", turns[:step], ""),
-				Scope: compiler.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce, DeferCommit: true})
+				Scope: artifact.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce, DeferCommit: true})
 			return res
 		}
 		run(1).Commit()
@@ -220,7 +223,7 @@ func TestRecoveredArtifactReinlined(t *testing.T) {
 		r2.Commit()
 		r3 := run(3)
 		first := digestOf(turns[0].Output)
-		inline := !bytes.Contains(r3.Body, []byte(compiler.ArtifactID(first)))
+		inline := !bytes.Contains(r3.Body, []byte(artifact.ID(first)))
 		if inline != recovered {
 			t.Fatalf("recovered=%v: step 3 carries the first result inline: %v (%d receipts, %s)", recovered, inline, r3.Receipts, r3.Reason)
 		}
@@ -228,7 +231,7 @@ func TestRecoveredArtifactReinlined(t *testing.T) {
 }
 
 // digestOf is the artifact identity of a tool result sent as a JSON string.
-func digestOf(s string) compiler.Digest { return strDigest(s) }
+func digestOf(s string) artifact.Digest { return strDigest(s) }
 
 // Folded-turn summaries end in the recovery hint of the configuration, as
 // receipts do (tool: the tool's action; api: the API path; none: nothing),
@@ -269,7 +272,7 @@ func TestFoldSummaryRecoverHint(t *testing.T) {
 				sent = sent[:0]
 				for _, m := range messagesOf(t, res.Body) {
 					s := contentString(m)
-					if !strings.HasPrefix(s, compiler.FoldPrefix) {
+					if !strings.HasPrefix(s, artifact.FoldPrefix) {
 						continue
 					}
 					want := `"]`
@@ -293,16 +296,18 @@ func TestFoldSummaryRecoverHint(t *testing.T) {
 // cache reads cost 0.1 of the input price (gpt-5; Claude with a
 // cache_control breakpoint), where re-writing a cached prefix is dear.
 var cachedFormats = []struct {
-	name, format, path string
-	body               func(turns []fixtures.ChatTurn, tools string) []byte
+	name   string
+	format provider.Format
+	path   string
+	body   func(turns []fixtures.ChatTurn, tools string) []byte
 }{
-	{"chat", response.FormatChat, chatPath, func(ts []fixtures.ChatTurn, tools string) []byte {
+	{"chat", provider.Chat, chatPath, func(ts []fixtures.ChatTurn, tools string) []byte {
 		return withTools(fixtures.ChatBody("gpt-5", ts, ""), tools)
 	}},
-	{"responses", response.FormatResponses, responsesPath, func(ts []fixtures.ChatTurn, tools string) []byte {
+	{"responses", provider.Responses, responsesPath, func(ts []fixtures.ChatTurn, tools string) []byte {
 		return withTools(fixtures.ResponsesBody("gpt-5", ts, "", fixtures.ResponsesOptions{}), tools)
 	}},
-	{"anthropic", response.FormatAnthropic, messagesPath, func(ts []fixtures.ChatTurn, tools string) []byte {
+	{"anthropic", provider.Anthropic, messagesPath, func(ts []fixtures.ChatTurn, tools string) []byte {
 		return withTools(fixtures.AnthropicBody("claude-sonnet-4-5", ts, "", fixtures.AnthropicOptions{System: true}), tools)
 	}},
 }
@@ -314,7 +319,7 @@ type persistFails struct {
 	fail bool
 }
 
-func (s *persistFails) Persist(ctx context.Context, scope compiler.Scope, arts []compiler.Artifact) error {
+func (s *persistFails) Persist(ctx context.Context, scope artifact.Scope, arts []artifact.Artifact) error {
 	if s.fail {
 		return errors.New("persist refused")
 	}
@@ -342,7 +347,7 @@ func TestStickyToolSurvivesFailOpen(t *testing.T) {
 				store.fail = step == 5
 				body := f.body(turns[:step], own)
 				res := c.Compile(context.Background(), compiler.Request{Path: f.path, Body: body, Time: at.Add(time.Duration(step) * 20 * time.Second),
-					Scope: compiler.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce})
+					Scope: artifact.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce})
 				switch {
 				case step == 5:
 					if res.Decision != compiler.Passthrough || res.Reason != compiler.ReasonVaultError || res.RecoveryTool {
@@ -410,13 +415,13 @@ func TestRecoveredReceiptWeighed(t *testing.T) {
 		at := time.Unix(1_800_000_000, 0)
 		run := func(step int) compiler.Result {
 			return c.Compile(context.Background(), compiler.Request{Path: messagesPath, Body: body(step), Time: at.Add(time.Duration(step) * 20 * time.Second),
-				Scope: compiler.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce, DeferCommit: true})
+				Scope: artifact.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce, DeferCommit: true})
 		}
 		var prev compiler.Result
 		for step := 1; step <= 10; step++ {
 			prev = run(step)
 			if step == 10 {
-				if !bytes.Contains(prev.Body, []byte(compiler.ArtifactID(first))) {
+				if !bytes.Contains(prev.Body, []byte(artifact.ID(first))) {
 					t.Fatalf("%q cost off=%v: step 10 does not receipt the first result (%s %s)", tt.mode, tt.costOff, prev.Decision, prev.Reason)
 				}
 				prev.Recovered(first)
@@ -425,7 +430,7 @@ func TestRecoveredReceiptWeighed(t *testing.T) {
 		}
 		next := run(11)
 		next.Commit()
-		kept := bytes.Contains(next.Body, []byte(compiler.ArtifactID(first)))
+		kept := bytes.Contains(next.Body, []byte(artifact.ID(first)))
 		if kept != tt.kept || next.Decision != compiler.Accepted {
 			t.Fatalf("%q cost off=%v: the recovered first result is kept as a receipt: %v (%s %s)", tt.mode, tt.costOff, kept, next.Decision, next.Reason)
 		}
@@ -437,7 +442,7 @@ func TestRecoveredReceiptWeighed(t *testing.T) {
 		}
 		if kept && !tt.costOff {
 			// Kept: the prompt up to step 10's last receipt is sent again.
-			end := bytes.LastIndex(prev.Body, []byte(compiler.ReceiptPrefix))
+			end := bytes.LastIndex(prev.Body, []byte(artifact.ReceiptPrefix))
 			if end < 0 || !bytes.HasPrefix(next.Body, prev.Body[:end]) {
 				t.Fatal("step 11 re-wrote the cached prefix")
 			}
@@ -447,11 +452,11 @@ func TestRecoveredReceiptWeighed(t *testing.T) {
 
 // largeClientTools is a client tools array of one tool whose description
 // is n characters.
-func largeClientTools(format string, n int) string {
+func largeClientTools(format provider.Format, n int) string {
 	tools := clientTool(format, "bash")
 	desc := `"description":"` + strings.Repeat("Run a shell command. ", n/21) + `",`
 	i := strings.Index(tools, `"name":`)
-	if format == response.FormatChat {
+	if format == provider.Chat {
 		i = strings.Index(tools, `"parameters":`)
 	}
 	return tools[:i] + desc + tools[i:]

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // responsesFormat is OpenAI Responses (POST /v1/responses): units are the
@@ -20,7 +21,7 @@ import (
 // history lives at the provider; only what is in input is rewritten.
 type responsesFormat struct{}
 
-func (responsesFormat) name() string { return "openai_responses" }
+func (responsesFormat) name() provider.Format { return provider.Responses }
 
 // Item types of the Responses input this format reads.
 const (

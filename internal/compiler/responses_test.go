@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
@@ -33,7 +34,7 @@ func TestResponsesDuplicates(t *testing.T) {
 				outs = append(outs, m["output"])
 			}
 		}
-		if s, _ := outs[0].(string); !strings.HasPrefix(s, compiler.ReceiptPrefix) || !strings.Contains(s, "tool=shell") {
+		if s, _ := outs[0].(string); !strings.HasPrefix(s, artifact.ReceiptPrefix) || !strings.Contains(s, "tool=shell") {
 			t.Fatalf("older copy not receipted: %.80q", s)
 		}
 		if outs[2] == outs[0] {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
@@ -127,7 +128,7 @@ func TestPathologicalBodies(t *testing.T) {
 // stubbornStore ignores its context, like a stuck disk.
 type stubbornStore struct{ *compilertest.MemStore }
 
-func (s stubbornStore) Ancestor(ctx context.Context, sc compiler.Scope, ch []compiler.Digest) (compiler.Lineage, error) {
+func (s stubbornStore) Ancestor(ctx context.Context, sc artifact.Scope, ch []artifact.Digest) (artifact.Lineage, error) {
 	time.Sleep(300 * time.Millisecond)
 	return s.MemStore.Ancestor(context.Background(), sc, ch)
 }
@@ -140,7 +141,7 @@ func TestTimeoutEnforced(t *testing.T) {
 	store := compilertest.NewMemStore()
 	c := newCompiler(t, compiler.Options{InlineLeases: 1, Timeout: 20 * time.Millisecond}, stubbornStore{store}, nil)
 	stopped := make(chan struct{})
-	res := c.Compile(context.Background(), compiler.Request{Path: chatPath, Body: body, Scope: compiler.Scope{Tenant: "t"},
+	res := c.Compile(context.Background(), compiler.Request{Path: chatPath, Body: body, Scope: artifact.Scope{Tenant: "t"},
 		Mode: compiler.ModeEnforce, Done: func() { close(stopped) }})
 	if res.Reason != compiler.ReasonTimeout || &res.Body[0] != &body[0] {
 		t.Fatalf("%s/%s: the original was not forwarded at the timeout", res.Decision, res.Reason)
@@ -171,7 +172,7 @@ func TestDoneBeforeReturn(t *testing.T) {
 		mode       compiler.Mode
 	}{{"compiled", chatPath, compiler.ModeEnforce}, {"not a candidate", "/v1/embeddings", compiler.ModeEnforce}, {"off", chatPath, compiler.ModeOff}} {
 		calls := 0
-		c.Compile(context.Background(), compiler.Request{Path: tc.path, Body: body, Scope: compiler.Scope{Tenant: "t"}, Mode: tc.mode, Done: func() { calls++ }})
+		c.Compile(context.Background(), compiler.Request{Path: tc.path, Body: body, Scope: artifact.Scope{Tenant: "t"}, Mode: tc.mode, Done: func() { calls++ }})
 		if calls != 1 {
 			t.Errorf("%s: Done called %d times by the time Compile returned, want 1", tc.name, calls)
 		}
@@ -214,7 +215,7 @@ func TestChatRules(t *testing.T) {
 func BenchmarkCompactFolded(b *testing.B) {
 	body := anthropicConversation(40, false)
 	c := newCompiler(b, compactOpts(5, 6), compilertest.NewMemStore(), nil)
-	req := compiler.Request{Path: "/v1/messages", Body: body, Scope: compiler.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce}
+	req := compiler.Request{Path: "/v1/messages", Body: body, Scope: artifact.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce}
 	if res := c.Compile(b.Context(), req); res.Folded != 34 {
 		b.Fatalf("folded %d (%s)", res.Folded, res.Reason)
 	}
@@ -243,7 +244,7 @@ func TestTooLargeTurnStaysInline(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := messagesOf(t, res.Body)
-	if out[3].Role != "user" || strings.HasPrefix(contentString(out[3]), compiler.FoldPrefix) {
+	if out[3].Role != "user" || strings.HasPrefix(contentString(out[3]), artifact.FoldPrefix) {
 		t.Fatalf("turn 2 folded: %q", contentString(out[3]))
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
@@ -37,7 +38,7 @@ func TestScratchServesCompileAfterCompile(t *testing.T) {
 			var scratch compiler.Scratch
 			receipts, folded := 0, 0
 			for step, r := range fixtures.Session(o) {
-				req := compiler.Request{Path: r.Path, Body: r.Body, Scope: compiler.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce, DeferCommit: true}
+				req := compiler.Request{Path: r.Path, Body: r.Body, Scope: artifact.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce, DeferCommit: true}
 				want := without.Compile(context.Background(), req)
 				req.Scratch = &scratch
 				got := with.Compile(context.Background(), req)
@@ -63,12 +64,12 @@ func TestScratchServesCompileAfterCompile(t *testing.T) {
 // blockingStore holds every Ancestor call until released: a compile
 // waiting there has parsed its trees and still uses them.
 type blockingStore struct {
-	compiler.Store
+	artifact.Store
 	entered chan struct{}
 	release chan struct{}
 }
 
-func (s *blockingStore) Ancestor(ctx context.Context, scope compiler.Scope, chain []compiler.Digest) (compiler.Lineage, error) {
+func (s *blockingStore) Ancestor(ctx context.Context, scope artifact.Scope, chain []artifact.Digest) (artifact.Lineage, error) {
 	s.entered <- struct{}{}
 	<-s.release
 	return s.Store.Ancestor(ctx, scope, chain)
@@ -85,7 +86,7 @@ func TestScratchLetsAnAbandonedCompileKeepItsTrees(t *testing.T) {
 	slow := newCompiler(t, compiler.Options{InlineLeases: 1, Timeout: 50 * time.Millisecond}, store, nil)
 	var scratch compiler.Scratch
 	stopped := make(chan struct{})
-	req := compiler.Request{Path: chatPath, Body: body, Scope: compiler.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce,
+	req := compiler.Request{Path: chatPath, Body: body, Scope: artifact.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce,
 		Scratch: &scratch, Done: func() { close(stopped) }}
 	res := slow.Compile(context.Background(), req)
 	<-store.entered
@@ -102,7 +103,7 @@ func TestScratchLetsAnAbandonedCompileKeepItsTrees(t *testing.T) {
 	fast := func(s *compiler.Scratch) compiler.Result {
 		c := newCompiler(t, compiler.Options{InlineLeases: 1}, compilertest.NewMemStore(), nil)
 		compile(c, "t", prev)
-		return c.Compile(context.Background(), compiler.Request{Path: chatPath, Body: body, Scope: compiler.Scope{Tenant: "t"},
+		return c.Compile(context.Background(), compiler.Request{Path: chatPath, Body: body, Scope: artifact.Scope{Tenant: "t"},
 			Mode: compiler.ModeEnforce, Scratch: s})
 	}
 	want, got := fast(nil), fast(&scratch)

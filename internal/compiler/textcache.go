@@ -8,6 +8,7 @@ import (
 	"slices"
 	"unsafe"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
 )
 
@@ -29,7 +30,7 @@ type textCache struct {
 	spans *generations[uint64, spanVal]
 	// messages: canonical message hashes by the message's bytes and
 	// tenant (hasher.messageOf).
-	messages *generations[textKey, Digest]
+	messages *generations[textKey, artifact.Digest]
 }
 
 const textCacheEntries = 1 << 16
@@ -48,7 +49,7 @@ type textKey struct {
 // textVal is a string's digest and size; for a body entry, of the body
 // within [lo, hi) of the raw string (hi 0: the whole string is the body).
 type textVal struct {
-	digest Digest
+	digest artifact.Digest
 	chars  int
 	lo, hi int
 }
@@ -56,7 +57,7 @@ type textVal struct {
 func newTextCache() *textCache {
 	return &textCache{seedA: maphash.MakeSeed(), seedB: maphash.MakeSeed(),
 		texts: newGenerations[textKey, textVal](textCacheEntries), spans: newGenerations[uint64, spanVal](spanEntries),
-		messages: newGenerations[textKey, Digest](messageEntries)}
+		messages: newGenerations[textKey, artifact.Digest](messageEntries)}
 }
 
 func (c *textCache) key(raw []byte) textKey {

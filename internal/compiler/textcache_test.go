@@ -5,6 +5,8 @@ import (
 	"testing"
 	"unicode/utf8"
 	"unsafe"
+
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 func TestRuneCount(t *testing.T) {
@@ -55,7 +57,7 @@ func TestRawText(t *testing.T) {
 		for pass := range 2 {
 			for _, cache := range []*textCache{c, nil} {
 				got := cache.rawText(b)
-				if got.digest != ArtifactDigest(raw, b) || got.chars != utf8.RuneCount(b) || got.s != raw {
+				if got.digest != artifact.DigestOf(raw, b) || got.chars != utf8.RuneCount(b) || got.s != raw {
 					t.Fatalf("pass %d: rawText(%.20q) = chars %d, text %.20q", pass, raw, got.chars, got.s)
 				}
 				if unsafe.StringData(got.s) != &b[0] {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
 	"github.com/tokenterminator/caddy-token-terminator/internal/splice"
 )
@@ -78,7 +79,7 @@ func CheckWorkingStateChars(n int) error {
 // wsEntry is one listed artifact.
 type wsEntry struct {
 	pos    int // where its receipt or fold starts in the original: newer is later
-	digest Digest
+	digest artifact.Digest
 	tool   string
 	args   string // the call's arguments, read only for a path
 	chars  int
@@ -99,7 +100,7 @@ func (p *plan) workingStateEntries() []wsEntry {
 		}
 	}
 	slices.SortStableFunc(es, func(a, b wsEntry) int { return b.pos - a.pos })
-	seen := make(map[Digest]bool, len(es))
+	seen := make(map[artifact.Digest]bool, len(es))
 	out := es[:0]
 	for _, e := range es {
 		if !seen[e.digest] {
@@ -135,7 +136,7 @@ func workingStateBlock(entries []wsEntry, max int) string {
 }
 
 func wsLine(e wsEntry) string {
-	line := "- " + ArtifactID(e.digest) + " tool=" + SanitizeTool(e.tool) + " chars=" + strconv.Itoa(e.chars)
+	line := "- " + artifact.ID(e.digest) + " tool=" + artifact.SanitizeTool(e.tool) + " chars=" + strconv.Itoa(e.chars)
 	if p := argPath(e.args); p != "" {
 		line += " path=" + p
 	}

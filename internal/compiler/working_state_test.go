@@ -9,6 +9,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
@@ -79,7 +80,7 @@ func wsCases(t *testing.T) []wsCase {
 func compileWS(t *testing.T, path string, body []byte, opts compiler.Options, tc compiler.TokenCounter) compiler.Result {
 	t.Helper()
 	c := newCompiler(t, opts, compilertest.NewMemStore(), tc)
-	return c.Compile(context.Background(), compiler.Request{Path: path, Body: body, Scope: compiler.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce})
+	return c.Compile(context.Background(), compiler.Request{Path: path, Body: body, Scope: artifact.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce})
 }
 
 // lastContent returns the last history element's content, raw.
@@ -260,8 +261,8 @@ func TestWorkingStateEscaping(t *testing.T) {
 			}
 			block := wsBlock.FindString(decodedLast(t, res.Body))
 			m := regexp.MustCompile(`(?m)^- a_[0-9a-f]{32} tool=(.*) chars=([0-9]+)(.*)$`).FindStringSubmatch(block)
-			if m == nil || m[1] != compiler.SanitizeTool(tt.tool) || m[2] != itoa(utf8.RuneCountInString(out)) || m[3] != tt.line {
-				t.Fatalf("entry %q, want tool %s, chars %d and %q\n%s", m, compiler.SanitizeTool(tt.tool), utf8.RuneCountInString(out), tt.line, block)
+			if m == nil || m[1] != artifact.SanitizeTool(tt.tool) || m[2] != itoa(utf8.RuneCountInString(out)) || m[3] != tt.line {
+				t.Fatalf("entry %q, want tool %s, chars %d and %q\n%s", m, artifact.SanitizeTool(tt.tool), utf8.RuneCountInString(out), tt.line, block)
 			}
 			if tt.name == "windows path" && !bytes.Contains(res.Body, []byte(`path=C:\\src\\app\\main.py`)) {
 				t.Fatal("backslashes not escaped in the JSON string")
@@ -320,13 +321,13 @@ func TestWorkingStateNextRequest(t *testing.T) {
 			plain.WorkingStateChars = 0
 			pc := newCompiler(t, plain, compilertest.NewMemStore(), nil)
 			preq := func(body []byte) compiler.Result {
-				return pc.Compile(context.Background(), compiler.Request{Path: tt.path, Body: body, Scope: compiler.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce})
+				return pc.Compile(context.Background(), compiler.Request{Path: tt.path, Body: body, Scope: artifact.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce})
 			}
 			plainKept := common(preq(tt.step1).Body, preq(tt.step2(tt.step1)).Body)
 
 			c := newCompiler(t, opts, compilertest.NewMemStore(), nil)
 			req := func(body []byte) compiler.Result {
-				return c.Compile(context.Background(), compiler.Request{Path: tt.path, Body: body, Scope: compiler.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce})
+				return c.Compile(context.Background(), compiler.Request{Path: tt.path, Body: body, Scope: artifact.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce})
 			}
 			r1 := req(tt.step1)
 			again := req(tt.step1)
@@ -363,9 +364,9 @@ func TestWorkingStateNextRequest(t *testing.T) {
 // wsTokens counts a working-state block as very many tokens.
 type wsTokens struct{}
 
-func (wsTokens) Count(_ context.Context, _ string, body []byte) compiler.TokenCount {
+func (wsTokens) Count(_ context.Context, _ string, body []byte) artifact.TokenCount {
 	n := len(body) + 1_000_000*bytes.Count(body, []byte("working_state"))
-	return compiler.TokenCount{N: n, Encoding: "fake", Exact: true, Status: compiler.TokensExact}
+	return artifact.TokenCount{N: n, Encoding: "fake", Exact: true, Status: artifact.TokensExact}
 }
 
 // A block that would erase the reduction is removed by the gate and the

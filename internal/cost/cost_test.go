@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
@@ -14,10 +16,11 @@ func ptr[T any](v T) *T { return &v }
 func TestModelTable(t *testing.T) {
 	var c Config
 	tests := []struct {
-		format, model string
-		family        Family
-		read, write   float64
-		gran          int
+		format      provider.Format
+		model       string
+		family      Family
+		read, write float64
+		gran        int
 	}{
 		{"anthropic_messages", "claude-sonnet-4-20250514", Anthropic, 0.1, 1.25, 1},
 		{"openai_chat", "gpt-5-2025-08-07", OpenAI, 0.1, 1, 128},

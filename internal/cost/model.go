@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // Family is a provider family: the pricing and caching rules its API
@@ -112,17 +114,10 @@ var openAIRead = []struct {
 	{"gpt-5", 0.1},
 }
 
-// FamilyOf returns the provider family of a request format (the compiler's
-// format names) and model.
-func FamilyOf(format, model string) Family {
-	switch {
-	case format == "anthropic_messages":
-		return Anthropic
-	case strings.HasPrefix(model, "gpt-") || strings.HasPrefix(model, "o1") ||
-		strings.HasPrefix(model, "o3") || strings.HasPrefix(model, "o4") || strings.HasPrefix(model, "chatgpt-"):
-		return OpenAI
-	}
-	return Other
+// FamilyOf returns the provider family of a request format and model
+// (provider.VendorOf: the one model table).
+func FamilyOf(format provider.Format, model string) Family {
+	return Family(provider.VendorOf(format, model))
 }
 
 // Overrides replaces figures of one family's model; nil fields keep the
@@ -267,7 +262,7 @@ func (c Config) ReceiptHorizon(before int) float64 {
 
 // Model returns the cost model of a request format and model name, with the
 // configured overrides applied.
-func (c Config) Model(format, model string) Model {
+func (c Config) Model(format provider.Format, model string) Model {
 	f := FamilyOf(format, model)
 	m := defaults[f]
 	m.Render = append([]Part(nil), m.Render...)

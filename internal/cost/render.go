@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"regexp"
+
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // Rendered is a request's prompt in the provider's render order: the bytes
@@ -28,7 +30,7 @@ var (
 // that segment, so this places breakpoints at message granularity. The
 // markers themselves are left out of the bytes (they key nothing). A body
 // that is not a JSON object renders as itself.
-func Render(format string, body []byte) Rendered {
+func Render(format provider.Format, body []byte) Rendered {
 	var top map[string]json.RawMessage
 	if json.Unmarshal(body, &top) != nil {
 		return Rendered{Bytes: body}
@@ -54,7 +56,7 @@ func Render(format string, body []byte) Rendered {
 	}
 	list := "messages"
 	system := "system"
-	if format == "openai_responses" {
+	if format == provider.Responses {
 		list, system = "input", "instructions"
 	}
 	add(top["tools"])

@@ -24,6 +24,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // maxSessions bounds the simulated caches kept (one per credential, format
@@ -81,9 +82,9 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u := p.bill(format, req.Model, credential(r.Header), body)
 	text := fmt.Sprintf("Fake answer to %d bytes (%d input tokens, %d read from the cache).", len(body), u.Input, u.CacheRead)
 	switch format {
-	case "openai_chat":
+	case provider.Chat:
 		chatReply(w, req.Model, text, req.Stream, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, u)
-	case "openai_responses":
+	case provider.Responses:
 		responsesReply(w, req.Model, text, req.Stream, u)
 	default:
 		messagesReply(w, req.Model, text, req.Stream, u)
@@ -114,7 +115,7 @@ func credential(h http.Header) string {
 }
 
 // bill runs the request through its session's simulated cache.
-func (p *Provider) bill(format, model, cred string, body []byte) Usage {
+func (p *Provider) bill(format provider.Format, model, cred string, body []byte) Usage {
 	now := time.Now
 	if p.Now != nil {
 		now = p.Now
@@ -124,8 +125,8 @@ func (p *Provider) bill(format, model, cred string, body []byte) Usage {
 	if p.last == nil {
 		p.last = make(map[string][]byte)
 	}
-	p.last[format] = body
-	key := cred + "|" + format + "|" + model
+	p.last[string(format)] = body
+	key := cred + "|" + string(format) + "|" + model
 	s := p.sessions[key]
 	if s == nil {
 		if p.sessions == nil || len(p.sessions) >= maxSessions {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/response"
 )
 
@@ -47,7 +48,7 @@ func TestUsageLikeTheProviders(t *testing.T) {
 			return fmt.Sprintf(`{"model":"claude-sonnet-4-5","max_tokens":10,"stream":%t,"system":[{"type":"text","text":%q%s}],"messages":[%s]}`, stream, long, cc, strings.Join(msgs, ","))
 		},
 	}
-	formats := map[string]string{"/v1/chat/completions": response.FormatChat, "/v1/responses": response.FormatResponses, "/v1/messages": response.FormatAnthropic}
+	formats := map[string]provider.Format{"/v1/chat/completions": provider.Chat, "/v1/responses": provider.Responses, "/v1/messages": provider.Anthropic}
 	for path, body := range bodies {
 		for _, stream := range []bool{false, true} {
 			for _, marker := range []bool{true, false} {
@@ -56,7 +57,7 @@ func TestUsageLikeTheProviders(t *testing.T) {
 				}
 				name := fmt.Sprintf("%s stream=%t breakpoint=%t", path, stream, marker)
 				key := fmt.Sprintf("sk-%s-%t-%t", path, stream, marker)
-				send := func(turns int, key string) response.Usage {
+				send := func(turns int, key string) provider.Usage {
 					req, _ := http.NewRequest("POST", srv.URL+path, strings.NewReader(body(stream, turns, marker)))
 					req.Header.Set("Authorization", "Bearer "+key)
 					resp, err := http.DefaultClient.Do(req)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
@@ -69,7 +70,7 @@ func (m *Metrics) failOpenTotal(reason compiler.Reason) uint64 {
 
 // costModel is the cost model of a request, from the cost configuration
 // (the default one when none is set).
-func (g *Gateway) costModel(format, model string) cost.Model {
+func (g *Gateway) costModel(format provider.Format, model string) cost.Model {
 	if g.Prices != nil {
 		return g.Prices.Model(format, model)
 	}
@@ -90,7 +91,7 @@ func (g *Gateway) usageFigures(o *outcome) *vault.LedgerUsage {
 	m := g.costModel(o.format, cmp.Or(o.model, u.Model)) // a bypassed body: the model the answer names
 	lu := &vault.LedgerUsage{
 		// Input counts every input token, cached and written ones too
-		// (response.Usage).
+		// (provider.Usage).
 		Uncached:       max(u.Input-u.CacheRead-u.CacheWrite, 0),
 		CacheRead:      u.CacheRead,
 		CacheWrite:     u.CacheWrite,

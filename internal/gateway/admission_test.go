@@ -21,7 +21,7 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
 	"github.com/tokenterminator/caddy-token-terminator/internal/tokens"
-	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault/badgervault"
 )
 
 // heapPeak samples the heap's object bytes (live and not yet swept) every
@@ -77,11 +77,11 @@ func realGateway(t testing.TB, mutate func(*Gateway)) *Gateway {
 }
 
 // realGatewayStore is realGateway and its vault.
-func realGatewayStore(t testing.TB, mutate func(*Gateway)) (*Gateway, *vault.Store) {
+func realGatewayStore(t testing.TB, mutate func(*Gateway)) (*Gateway, *badgervault.Store) {
 	t.Helper()
 	h, _ := testHandler(t, &fakeCompiler{}, mutate)
 	h.Logger = zap.NewNop()
-	store, err := vault.Open(vault.Config{Dir: t.TempDir()})
+	store, err := badgervault.Open(badgervault.Config{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

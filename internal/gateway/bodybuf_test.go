@@ -19,6 +19,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
@@ -364,7 +365,7 @@ func TestBodyBufferScratch(t *testing.T) {
 	prev, body := fixtures.ChatBody("gpt-4o", turns[:11], ""), fixtures.ChatBody("gpt-4o", turns, "")
 	compileIn := func(b []byte, s *compiler.Scratch) compiler.Result {
 		return c.Compile(context.Background(), compiler.Request{Path: "/v1/chat/completions", Body: b,
-			Scope: compiler.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce, Scratch: s})
+			Scope: artifact.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce, Scratch: s})
 	}
 	compileIn(prev, nil)
 	want := compileIn(body, nil)

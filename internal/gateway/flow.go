@@ -10,8 +10,9 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/internal/response"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // exchange is one candidate request on its way through the gateway.
@@ -24,7 +25,7 @@ type exchange struct {
 	held   *heldBytes        // the recovery loop's buffers in max_buffered_bytes (recovery.go)
 	// observe hands the provider's usage for this request to the compiler
 	// (cost calibration); nil when the request was not compiled.
-	observe  func(response.Usage)
+	observe  func(provider.Usage)
 	observed bool // observe was called
 	// The request's tenant as the verified set saw it (verified.go), for
 	// the provider's answer to settle; tenant is "" without one.
@@ -35,7 +36,7 @@ type exchange struct {
 	}
 }
 
-func newExchange(format string, r *http.Request) *exchange {
+func newExchange(format provider.Format, r *http.Request) *exchange {
 	return &exchange{start: time.Now(), out: outcome{format: format, path: r.URL.Path, rawBytes: r.ContentLength, sentBytes: r.ContentLength}}
 }
 
@@ -157,7 +158,7 @@ func (g *Gateway) compileCandidate(r *http.Request, ex *exchange, c *candidate) 
 	req := compiler.Request{
 		Path:        r.URL.Path,
 		Body:        c.buf,
-		Scope:       compiler.Scope{Tenant: c.tenant, Session: g.session(r)},
+		Scope:       artifact.Scope{Tenant: c.tenant, Session: g.session(r)},
 		Mode:        g.Mode,
 		DeferCommit: true,
 		Scratch:     ex.body.scratch(),
@@ -205,7 +206,7 @@ func (g *Gateway) applyResult(r *http.Request, ex *exchange, c *candidate, res c
 	ex.commit = res.Commit
 	g.noteRecovery(r, ex, res, c.buf, out, c.tenant)
 	if g.Observe != nil {
-		ex.observe = func(u response.Usage) { g.Observe(res, u) }
+		ex.observe = func(u provider.Usage) { g.Observe(res, u) }
 	}
 	ex.out.fromResult(res, int64(len(c.buf)), int64(len(out)), g.Mode)
 	ex.out.conversation = g.conversationID(c.tenant, res.Conversation)

@@ -27,7 +27,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
-	"github.com/tokenterminator/caddy-token-terminator/internal/response"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // HeaderName is the response header reporting the decision for every
@@ -67,9 +67,9 @@ type Gateway struct {
 
 	Logger    *zap.Logger
 	Compile   CompileFunc                           // the compiler; nil until the vault is open
-	Observe   func(compiler.Result, response.Usage) // the compiler's usage calibration; may be nil
+	Observe   func(compiler.Result, provider.Usage) // the compiler's usage calibration; may be nil
 	Tenants   TenantFunc                            // keyed hash of an identity
-	FormatFor func(method, path string) (string, bool)
+	FormatFor func(method, path string) (provider.Format, bool)
 	Buffered  *atomic.Int64 // bytes of bodies held now (max_buffered_bytes)
 	Reading   *atomic.Int64 // of them, bodies being read (admission.go)
 	Slots     CompileSlots  // max_concurrent_compiles (admission.go)
@@ -79,7 +79,7 @@ type Gateway struct {
 	Prices    *cost.Config  // prices the provider's usage (account.go)
 	// PriceOf is the money price of a base input token and its currency,
 	// for the ledger's records; nil records none.
-	PriceOf func(format, model string) (float64, string)
+	PriceOf func(format provider.Format, model string) (float64, string)
 	// VaultErr is set when the vault failed to open: candidates then pass
 	// through with passthrough=vault_error and this detail.
 	VaultErr string
@@ -195,8 +195,8 @@ func (g *Gateway) upgrade(r *http.Request) {
 		return
 	}
 	if g.Metrics != nil {
-		g.Metrics.upgrades.WithLabelValues(format).Inc()
+		g.Metrics.upgrades.WithLabelValues(string(format)).Inc()
 	}
 	g.Logger.Info("upgrade passed through uncompiled",
-		zap.String("format", format), zap.String("path", r.URL.Path), zap.Bool("websocket", true))
+		zap.String("format", string(format)), zap.String("path", r.URL.Path), zap.Bool("websocket", true))
 }

@@ -20,7 +20,9 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // These tests drive ServeHTTP with a fake compiler and a fake candidate
@@ -101,9 +103,9 @@ func testHandler(t testing.TB, fc *fakeCompiler, mutate func(*Gateway)) (*Gatewa
 		}
 		return "t:" + strconv.Itoa(len(c)) + ":" + c[len(c)-1:]
 	}
-	h.FormatFor = func(method, path string) (string, bool) {
+	h.FormatFor = func(method, path string) (provider.Format, bool) {
 		if method == http.MethodPost && strings.HasSuffix(path, "/chat/completions") {
-			return "openai_chat", true
+			return provider.Chat, true
 		}
 		return "", false
 	}
@@ -493,7 +495,7 @@ func TestScope(t *testing.T) {
 func TestSessionPlaceholderHashed(t *testing.T) {
 	fc := &fakeCompiler{}
 	h, _ := testHandler(t, fc, func(h *Gateway) { h.Session = "{http.request.header.X-Session-Id}" })
-	scopeFor := func(sid string) compiler.Scope {
+	scopeFor := func(sid string) artifact.Scope {
 		r := newRequest(http.MethodPost, chatPath, strings.NewReader("{}"))
 		if sid != "" {
 			r.Header.Set("X-Session-Id", sid)

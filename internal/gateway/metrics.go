@@ -1,11 +1,10 @@
 package gateway
 
 import (
-	"strings"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // Metrics are the gateway's Prometheus series. They live in the App's
@@ -109,24 +108,24 @@ func isFailOpen(r compiler.Reason) bool {
 func (m *Metrics) observe(o *outcome) {
 	format, model := o.format, o.family
 	decision := string(o.decisionWord())
-	m.candidates.WithLabelValues(format, decision, string(o.reason), model).Inc()
+	m.candidates.WithLabelValues(string(format), decision, string(o.reason), model).Inc()
 	if o.rawBytes >= 0 {
-		m.bytes.WithLabelValues(format, model, "raw").Add(float64(o.rawBytes))
+		m.bytes.WithLabelValues(string(format), model, "raw").Add(float64(o.rawBytes))
 		sent := o.sentBytes
 		if o.decision != compiler.Accepted {
 			sent = o.rawBytes // shadow reports what would have gone; the original went
 		}
-		m.bytes.WithLabelValues(format, model, "sent").Add(float64(sent))
-		m.bytes.WithLabelValues(format, model, "saved").Add(float64(max(o.rawBytes-sent, 0)))
+		m.bytes.WithLabelValues(string(format), model, "sent").Add(float64(sent))
+		m.bytes.WithLabelValues(string(format), model, "saved").Add(float64(max(o.rawBytes-sent, 0)))
 	}
 	if o.tokens.Status.Measured() {
 		sent := o.tokens.Sent
 		if o.decision != compiler.Accepted {
 			sent = o.tokens.Raw
 		}
-		m.tokens.WithLabelValues(format, model, "raw").Add(float64(o.tokens.Raw))
-		m.tokens.WithLabelValues(format, model, "sent").Add(float64(sent))
-		m.tokens.WithLabelValues(format, model, "saved").Add(float64(max(o.tokens.Raw-sent, 0)))
+		m.tokens.WithLabelValues(string(format), model, "raw").Add(float64(o.tokens.Raw))
+		m.tokens.WithLabelValues(string(format), model, "sent").Add(float64(sent))
+		m.tokens.WithLabelValues(string(format), model, "saved").Add(float64(max(o.tokens.Raw-sent, 0)))
 	}
 	m.observeCost(o)
 	if o.decision == compiler.Accepted {
@@ -139,7 +138,7 @@ func (m *Metrics) observe(o *outcome) {
 		}
 		for _, k := range kinds {
 			if k.n > 0 {
-				m.receipts.WithLabelValues(format, k.kind).Add(float64(k.n))
+				m.receipts.WithLabelValues(string(format), k.kind).Add(float64(k.n))
 			}
 		}
 	}
@@ -149,23 +148,23 @@ func (m *Metrics) observe(o *outcome) {
 	if o.reason == compiler.ReasonVaultFull || o.reason == compiler.ReasonVaultError {
 		m.vaultFailures.WithLabelValues(string(o.reason)).Inc()
 	}
-	m.latency.WithLabelValues(stageRead, format).Observe(o.read.Seconds())
+	m.latency.WithLabelValues(stageRead, string(format)).Observe(o.read.Seconds())
 	if o.queue > 0 {
-		m.latency.WithLabelValues(stageQueue, format).Observe(o.queue.Seconds())
+		m.latency.WithLabelValues(stageQueue, string(format)).Observe(o.queue.Seconds())
 	}
 	if o.compiled {
-		m.latency.WithLabelValues(stageParse, format).Observe(o.parse.Seconds())
-		m.latency.WithLabelValues(stageVault, format).Observe(o.vault.Seconds())
-		m.latency.WithLabelValues(stageCompile, format).Observe(o.compile.Seconds())
+		m.latency.WithLabelValues(stageParse, string(format)).Observe(o.parse.Seconds())
+		m.latency.WithLabelValues(stageVault, string(format)).Observe(o.vault.Seconds())
+		m.latency.WithLabelValues(stageCompile, string(format)).Observe(o.compile.Seconds())
 		if o.gate > 0 {
-			m.latency.WithLabelValues(stageGate, format).Observe(o.gate.Seconds())
+			m.latency.WithLabelValues(stageGate, string(format)).Observe(o.gate.Seconds())
 		}
 	}
 	if o.committed {
-		m.latency.WithLabelValues(stageCommit, format).Observe(o.commit.Seconds())
+		m.latency.WithLabelValues(stageCommit, string(format)).Observe(o.commit.Seconds())
 	}
 	if o.recovery.rounds > 0 {
-		m.recoveryRounds.WithLabelValues(format).Add(float64(o.recovery.rounds))
+		m.recoveryRounds.WithLabelValues(string(format)).Add(float64(o.recovery.rounds))
 	}
 }
 
@@ -206,7 +205,7 @@ const untenanted = "unlabelled"
 // observeCost counts a candidate's cost figures, per format and model
 // family and per tenant label.
 func (m *Metrics) observeCost(o *outcome) {
-	byModel := func(kind string, v float64) { m.cost.WithLabelValues(o.format, o.family, kind).Add(v) }
+	byModel := func(kind string, v float64) { m.cost.WithLabelValues(string(o.format), o.family, kind).Add(v) }
 	tenant := o.label
 	if tenant == "" {
 		tenant = untenanted
@@ -241,61 +240,16 @@ func (m *Metrics) observeCost(o *outcome) {
 			kind string
 			n    int
 		}{{usageUncached, u.Uncached}, {usageCacheRead, u.CacheRead}, {usageCacheWrite, u.CacheWrite}} {
-			m.usageTokens.WithLabelValues(o.format, o.family, k.kind).Add(float64(k.n))
+			m.usageTokens.WithLabelValues(string(o.format), o.family, k.kind).Add(float64(k.n))
 		}
 	}
-}
-
-// modelFamily normalizes a model name to a small fixed set, so the metric
-// label stays bounded whatever clients send: a provider prefix
-// ("openai/gpt-4o") and dates or versions after the family are dropped.
-func modelFamily(model string) string {
-	m := strings.ToLower(model)
-	if i := strings.LastIndexByte(m, '/'); i >= 0 {
-		m = m[i+1:]
-	}
-	if m == "" {
-		return "unknown"
-	}
-	for _, f := range modelFamilies {
-		if strings.HasPrefix(m, f.prefix) || (f.anywhere && strings.Contains(m, f.prefix)) {
-			return f.family
-		}
-	}
-	return "other"
-}
-
-// modelFamilies, most specific first.
-var modelFamilies = []struct {
-	prefix, family string
-	anywhere       bool // match inside the name (claude-3-5-sonnet, claude-sonnet-4)
-}{
-	{"opus", "claude-opus", true},
-	{"sonnet", "claude-sonnet", true},
-	{"haiku", "claude-haiku", true},
-	{"claude", "claude", false},
-	{"gpt-5", "gpt-5", false},
-	{"gpt-4.1", "gpt-4.1", false},
-	{"gpt-4o", "gpt-4o", false},
-	{"gpt-4", "gpt-4", false},
-	{"gpt-3.5", "gpt-3.5", false},
-	{"gpt-oss", "gpt-oss", false},
-	{"codex", "codex", false},
-	{"o1", "o1", false},
-	{"o3", "o3", false},
-	{"o4", "o4", false},
-	{"gemini", "gemini", false},
-	{"llama", "llama", true},
-	{"mistral", "mistral", true},
-	{"qwen", "qwen", true},
-	{"deepseek", "deepseek", true},
 }
 
 // RecoveryRound and RecoveryRead are the hooks of the recovery path; safe
 // on nil metrics.
-func (m *Metrics) RecoveryRound(format string) {
+func (m *Metrics) RecoveryRound(format provider.Format) {
 	if m != nil {
-		m.recoveryRounds.WithLabelValues(format).Inc()
+		m.recoveryRounds.WithLabelValues(string(format)).Inc()
 	}
 }
 

@@ -17,10 +17,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
-	"github.com/tokenterminator/caddy-token-terminator/internal/response"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault/badgervault"
 )
 
 // observedHandler is a test handler with its metrics (testHandler attaches them).
@@ -105,11 +107,11 @@ func TestMetricsAfterSequence(t *testing.T) {
 	results := []compiler.Result{
 		{Decision: compiler.Accepted, Body: small, Format: "openai_chat", Model: "claude-sonnet-4-5-20250929",
 			Receipts: 3, Folded: 1, Kinds: compiler.ReceiptKinds{Duplicate: 1, Lease: 1, Compaction: 1},
-			Tokens:  compiler.TokenReport{Status: compiler.TokensExact, Raw: 400, Sent: 100},
+			Tokens:  compiler.TokenReport{Status: artifact.TokensExact, Raw: 400, Sent: 100},
 			CostRaw: 400, CostSent: 150, CostHorizonRaw: 1200, CostHorizonSent: 700,
 			Parse: time.Millisecond, Gate: 2 * time.Millisecond, Total: 3 * time.Millisecond},
 		{Decision: compiler.Passthrough, Reason: compiler.ReasonNotSmaller, Format: "openai_chat", Model: "gpt-4o-2024-08-06",
-			Tokens: compiler.TokenReport{Status: compiler.TokensExact, Raw: 400, Sent: 420}, CostRaw: 400, CostSent: 400,
+			Tokens: compiler.TokenReport{Status: artifact.TokensExact, Raw: 400, Sent: 420}, CostRaw: 400, CostSent: 400,
 			CostHorizonRaw: 900, CostHorizonSent: 900, Gate: 20 * time.Millisecond, Total: 30 * time.Millisecond},
 		{Decision: compiler.Passthrough, Reason: compiler.ReasonVaultFull, Format: "openai_chat", Model: "gpt-4o"},
 	}
@@ -134,7 +136,7 @@ func TestMetricsAfterSequence(t *testing.T) {
 	h := observedHandler(t, fc, nil)
 	h.Tenants = TenantHasher([]byte("0123456789abcdef0123456789abcdef"))
 	h.TenantLabels = map[string]string{h.Tenants("Bearer sk-team-a"): "team-a"}
-	store, err := vault.Open(vault.Config{Dir: t.TempDir()})
+	store, err := badgervault.Open(badgervault.Config{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,11 +159,11 @@ func TestMetricsAfterSequence(t *testing.T) {
 		}
 	}
 	ws := newRequest(http.MethodGet, "/v1/responses", nil)
-	h.FormatFor = func(method, path string) (string, bool) {
+	h.FormatFor = func(method, path string) (provider.Format, bool) {
 		if strings.HasSuffix(path, "/responses") {
-			return "openai_responses", method == http.MethodPost
+			return provider.Responses, method == http.MethodPost
 		}
-		return "openai_chat", method == http.MethodPost && strings.HasSuffix(path, "/chat/completions")
+		return provider.Chat, method == http.MethodPost && strings.HasSuffix(path, "/chat/completions")
 	}
 	ws.Header.Set("Upgrade", "websocket")
 	serve(t, h, ws)
@@ -264,8 +266,8 @@ func TestModelFamily(t *testing.T) {
 		"my-finetune-for-acme-corp":  "other",
 	}
 	for in, want := range tests {
-		if got := modelFamily(in); got != want {
-			t.Errorf("modelFamily(%q) = %q, want %q", in, got, want)
+		if got := provider.ModelLabel(in); got != want {
+			t.Errorf("provider.ModelLabel(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
@@ -276,29 +278,30 @@ func TestModelFamily(t *testing.T) {
 func TestUsageFigures(t *testing.T) {
 	half := 0.5
 	tests := []struct {
-		name          string
-		format, model string
-		prices        map[cost.Family]cost.Overrides
-		u             response.Usage
-		want          *vault.LedgerUsage
+		name   string
+		format provider.Format
+		model  string
+		prices map[cost.Family]cost.Overrides
+		u      provider.Usage
+		want   *vault.LedgerUsage
 	}{
 		{"anthropic reads at 0.1, writes at 1.25", "anthropic_messages", "claude-sonnet-4-5", nil,
-			response.Usage{Input: 1000 + 800 + 200, CacheRead: 800, CacheWrite: 200, Output: 7, Known: true},
+			provider.Usage{Input: 1000 + 800 + 200, CacheRead: 800, CacheWrite: 200, Output: 7, Known: true},
 			&vault.LedgerUsage{Uncached: 1000, CacheRead: 800, CacheWrite: 200, Cost: 1000 + 80 + 250}},
 		{"anthropic 1-hour writes at 2", "anthropic_messages", "claude-sonnet-4-5", nil,
-			response.Usage{Input: 10 + 500, CacheWrite: 500, CacheWrite1h: 300, Known: true},
+			provider.Usage{Input: 10 + 500, CacheWrite: 500, CacheWrite1h: 300, Known: true},
 			&vault.LedgerUsage{Uncached: 10, CacheWrite: 500, Cost: 10 + 200*1.25 + 300*2}},
 		{"gpt-4.1 reads at 0.25", "openai_responses", "gpt-4.1-mini", nil,
-			response.Usage{Input: 4096, CacheRead: 2048, Known: true},
+			provider.Usage{Input: 4096, CacheRead: 2048, Known: true},
 			&vault.LedgerUsage{Uncached: 2048, CacheRead: 2048, Cost: 2048 + 512}},
 		{"cost_prices override", "anthropic_messages", "claude-opus-4", map[cost.Family]cost.Overrides{"anthropic": {CacheRead: &half}},
-			response.Usage{Input: 300, CacheRead: 200, Known: true},
+			provider.Usage{Input: 300, CacheRead: 200, Known: true},
 			&vault.LedgerUsage{Uncached: 100, CacheRead: 200, Cost: 100 + 100}},
-		{"no usage", "openai_chat", "gpt-4o", nil, response.Usage{}, nil},
+		{"no usage", "openai_chat", "gpt-4o", nil, provider.Usage{}, nil},
 		// A bypassed body: no model from the request, the answer's prices it
 		// (gpt-4o reads at 0.5, not the unknown family's 0.1).
 		{"the answer's model", "openai_chat", "", nil,
-			response.Usage{Input: 2048, CacheRead: 1024, Model: "gpt-4o-2024-08-06", Known: true},
+			provider.Usage{Input: 2048, CacheRead: 1024, Model: "gpt-4o-2024-08-06", Known: true},
 			&vault.LedgerUsage{Uncached: 1024, CacheRead: 1024, Cost: 1024 + 512}},
 	}
 	for _, tt := range tests {
@@ -321,7 +324,7 @@ func TestUsageFigures(t *testing.T) {
 // TestLedgerWriterBatches: records reach the vault off the request path
 // and a flush makes every queued record readable.
 func TestLedgerWriterBatches(t *testing.T) {
-	s, err := vault.Open(vault.Config{Dir: t.TempDir()})
+	s, err := badgervault.Open(badgervault.Config{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,7 +380,7 @@ func sha256Hex(s string) string {
 // ledger record queued (the writer drains it concurrently), without and
 // with the provider's usage to price.
 func BenchmarkAccount(b *testing.B) {
-	s, err := vault.Open(vault.Config{Dir: b.TempDir()})
+	s, err := badgervault.Open(badgervault.Config{Dir: b.TempDir()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -388,7 +391,7 @@ func BenchmarkAccount(b *testing.B) {
 	h.Ledger = NewLedgerWriter(s, vault.LedgerLimits{Retention: time.Hour, MaxRecords: 1 << 20, MaxBytes: 1 << 30}, h.Metrics, zap.NewNop())
 	defer h.Ledger.Close()
 	ex := &exchange{start: time.Now(), out: outcome{decision: compiler.Accepted, format: "openai_chat", rawBytes: 100000, sentBytes: 20000,
-		receipts: 3, compiled: true, tenant: "t1", tokens: compiler.TokenReport{Status: compiler.TokensExact, Raw: 25000, Sent: 5000},
+		receipts: 3, compiled: true, tenant: "t1", tokens: compiler.TokenReport{Status: artifact.TokensExact, Raw: 25000, Sent: 5000},
 		family: "gpt-4o", conversation: "c_1", kinds: compiler.ReceiptKinds{Lease: 3}, costRaw: 25000, costSent: 6000}}
 	// A request is accounted once: each iteration accounts a fresh copy.
 	b.Run("no usage", func(b *testing.B) {
@@ -398,7 +401,7 @@ func BenchmarkAccount(b *testing.B) {
 			h.account(&e)
 		}
 	})
-	ex.out.usage = response.Usage{Input: 25000, CacheRead: 18000, Output: 300, Known: true}
+	ex.out.usage = provider.Usage{Input: 25000, CacheRead: 18000, Output: 300, Known: true}
 	b.Run("usage", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -458,7 +461,7 @@ func TestMetricsCostDearerThanRaw(t *testing.T) {
 	fc := &fakeCompiler{fn: func(ctx context.Context, req compiler.Request) compiler.Result {
 		return compiler.Result{Decision: compiler.Accepted, Body: small, Format: "openai_chat", Model: "gpt-4o",
 			RawBytes: len(req.Body), SentBytes: len(small), Receipts: 1, Kinds: compiler.ReceiptKinds{Lease: 1},
-			Tokens:  compiler.TokenReport{Status: compiler.TokensEstimate, Raw: 100, Sent: 120},
+			Tokens:  compiler.TokenReport{Status: artifact.TokensEstimate, Raw: 100, Sent: 120},
 			CostRaw: 1000, CostSent: 1300}
 	}}
 	h := observedHandler(t, fc, nil)

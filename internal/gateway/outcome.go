@@ -7,8 +7,9 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/internal/response"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
@@ -21,7 +22,7 @@ import (
 type outcome struct {
 	decision compiler.Decision
 	reason   compiler.Reason
-	format   string
+	format   provider.Format
 	path     string
 	tenant   string // keyed hash, never the credential
 
@@ -49,14 +50,14 @@ type outcome struct {
 	responseBytes int64 // body bytes the client was sent
 	upstream      time.Duration
 	outcome       string // "" when next returned no error; "error" or "client_abort"
-	usage         response.Usage
+	usage         provider.Usage
 	committed     bool // the lineage was recorded (provider answered 2xx)
 	commit        time.Duration
 
 	recovery recoveryReport // recovery.go
 
 	// What the metrics and the ledger add (account.go).
-	family       string // modelFamily of the request's model
+	family       string // provider.ModelLabel of the request's model
 	model        string // the request's model as sent: only to pick its cost model, never recorded
 	conversation string // the keyed conversation id (Gateway.conversationID)
 	kinds        compiler.ReceiptKinds
@@ -79,7 +80,7 @@ func (o *outcome) fromResult(res compiler.Result, raw, sent int64, mode compiler
 	if res.Format != "" {
 		o.format = res.Format
 	}
-	o.family, o.model, o.kinds = modelFamily(res.Model), res.Model, res.Kinds
+	o.family, o.model, o.kinds = provider.ModelLabel(res.Model), res.Model, res.Kinds
 	o.rawBytes = raw
 	o.sentBytes = sent
 	o.receipts = res.Receipts
@@ -144,15 +145,15 @@ func (o *outcome) header() string {
 	b.WriteString("; receipts=")
 	b.WriteString(strconv.Itoa(o.receipts))
 	switch o.tokens.Status {
-	case compiler.TokensExact, compiler.TokensEstimate:
+	case artifact.TokensExact, artifact.TokensEstimate:
 		b.WriteString("; raw_tokens=")
 		b.WriteString(strconv.Itoa(o.tokens.Raw))
 		b.WriteString("; sent_tokens=")
 		b.WriteString(strconv.Itoa(o.tokens.Sent))
-		if o.tokens.Status == compiler.TokensEstimate {
+		if o.tokens.Status == artifact.TokensEstimate {
 			b.WriteString("; tokens=estimate")
 		}
-	case compiler.TokensBudget:
+	case artifact.TokensBudget:
 		b.WriteString("; tokens=budget")
 	default:
 		// No tokenizer applies, or no rewrite was judged: the figures are
@@ -189,7 +190,7 @@ func (o *outcome) fields() []zap.Field {
 	f = append(f,
 		zap.String("decision", string(o.decisionWord())),
 		zap.String("reason", string(o.reason)),
-		zap.String("format", o.format),
+		zap.String("format", string(o.format)),
 		zap.String("path", o.path),
 		zap.Int64("raw_bytes", o.rawBytes),
 		zap.Int64("sent_bytes", o.sentBytes),

@@ -14,7 +14,9 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
@@ -102,13 +104,14 @@ func (s *statusWriter) WriteHeader(code int) { s.status = code; s.ResponseWriter
 // recoveryExchange is the recovery state of one request that went upstream
 // with the tool.
 type recoveryExchange struct {
-	tenant, format string
-	body           []byte // the forwarded body (compiled, with the tool)
-	original       []byte // the client's body, sent unchanged if a round fails
-	recovered      func(...compiler.Digest)
+	tenant    string
+	format    provider.Format
+	body      []byte // the forwarded body (compiled, with the tool)
+	original  []byte // the client's body, sent unchanged if a round fails
+	recovered func(...artifact.Digest)
 	// reachable is what the model may recover: what its conversation's
 	// forwarded requests named or carried (compiler.Result.Reachable).
-	reachable []compiler.Digest
+	reachable []artifact.Digest
 }
 
 // recoveryReport is the recovery part of the outcome.
@@ -153,7 +156,7 @@ func (g *Gateway) noteRecovery(r *http.Request, ex *exchange, res compiler.Resul
 	if res.ToolConflict {
 		o.recovery.conflict = true
 		g.Logger.Info("the client defines a tool named token_terminator; no recovery tool offered (receipts name none)",
-			zap.String("format", o.format))
+			zap.String("format", string(o.format)))
 	}
 	if g.Recovery == nil || g.Recovery.mode != RecoveryTool || !res.RecoveryTool || res.Body == nil || !bytes.Equal(res.Body, out) {
 		return
@@ -243,7 +246,7 @@ func (g *Gateway) loopStream(w http.ResponseWriter, r *http.Request, next Next, 
 			o.recovery.err += "; " + cerr.Error()
 		}
 		g.Logger.Warn("recovery round failed after the stream started; the client stream was ended where it was",
-			zap.String("format", rx.format), zap.Int("recovery_rounds", o.recovery.rounds), zap.Error(err))
+			zap.String("format", string(rx.format)), zap.Int("recovery_rounds", o.recovery.rounds), zap.Error(err))
 		return nil
 	}
 	if firstErr != nil {
@@ -280,7 +283,7 @@ func (g *Gateway) fallback(w http.ResponseWriter, r *http.Request, next Next, ex
 	o := &ex.out
 	o.recovery.fallback, o.recovery.err = reason, err.Error()
 	g.Logger.Warn("recovery round failed; sending the client's original request",
-		zap.String("format", ex.rec.format), zap.String("reason", reason),
+		zap.String("format", string(ex.rec.format)), zap.String("reason", reason),
 		zap.Int("recovery_rounds", o.recovery.rounds), zap.Error(err))
 	fr := r.Clone(r.Context())
 	setBody(fr, ex.body, ex.rec.original)
@@ -343,7 +346,7 @@ type firstRound struct {
 	max      int
 	hold     func(n int) bool // counts buffered bytes in max_buffered_bytes
 	cfg      recovery.Config
-	format   string
+	format   provider.Format
 	st       *recovery.Stitcher
 	client   *deferredClient
 	onStream func() // called when the answer turns out to be a stream
@@ -489,7 +492,7 @@ func (f *followUpWriter) Flush() {}
 // can carry them inline again (Result.Recovered).
 type recordingArtifacts struct {
 	recovery.Artifacts
-	got   []compiler.Digest
+	got   []artifact.Digest
 	noted int // got[:noted] were handed to Result.Recovered
 }
 
@@ -507,7 +510,7 @@ func markRecovered(ex *exchange, arts *recordingArtifacts) {
 	}
 }
 
-func (a *recordingArtifacts) Get(ctx context.Context, tenant string, d compiler.Digest) (compiler.Artifact, bool, error) {
+func (a *recordingArtifacts) Get(ctx context.Context, tenant string, d artifact.Digest) (artifact.Artifact, bool, error) {
 	art, ok, err := a.Artifacts.Get(ctx, tenant, d)
 	if ok && err == nil {
 		a.got = append(a.got, d)

@@ -2,8 +2,8 @@ package gateway
 
 import (
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
-	"github.com/tokenterminator/caddy-token-terminator/internal/response"
 )
 
 // Recovery modes (subdirective recovery).
@@ -24,9 +24,9 @@ func CompilerRecovery(mode string, cfg recovery.Config) compiler.Recovery {
 	switch mode {
 	case RecoveryTool:
 		tools := compiler.ToolDefinitions{
-			Chat:      string(recovery.Definition(response.FormatChat)),
-			Responses: string(recovery.Definition(response.FormatResponses)),
-			Anthropic: string(recovery.Definition(response.FormatAnthropic)),
+			Chat:      string(recovery.Definition(provider.Chat)),
+			Responses: string(recovery.Definition(provider.Responses)),
+			Anthropic: string(recovery.Definition(provider.Anthropic)),
 		}
 		return compiler.Recovery{Hint: recovery.ToolName + " artifact_get", ToolName: recovery.ToolName, Tools: tools, ConflictHint: apiHint(cfg)}
 	case RecoveryAPI:

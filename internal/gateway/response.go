@@ -12,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/response"
 )
 
@@ -20,7 +21,7 @@ import (
 // p and never fails; memory is bounded.
 type responseReader interface {
 	Write(p []byte) (int, error)
-	Usage() response.Usage
+	Usage() provider.Usage
 	// Complete reports that a stream's terminal event was seen.
 	Complete() bool
 }
@@ -28,7 +29,7 @@ type responseReader interface {
 // newResponseReader makes the reader of a response to a request of format,
 // streamed as Server-Sent Events or not; nil means no response is read
 // (usage is then not logged). Tests replace it.
-var newResponseReader = func(format string, stream bool) responseReader {
+var newResponseReader = func(format provider.Format, stream bool) responseReader {
 	return response.NewReader(format, response.Options{Stream: stream})
 }
 
@@ -182,7 +183,7 @@ func commit(ex *exchange) {
 // (a reset mid-stream) is not committed.
 type responseTap struct {
 	*caddyhttp.ResponseWriterWrapper
-	format     string
+	format     provider.Format
 	reader     responseReader
 	status     int
 	n          int64
@@ -253,7 +254,7 @@ type writerOnly struct{ io.Writer }
 var _ http.ResponseWriter = (*responseTap)(nil)
 
 // usageFields renders the provider's usage when it reported one.
-func usageFields(u response.Usage) []zap.Field {
+func usageFields(u provider.Usage) []zap.Field {
 	if !u.Known {
 		return nil
 	}

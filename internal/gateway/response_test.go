@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/internal/response"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // committingCompiler returns a compile whose commit counts its calls.
@@ -121,21 +121,21 @@ type fakeReader struct {
 
 func (f *fakeReader) Write(p []byte) (int, error) { f.got.Write(p); return len(p), nil }
 func (f *fakeReader) Complete() bool              { return strings.HasSuffix(f.got.String(), "[DONE]\n\n") }
-func (f *fakeReader) Usage() response.Usage {
+func (f *fakeReader) Usage() provider.Usage {
 	if !strings.HasSuffix(f.got.String(), "[DONE]\n\n") {
-		return response.Usage{}
+		return provider.Usage{}
 	}
-	return response.Usage{Input: 10, Output: 3, CacheRead: 7, CacheWrite: 1, Known: true}
+	return provider.Usage{Input: 10, Output: 3, CacheRead: 7, CacheWrite: 1, Known: true}
 }
 
 // The client's bytes are teed into the response reader as they stream
 // (every Flush reaches the client at once), and usage lands in the log.
 func TestResponseTeedAndUsageLogged(t *testing.T) {
 	var readers []*fakeReader
-	var formats []string
+	var formats []provider.Format
 	var streams []bool
 	saved := newResponseReader
-	newResponseReader = func(format string, stream bool) responseReader {
+	newResponseReader = func(format provider.Format, stream bool) responseReader {
 		f := &fakeReader{}
 		readers, formats, streams = append(readers, f), append(formats, format), append(streams, stream)
 		return f
@@ -327,9 +327,9 @@ func TestResponseUsageFromProvider(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var commits atomic.Int32
 			h, logs := testHandler(t, committingCompiler(&commits), nil)
-			var seen []response.Usage
+			var seen []provider.Usage
 			h.FormatFor = compiler.FormatFor
-			h.Observe = func(_ compiler.Result, u response.Usage) { seen = append(seen, u) }
+			h.Observe = func(_ compiler.Result, u provider.Usage) { seen = append(seen, u) }
 			next := Next(func(w http.ResponseWriter, r *http.Request) error {
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(tt.status)

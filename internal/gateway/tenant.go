@@ -8,7 +8,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // Tenants are keyed hashes of the request's identity: HMAC-SHA-256 under
@@ -35,7 +36,7 @@ func TenantHasher(key []byte) TenantFunc {
 // the same placeholder key), and a request whose identity is empty has no
 // tenant. Without one, the credential the provider authenticates the
 // request by decides.
-func (g *Gateway) tenant(r *http.Request, format string) string {
+func (g *Gateway) tenant(r *http.Request, format provider.Format) string {
 	if g.Tenant != "" {
 		repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 		if !ok {
@@ -54,24 +55,16 @@ func (g *Gateway) tenant(r *http.Request, format string) string {
 	return ""
 }
 
-// Credential headers in the order providers authenticate by. Api-Key is
-// Azure OpenAI's header; without it every Azure user would share one
-// anonymous tenant. Anthropic authenticates by x-api-key first.
-var (
-	credentialHeaders          = []string{"Authorization", "X-Api-Key", "X-Goog-Api-Key", "Api-Key"}
-	anthropicCredentialHeaders = []string{"X-Api-Key", "Authorization"}
-)
-
 // credential returns the request's API credential, the first of the
 // headers its format's provider uses. It is only ever handed to the keyed
 // hash. With no format (the artifact API, which serves every provider's
 // clients) a request whose credential headers disagree has none: the
 // formats' orders would pick different ones, and the API must find the
 // tenant the request path finds for the same headers, whatever the format.
-func credential(h http.Header, format string) string {
+func credential(h http.Header, format provider.Format) string {
 	if format == "" {
 		c := ""
-		for _, k := range credentialHeaders {
+		for _, k := range format.CredentialHeaders() {
 			v := h.Get(k)
 			switch {
 			case v == "":
@@ -83,11 +76,7 @@ func credential(h http.Header, format string) string {
 		}
 		return c
 	}
-	keys := credentialHeaders
-	if format == "anthropic_messages" {
-		keys = anthropicCredentialHeaders
-	}
-	for _, k := range keys {
+	for _, k := range format.CredentialHeaders() {
 		if v := h.Get(k); v != "" {
 			return v
 		}
@@ -99,8 +88,8 @@ func credential(h http.Header, format string) string {
 // the tenant key of the tenant and the conversation's opening, 128 bits,
 // so it confirms nothing about a guessed prompt without the key and
 // cannot be ground to equal another's.
-func (g *Gateway) conversationID(tenant string, opening compiler.Digest) string {
-	if g.Tenants == nil || tenant == "" || opening == (compiler.Digest{}) {
+func (g *Gateway) conversationID(tenant string, opening artifact.Digest) string {
+	if g.Tenants == nil || tenant == "" || opening == (artifact.Digest{}) {
 		return ""
 	}
 	id := g.Tenants("conversation\x00" + tenant + "\x00" + hex.EncodeToString(opening[:]))

@@ -11,10 +11,11 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault/badgervault"
 )
 
 // verifyCredential has the provider accept one request of credential
@@ -93,7 +94,7 @@ func TestTenantVerification(t *testing.T) {
 	if ok, _ := store.TenantVerified(context.Background(), refused); ok {
 		t.Fatal("a credential the provider answered 401 is verified")
 	}
-	if st := store.(*vault.Store).Stats(); st.Artifacts != 0 || st.Lineage != 0 {
+	if st := store.(*badgervault.Store).Stats(); st.Artifacts != 0 || st.Lineage != 0 {
 		t.Fatalf("unverified requests stored %d artifacts, %d lineage bytes", st.Artifacts, st.Lineage)
 	}
 	if tt := send(t, h, "Bearer sk-good", body, http.StatusOK); !strings.HasPrefix(tt, "passthrough=unverified_tenant;") {
@@ -197,7 +198,7 @@ func TestLedgerOnlyVerifiedKeyedIDs(t *testing.T) {
 	// The same opening under another tenant key is another id.
 	other := &Gateway{}
 	other.Tenants = TenantHasher([]byte("another tenant key, 32 bytes ok"))
-	var opening compiler.Digest
+	var opening artifact.Digest
 	opening[0] = 1
 	if a, b := h.conversationID(rec.Tenant, opening), other.conversationID(rec.Tenant, opening); a == b || a == "" {
 		t.Fatalf("conversation ids %q and %q do not depend on the key", a, b)

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
@@ -537,8 +538,8 @@ func checkAgentSession(t *testing.T, what string, taps []tapped, fwd map[int]for
 		}
 		f.rawBytes += len(r.Body)
 		f.sentBytes += len(out.Body)
-		f.receipts += bytes.Count(out.Body, []byte(compiler.ReceiptPrefix)) - bytes.Count(r.Body, []byte(compiler.ReceiptPrefix))
-		f.folds += bytes.Count(out.Body, []byte(compiler.FoldPrefix)) - bytes.Count(r.Body, []byte(compiler.FoldPrefix))
+		f.receipts += bytes.Count(out.Body, []byte(artifact.ReceiptPrefix)) - bytes.Count(r.Body, []byte(artifact.ReceiptPrefix))
+		f.folds += bytes.Count(out.Body, []byte(artifact.FoldPrefix)) - bytes.Count(r.Body, []byte(artifact.FoldPrefix))
 		if out.Answer == sideRequest {
 			continue // a side request is its own cache line; the session's cost is the main loop's
 		}
@@ -589,7 +590,7 @@ func preamble(path string, body []byte) []byte {
 	if len(items) == 0 {
 		_ = json.Unmarshal(m["input"], &items)
 	}
-	person := [][]byte{[]byte(taskTag(1) + " "), []byte(compiler.FoldPrefix)}
+	person := [][]byte{[]byte(taskTag(1) + " "), []byte(artifact.FoldPrefix)}
 	isPerson := func(b []byte) bool { return bytes.Contains(b, person[0]) || bytes.Contains(b, person[1]) }
 	passed := false // the person's first message
 	for _, it := range items {

@@ -13,7 +13,7 @@ import (
 //
 // The tests in this file check that receipts appear where they must. They
 // fail with the placeholder compiler (which always passes through) and pass
-// once compiler.Compile, vault.Store and compiler.FormatFor are real.
+// once compiler.Compile, badgervault.Store and compiler.FormatFor are real.
 
 // expectAccepted checks the header of a request whose rewrite was sent.
 func expectAccepted(t testing.TB, r response, receipts int) {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 )
@@ -50,8 +51,8 @@ func TestCorpusCompactedThroughCaddy(t *testing.T) {
 			if m == nil || (m[1] == "accepted") == (string(got) == string(r.Body)) || m[3] != fmt.Sprint(len(got)) {
 				t.Fatalf("%s step %d: header %q for %d of %d bytes", f.Name, si, resp.TT, len(got), len(r.Body))
 			}
-			receipts += strings.Count(string(got), compiler.ReceiptPrefix)
-			folded += strings.Count(string(got), compiler.FoldPrefix)
+			receipts += strings.Count(string(got), artifact.ReceiptPrefix)
+			folded += strings.Count(string(got), artifact.FoldPrefix)
 			raw, sent = raw+len(r.Body), sent+len(got)
 			costRaw += compilertest.CacheCost(prevRaw, r.Body)
 			costSent += compilertest.CacheCost(prevSent, got)

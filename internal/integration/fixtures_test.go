@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 )
 
@@ -109,7 +110,7 @@ var receiptRE = regexp.MustCompile(`\[Token Terminator artifact a_([0-9a-f]{32})
 // artifactID is the id a receipt names for content sent as the JSON string
 // jsonString writes (the artifact identity covers the exact bytes replaced).
 func artifactID(content string) string {
-	s := compiler.ArtifactDigest(content, jsonString(content))
+	s := artifact.DigestOf(content, jsonString(content))
 	return hex.EncodeToString(s[:16])
 }
 
@@ -170,7 +171,7 @@ func expectReceipted(t testing.TB, sent, got []byte, outputs ...string) {
 		orig := sent[sp.at : sp.at+sp.n]
 		var content string
 		_ = json.Unmarshal(orig, &content)
-		if d := compiler.ArtifactDigest(content, orig); m[1] != hex.EncodeToString(d[:16]) {
+		if d := artifact.DigestOf(content, orig); m[1] != hex.EncodeToString(d[:16]) {
 			t.Fatalf("receipt names a_%s, want a_%x", m[1], d[:16])
 		}
 		if len(s) >= 300 {

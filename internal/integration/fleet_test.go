@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault/redisvault"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault/redisvault/redistest"
@@ -190,7 +190,7 @@ func TestFleet_TwoGatewaysForwardWhatOneWould(t *testing.T) {
 			if string(fleet[i]) != string(one[i]) {
 				t.Fatalf("%s step %d: the fleet forwarded %d bytes, one gateway %d", name, i, len(fleet[i]), len(one[i]))
 			}
-			receipts += strings.Count(string(fleet[i]), compiler.ReceiptPrefix)
+			receipts += strings.Count(string(fleet[i]), artifact.ReceiptPrefix)
 		}
 		ids := receiptIDs(fleet...)
 		if receipts == 0 || len(ids) == 0 {
@@ -202,7 +202,7 @@ func TestFleet_TwoGatewaysForwardWhatOneWould(t *testing.T) {
 				t.Fatalf("%s: receipt %s not resolvable through the other gateway's store: %v", name, id, err)
 			}
 			art, ok, err := storeB.Get(ctx, tenant, d)
-			if err != nil || !ok || compiler.ArtifactID(art.Digest) != id {
+			if err != nil || !ok || artifact.ID(art.Digest) != id {
 				t.Fatalf("%s: artifact %s not readable: %v", name, id, err)
 			}
 		}
@@ -264,7 +264,7 @@ func TestFleet_RedisKilledAndRestarted(t *testing.T) {
 		if resp.Status != http.StatusOK {
 			t.Fatalf("after restart: status %d", resp.Status)
 		}
-		resumed = strings.HasPrefix(resp.TT, "accepted") && strings.Count(string(up.last(t).Body), compiler.ReceiptPrefix) > 0
+		resumed = strings.HasPrefix(resp.TT, "accepted") && strings.Count(string(up.last(t).Body), artifact.ReceiptPrefix) > 0
 		if !resumed {
 			time.Sleep(100 * time.Millisecond)
 		}

@@ -11,12 +11,12 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
 )
 
-var foldIDRE = regexp.MustCompile(regexp.QuoteMeta(compiler.FoldPrefix) + `(a_[0-9a-f]{32}) \| messages=(\d+) `)
+var foldIDRE = regexp.MustCompile(regexp.QuoteMeta(artifact.FoldPrefix) + `(a_[0-9a-f]{32}) \| messages=(\d+) `)
 
 // A folded turn recovers, through the artifact API of a real Caddy, as the
 // JSON array of the turn's exact messages: the content parses with a JSON

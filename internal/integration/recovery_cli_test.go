@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
 	"github.com/tokenterminator/caddy-token-terminator/internal/recovery/recoverytest"
-	provider "github.com/tokenterminator/caddy-token-terminator/internal/response"
 )
 
 // recoveringModel wraps a client's scripted dialect with a model that
@@ -26,7 +26,7 @@ import (
 // task the person last asked for.
 type recoveringModel struct {
 	agentDialect
-	format string
+	format provider.Format
 	pages  int // the artifact's pages of max_page_chars the model reads
 }
 
@@ -60,15 +60,17 @@ func (d *recoveringModel) reply(w http.ResponseWriter, body []byte, task, step i
 
 // recoveringCLI is one real CLI the recovery session runs.
 type recoveringCLI struct {
-	name, format, credential string
-	dialect                  func(workdir string) agentDialect
-	run                      func(ctx context.Context, t *testing.T, bin, baseURL, workdir string, prompts []string) ([]string, string, error)
+	name       string
+	format     provider.Format
+	credential string
+	dialect    func(workdir string) agentDialect
+	run        func(ctx context.Context, t *testing.T, bin, baseURL, workdir string, prompts []string) ([]string, string, error)
 }
 
 var recoveringCLIs = []recoveringCLI{
-	{"ClaudeCode", provider.FormatAnthropic, "X-Api-Key: sk-ant-test-agents",
+	{"ClaudeCode", provider.Anthropic, "X-Api-Key: sk-ant-test-agents",
 		func(w string) agentDialect { return claudeDialect{workdir: w} }, runClaude},
-	{"Codex", provider.FormatResponses, "Authorization: Bearer sk-test-agents-codex",
+	{"Codex", provider.Responses, "Authorization: Bearer sk-test-agents-codex",
 		func(string) agentDialect { return codexDialect{} }, runCodexPrompts},
 }
 
@@ -122,7 +124,7 @@ func testCLIRecovering(t *testing.T, c recoveringCLI, bin string) {
 	prov := newAgentProvider(t, recoveryCLITasks, d)
 	g := startGateway(t, defaultSnippet, prov.upstream)
 	path := "/v1/responses"
-	if c.format == provider.FormatAnthropic {
+	if c.format == provider.Anthropic {
 		path = "/v1/messages"
 	}
 	g.verify(path, c.credential) // the provider accepted this key before

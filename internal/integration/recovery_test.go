@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/tokenterminator/caddy-token-terminator/internal/recovery/recoverytest"
 	"net/http"
 	"regexp"
 	"slices"
@@ -18,8 +17,10 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
 	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
-	provider "github.com/tokenterminator/caddy-token-terminator/internal/response"
+	"github.com/tokenterminator/caddy-token-terminator/internal/recovery/recoverytest"
+	respreader "github.com/tokenterminator/caddy-token-terminator/internal/response"
 )
 
 // recoveryProvider is a fake provider for the recovery loop: a request
@@ -99,7 +100,7 @@ func (p *recoveryProvider) respond(n int, w http.ResponseWriter) bool {
 }
 
 // bill runs a request through its credential's simulated prompt cache.
-func (p *recoveryProvider) bill(format string, rec received) provider.Usage {
+func (p *recoveryProvider) bill(format provider.Format, rec received) provider.Usage {
 	var req struct{ Model string }
 	_ = json.Unmarshal(rec.Body, &req)
 	key := rec.Header.Get("Authorization")
@@ -110,7 +111,7 @@ func (p *recoveryProvider) bill(format string, rec received) provider.Usage {
 	}
 	b := sim.Step(cost.Render(format, rec.Body), time.Now())
 	u := provider.Usage{Input: int(b.Read + b.Written + b.Plain), CacheRead: int(b.Read), Output: 20, Known: true}
-	if format == provider.FormatAnthropic {
+	if format == provider.Anthropic {
 		u.CacheWrite = int(b.Written)
 	}
 	return u
@@ -124,16 +125,17 @@ func (p *recoveryProvider) answer(n int) []byte {
 }
 
 type recoveryCase struct {
-	name, format, path string
-	stream             bool
+	name, path string
+	format     provider.Format
+	stream     bool
 }
 
 func (c recoveryCase) body(turns []fixtures.ChatTurn) []byte {
 	var b []byte
 	switch c.format {
-	case provider.FormatChat:
+	case provider.Chat:
 		b = fixtures.ChatBody("gpt-4o", turns, "")
-	case provider.FormatResponses:
+	case provider.Responses:
 		b = fixtures.ResponsesBody("gpt-4o", turns, "", fixtures.ResponsesOptions{})
 	default:
 		b = fixtures.AnthropicBody("claude-sonnet-4-5", turns, "", fixtures.AnthropicOptions{})
@@ -146,10 +148,14 @@ func (c recoveryCase) body(turns []fixtures.ChatTurn) []byte {
 
 func recoveryCases() []recoveryCase {
 	var out []recoveryCase
-	for _, f := range []struct{ name, format, path string }{
-		{"chat", provider.FormatChat, "/v1/chat/completions"},
-		{"responses", provider.FormatResponses, "/v1/responses"},
-		{"anthropic", provider.FormatAnthropic, "/v1/messages"},
+	for _, f := range []struct {
+		name   string
+		format provider.Format
+		path   string
+	}{
+		{"chat", provider.Chat, "/v1/chat/completions"},
+		{"responses", provider.Responses, "/v1/responses"},
+		{"anthropic", provider.Anthropic, "/v1/messages"},
 	} {
 		for _, stream := range []bool{false, true} {
 			c := recoveryCase{name: f.name, format: f.format, path: f.path, stream: stream}
@@ -171,8 +177,8 @@ const recoverySnippet = `
 `
 
 // readAnswer reads a client's answer with the response package.
-func readAnswer(c recoveryCase, body []byte) *provider.Reader {
-	r := provider.NewReader(c.format, provider.Options{Stream: c.stream, Keep: []string{recovery.ToolName, "bash"}})
+func readAnswer(c recoveryCase, body []byte) *respreader.Reader {
+	r := respreader.NewReader(c.format, respreader.Options{Stream: c.stream, Keep: []string{recovery.ToolName, "bash"}})
 	r.Write(body)
 	return r
 }
@@ -208,7 +214,7 @@ func assertNoOwnTool(t *testing.T, c recoveryCase, body []byte) {
 	if !c.stream && !json.Valid(body) {
 		t.Fatalf("the client's answer is not JSON: %.300s", body)
 	}
-	if c.format == provider.FormatResponses {
+	if c.format == provider.Responses {
 		// The provider echoes the tools it was sent in every response
 		// object: the client sees the tools it sent, no more.
 		want := toolNames(t, c.body(nil))
@@ -545,7 +551,7 @@ func TestRecoveredArtifactInlineAgain(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			cred := fmt.Sprintf("Authorization: Bearer sk-reinline-%d", i)
 			body := func(turns []fixtures.ChatTurn) []byte {
-				if c.format != provider.FormatAnthropic {
+				if c.format != provider.Anthropic {
 					return c.body(turns)
 				}
 				// Anthropic caches only up to a breakpoint: the client marks

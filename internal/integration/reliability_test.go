@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault/badgervault"
 )
 
 // The operator checks of issue 12 as bounded integration tests: load,
@@ -318,7 +318,7 @@ func TestReliabilityKill9(t *testing.T) {
 	res := <-loaded
 	t.Logf("%d requests, %d accepted, %d failed (the process was killed under them)", res.requests.Load(), res.accepted.Load(), res.failed.Load())
 
-	st, err := vault.Open(vault.Config{Dir: vaultDir})
+	st, err := badgervault.Open(badgervault.Config{Dir: vaultDir})
 	if err != nil {
 		t.Fatalf("opening the vault after kill -9: %v", err)
 	}

@@ -19,7 +19,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/caddymodule"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault/badgervault"
 )
 
 // The provider's answer is part of "accepted": a request it rejected
@@ -167,7 +167,7 @@ func TestPlaceholdersThroughCaddy(t *testing.T) {
 // opens it.
 func TestDamagedVaultCaddyStarts(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "vault")
-	st, err := vault.Open(vault.Config{Dir: dir})
+	st, err := badgervault.Open(badgervault.Config{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +330,7 @@ func TestVaultBlockAndTenantKey(t *testing.T) {
 	}
 }
 
-// A full vault is reported as vault_full (the shared compiler.ErrFull), and
+// A full vault is reported as vault_full (the shared artifact.ErrFull), and
 // the original goes out.
 func TestVaultFullReported(t *testing.T) {
 	up := newUpstream(t)

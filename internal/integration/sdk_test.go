@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fakeprovider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
@@ -97,7 +97,7 @@ func TestOfficialSDKs(t *testing.T) {
 	}
 	for _, r := range seen {
 		path := r.Path
-		if n := bytes.Count(r.Body, []byte(compiler.ReceiptPrefix)); n != 1 {
+		if n := bytes.Count(r.Body, []byte(artifact.ReceiptPrefix)); n != 1 {
 			t.Errorf("%s: %d receipts in the body the provider got", path, n)
 		}
 		if !bytes.Contains(r.Body, jsonString(out)) {
@@ -149,7 +149,7 @@ func newFakeProvider(t *testing.T) *fakeProvider {
 			http.Error(w, `{"error":{"message":"invalid JSON"}}`, http.StatusBadRequest)
 			return
 		}
-		text := fmt.Sprintf("compiled:receipts=%d", bytes.Count(body, []byte(compiler.ReceiptPrefix)))
+		text := fmt.Sprintf("compiled:receipts=%d", bytes.Count(body, []byte(artifact.ReceiptPrefix)))
 		switch {
 		case strings.HasSuffix(r.URL.Path, "/chat/completions"):
 			chatReply(w, req.Model, text, req.Stream)

@@ -10,9 +10,9 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
 	"github.com/tokenterminator/caddy-token-terminator/internal/recovery/recoverytest"
-	provider "github.com/tokenterminator/caddy-token-terminator/internal/response"
 )
 
 // Least privilege for the model: conversation 2 of the same key, whose
@@ -101,7 +101,7 @@ func TestRecoveryToolStaysInItsConversation(t *testing.T) {
 	if bytes.Contains(r.Body, []byte(secret)) {
 		t.Fatal("the client's answer carries conversation 1's secret")
 	}
-	res := recoverytest.OwnResults(provider.FormatChat, reqs[3].Body)
+	res := recoverytest.OwnResults(provider.Chat, reqs[3].Body)
 	if len(res) != 3 {
 		t.Fatalf("%d tool results, want 3", len(res))
 	}

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 func tenantFromAuth(r *http.Request) (string, bool) {
@@ -22,7 +22,7 @@ func tenantFromAuth(r *http.Request) (string, bool) {
 
 type fixture struct {
 	mem                     *memArtifacts
-	ascii, uni, turn, other compiler.Artifact
+	ascii, uni, turn, other artifact.Artifact
 	api                     http.Handler
 }
 
@@ -66,10 +66,10 @@ func runes(s string, off, n int) string {
 func TestAPIPage(t *testing.T) {
 	f := newFixture(t)
 	const k1 = "Bearer k1"
-	id := compiler.ArtifactID
+	id := artifact.ID
 	cases := []struct {
 		name          string
-		art           compiler.Artifact
+		art           artifact.Artifact
 		query         string
 		offset, limit int // expected page
 		last          bool
@@ -117,12 +117,12 @@ func TestAPIPage(t *testing.T) {
 // exact artifact, whose sha256 is the one reported.
 func TestAPIPagesReassemble(t *testing.T) {
 	f := newFixture(t)
-	for _, a := range []compiler.Artifact{f.ascii, f.uni, f.turn} {
+	for _, a := range []artifact.Artifact{f.ascii, f.uni, f.turn} {
 		for _, limit := range []int{1, 7, 8000, 20000} {
 			var got strings.Builder
 			next := 0
 			for pages := 0; ; pages++ {
-				_, body := f.get(t, "GET", "/token-terminator/artifacts/"+compiler.ArtifactID(a.Digest)+"?offset="+itoa(next)+"&limit="+itoa(limit), "Bearer k1")
+				_, body := f.get(t, "GET", "/token-terminator/artifacts/"+artifact.ID(a.Digest)+"?offset="+itoa(next)+"&limit="+itoa(limit), "Bearer k1")
 				var p Page
 				if err := json.Unmarshal(body, &p); err != nil || pages > 30000 {
 					t.Fatalf("page %d: %v %s", pages, err, body)
@@ -133,7 +133,7 @@ func TestAPIPagesReassemble(t *testing.T) {
 				}
 				next = *p.NextOffset
 			}
-			if got.String() != a.Text || compiler.ArtifactDigest(got.String(), a.Raw) != a.Digest {
+			if got.String() != a.Text || artifact.DigestOf(got.String(), a.Raw) != a.Digest {
 				t.Fatalf("limit %d: pages do not reassemble the artifact", limit)
 			}
 		}
@@ -144,7 +144,7 @@ func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 
 func TestAPIErrors(t *testing.T) {
 	f := newFixture(t)
-	id := compiler.ArtifactID(f.ascii.Digest)
+	id := artifact.ID(f.ascii.Digest)
 	_, notFound := f.get(t, "GET", "/token-terminator/artifacts/a_00000000000000000000000000000000", "Bearer k1")
 	cases := []struct {
 		name, method, target, auth string
@@ -152,7 +152,7 @@ func TestAPIErrors(t *testing.T) {
 		errType                    string
 	}{
 		{"unknown id", "GET", "/token-terminator/artifacts/a_00000000000000000000000000000000", "Bearer k1", 404, "not_found"},
-		{"another tenant's id", "GET", "/token-terminator/artifacts/" + compiler.ArtifactID(f.other.Digest), "Bearer k1", 404, "not_found"},
+		{"another tenant's id", "GET", "/token-terminator/artifacts/" + artifact.ID(f.other.Digest), "Bearer k1", 404, "not_found"},
 		{"malformed id", "GET", "/token-terminator/artifacts/../../etc", "Bearer k1", 404, "not_found"},
 		{"upper-case id", "GET", "/token-terminator/artifacts/" + strings.ToUpper(id), "Bearer k1", 404, "not_found"},
 		{"negative offset", "GET", "/token-terminator/artifacts/" + id + "?offset=-1", "Bearer k1", 400, "invalid_request"},
@@ -187,8 +187,8 @@ func TestAPIErrors(t *testing.T) {
 
 func TestAPISearch(t *testing.T) {
 	f := newFixture(t)
-	hit := func(a compiler.Artifact) Hit {
-		return Hit{ArtifactID: compiler.ArtifactID(a.Digest), ToolName: a.Tool, TotalChars: a.Chars}
+	hit := func(a artifact.Artifact) Hit {
+		return Hit{ArtifactID: artifact.ID(a.Digest), ToolName: a.Tool, TotalChars: a.Chars}
 	}
 	cases := []struct {
 		query string
@@ -235,11 +235,11 @@ func hexSHA256(s string) string { h := sha256.Sum256([]byte(s)); return hex.Enco
 func TestAPIFoldedTurnIsJSON(t *testing.T) {
 	f := newFixture(t)
 	span := "{\"role\":\"user\",\"content\":\"Question 1 \\u00e9\"},\n  {\"role\":\"assistant\",\"content\":\"Answer <b>&</b>\"}"
-	fold := compiler.Artifact{Digest: compiler.ArtifactDigest(span, []byte(span)), Text: span, Raw: []byte(span), Tool: "turn", Chars: len([]rune(span))}
-	if err := f.mem.store.Persist(t.Context(), compiler.Scope{Tenant: "tenant:Bearer k1"}, []compiler.Artifact{fold}); err != nil {
+	fold := artifact.Artifact{Digest: artifact.DigestOf(span, []byte(span)), Text: span, Raw: []byte(span), Tool: "turn", Chars: len([]rune(span))}
+	if err := f.mem.store.Persist(t.Context(), artifact.Scope{Tenant: "tenant:Bearer k1"}, []artifact.Artifact{fold}); err != nil {
 		t.Fatal(err)
 	}
-	_, body := f.get(t, "GET", "/token-terminator/artifacts/"+compiler.ArtifactID(fold.Digest)+"?limit=20000", "Bearer k1")
+	_, body := f.get(t, "GET", "/token-terminator/artifacts/"+artifact.ID(fold.Digest)+"?limit=20000", "Bearer k1")
 	var p Page
 	if err := json.Unmarshal(body, &p); err != nil {
 		t.Fatal(err)
@@ -260,12 +260,12 @@ func TestAPIFoldedTurnIsJSON(t *testing.T) {
 		t.Fatalf("search: %v %s", err, body)
 	}
 	for _, r := range h.Results {
-		if r.ArtifactID == compiler.ArtifactID(fold.Digest) && r.TotalChars != p.TotalChars {
+		if r.ArtifactID == artifact.ID(fold.Digest) && r.TotalChars != p.TotalChars {
 			t.Fatalf("search hit total_chars %d, page %d", r.TotalChars, p.TotalChars)
 		}
 	}
 	// A tool result of a tool named "turn" is no folded turn.
-	_, body = f.get(t, "GET", "/token-terminator/artifacts/"+compiler.ArtifactID(f.turn.Digest)+"?limit=20000", "Bearer k1")
+	_, body = f.get(t, "GET", "/token-terminator/artifacts/"+artifact.ID(f.turn.Digest)+"?limit=20000", "Bearer k1")
 	if err := json.Unmarshal(body, &p); err != nil || p.Content != f.turn.Text {
 		t.Fatalf("a turn tool's result changed: %v %q", err, p.Content)
 	}

@@ -4,23 +4,23 @@ import (
 	"context"
 	"strings"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
-// Artifacts is what recovery reads: the vault, seen by tenant. *vault.Store
-// implements it (Get in vault/artifacts.go, Resolve and Search in
-// vault/search.go). No method counts as a sighting.
+// Artifacts is what recovery reads: the vault, seen by tenant. *badgervault.Store
+// implements it (Get in vault/badgervault/artifacts.go, Resolve and Search in
+// vault/badgervault/search.go). No method counts as a sighting.
 type Artifacts interface {
 	// Get returns tenant's artifact d exactly as stored (vault.Backend.Get).
-	Get(ctx context.Context, tenant string, d compiler.Digest) (compiler.Artifact, bool, error)
-	// Resolve maps a public artifact id (compiler.ArtifactID) of tenant to
+	Get(ctx context.Context, tenant string, d artifact.Digest) (artifact.Artifact, bool, error)
+	// Resolve maps a public artifact id (artifact.ID) of tenant to
 	// its digest; a malformed or unknown id is not found.
-	Resolve(ctx context.Context, tenant, id string) (compiler.Digest, bool, error)
+	Resolve(ctx context.Context, tenant, id string) (artifact.Digest, bool, error)
 	// Search returns up to limit of tenant's artifacts whose text or tool
 	// name contains query, ignoring case, newest first. Hits carry Digest,
 	// Tool and Chars only.
-	Search(ctx context.Context, tenant, query string, limit int) ([]compiler.Artifact, error)
+	Search(ctx context.Context, tenant, query string, limit int) ([]artifact.Artifact, error)
 }
 
 // Defaults of Config.
@@ -85,12 +85,12 @@ const maxWithinScanBytes = 64 << 20
 // them, in reachable's order (the first reachable.Search hits first). It
 // is what the model's recovery tool reads: the artifacts its own
 // conversation's forwarded requests named or carried
-// (compiler.Result.Reachable), never the rest of the tenant. A search
+// (the compiler's Result.Reachable), never the rest of the tenant. A search
 // reads at most maxWithinScanBytes of text.
-func Within(arts Artifacts, reachable []compiler.Digest) Artifacts {
-	w := &within{arts: arts, ids: make(map[string]compiler.Digest, len(reachable)), order: make([]compiler.Digest, 0, len(reachable))}
+func Within(arts Artifacts, reachable []artifact.Digest) Artifacts {
+	w := &within{arts: arts, ids: make(map[string]artifact.Digest, len(reachable)), order: make([]artifact.Digest, 0, len(reachable))}
 	for _, d := range reachable {
-		id := compiler.ArtifactID(d)
+		id := artifact.ID(d)
 		if _, dup := w.ids[id]; !dup {
 			w.ids[id] = d
 			w.order = append(w.order, d)
@@ -101,29 +101,29 @@ func Within(arts Artifacts, reachable []compiler.Digest) Artifacts {
 
 type within struct {
 	arts  Artifacts
-	ids   map[string]compiler.Digest // public id -> digest
-	order []compiler.Digest
+	ids   map[string]artifact.Digest // public id -> digest
+	order []artifact.Digest
 }
 
-func (w *within) has(d compiler.Digest) bool {
-	got, ok := w.ids[compiler.ArtifactID(d)]
+func (w *within) has(d artifact.Digest) bool {
+	got, ok := w.ids[artifact.ID(d)]
 	return ok && got == d
 }
 
-func (w *within) Get(ctx context.Context, tenant string, d compiler.Digest) (compiler.Artifact, bool, error) {
+func (w *within) Get(ctx context.Context, tenant string, d artifact.Digest) (artifact.Artifact, bool, error) {
 	if !w.has(d) {
-		return compiler.Artifact{}, false, nil
+		return artifact.Artifact{}, false, nil
 	}
 	return w.arts.Get(ctx, tenant, d)
 }
 
-func (w *within) Resolve(ctx context.Context, tenant, id string) (compiler.Digest, bool, error) {
+func (w *within) Resolve(ctx context.Context, tenant, id string) (artifact.Digest, bool, error) {
 	d, ok := w.ids[id]
 	if !ok {
-		return compiler.Digest{}, false, nil
+		return artifact.Digest{}, false, nil
 	}
 	if err := ctx.Err(); err != nil {
-		return compiler.Digest{}, false, err
+		return artifact.Digest{}, false, err
 	}
 	return d, true, nil
 }
@@ -132,12 +132,12 @@ func (w *within) Resolve(ctx context.Context, tenant, id string) (compiler.Diges
 // or the text contains it, ignoring case, in time linear in the text, the
 // caller's context looked at inside the scan); an empty query matches
 // every artifact.
-func (w *within) Search(ctx context.Context, tenant, query string, limit int) ([]compiler.Artifact, error) {
+func (w *within) Search(ctx context.Context, tenant, query string, limit int) ([]artifact.Artifact, error) {
 	scan, err := vault.NewSearchScan(ctx, query)
 	if err != nil {
 		return nil, err
 	}
-	var out []compiler.Artifact
+	var out []artifact.Artifact
 	scanned := 0
 	for _, d := range w.order {
 		if len(out) >= limit || scanned >= maxWithinScanBytes {
@@ -159,7 +159,7 @@ func (w *within) Search(ctx context.Context, tenant, query string, limit int) ([
 			return nil, err
 		}
 		if match {
-			out = append(out, compiler.Artifact{Digest: d, Tool: a.Tool, Chars: a.Chars})
+			out = append(out, artifact.Artifact{Digest: d, Tool: a.Tool, Chars: a.Chars})
 		}
 	}
 	return out, nil

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // countingArtifacts counts the vault reads of the tool.
@@ -18,17 +18,17 @@ type countingArtifacts struct {
 	reads int
 }
 
-func (c *countingArtifacts) Get(ctx context.Context, tenant string, d compiler.Digest) (compiler.Artifact, bool, error) {
+func (c *countingArtifacts) Get(ctx context.Context, tenant string, d artifact.Digest) (artifact.Artifact, bool, error) {
 	c.reads++
 	return c.Artifacts.Get(ctx, tenant, d)
 }
 
-func (c *countingArtifacts) Resolve(ctx context.Context, tenant, id string) (compiler.Digest, bool, error) {
+func (c *countingArtifacts) Resolve(ctx context.Context, tenant, id string) (artifact.Digest, bool, error) {
 	c.reads++
 	return c.Artifacts.Resolve(ctx, tenant, id)
 }
 
-func (c *countingArtifacts) Search(ctx context.Context, tenant, query string, limit int) ([]compiler.Artifact, error) {
+func (c *countingArtifacts) Search(ctx context.Context, tenant, query string, limit int) ([]artifact.Artifact, error) {
 	c.reads++
 	return c.Artifacts.Search(ctx, tenant, query, limit)
 }

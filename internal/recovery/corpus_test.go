@@ -6,12 +6,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"github.com/tokenterminator/caddy-token-terminator/internal/recovery/recoverytest"
 	"regexp"
 	"testing"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
+	"github.com/tokenterminator/caddy-token-terminator/internal/recovery/recoverytest"
 )
 
 var receiptID = regexp.MustCompile(`\[Token Terminator (?:artifact|folded turn) (a_[0-9a-f]{32})`)
@@ -36,7 +38,7 @@ func TestCorpusRecovery(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			res := c.Compile(ctx, compiler.Request{Path: req.Path, Body: req.Body, Scope: compiler.Scope{Tenant: loopTenant}, Mode: compiler.ModeEnforce})
+			res := c.Compile(ctx, compiler.Request{Path: req.Path, Body: req.Body, Scope: artifact.Scope{Tenant: loopTenant}, Mode: compiler.ModeEnforce})
 			ids := receiptID.FindAllSubmatch(res.Body, -1)
 			if res.Decision == compiler.Accepted && len(ids) == 0 {
 				t.Fatal("accepted without a receipt")
@@ -61,10 +63,10 @@ func TestCorpusRecovery(t *testing.T) {
 				sum := sha256.Sum256(content.Bytes())
 				d, _, _ := mem.Resolve(context.Background(), loopTenant, id)
 				a, _, _ := mem.store.Get(context.Background(), loopTenant, d)
-				if compiler.ArtifactDigest(a.Text, a.Raw) != d || content.String() != Content(a) || digest != hex.EncodeToString(sum[:]) {
+				if artifact.DigestOf(a.Text, a.Raw) != d || content.String() != Content(a) || digest != hex.EncodeToString(sum[:]) {
 					t.Fatalf("%s: recovered content is not the artifact", id)
 				}
-				if bytes.Contains(res.Body, []byte(compiler.FoldPrefix+id)) {
+				if bytes.Contains(res.Body, []byte(artifact.FoldPrefix+id)) {
 					// A folded turn: the JSON array of its messages as sent.
 					if want := "[" + string(a.Raw) + "]"; content.String() != want || !json.Valid(content.Bytes()) {
 						t.Fatalf("%s: a folded turn recovers as %.80q…, not the JSON array of its messages", id, content.String())
@@ -74,21 +76,21 @@ func TestCorpusRecovery(t *testing.T) {
 					t.Fatalf("%s: the replaced value is not in the original request", id)
 				}
 			}
-			body, err := AppendTool(f.Format, res.Body)
+			body, err := AppendTool(provider.Format(f.Format), res.Body)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if !insertedOnly(res.Body, body) {
 				t.Fatal("AppendTool changed bytes outside the tools array")
 			}
-			follow, err := FollowUp(f.Format, body, []byte(answers[f.Format](true, "")), []Call{{ID: "own1", Result: []byte(`{"content":"x"}`)}})
+			follow, err := FollowUp(provider.Format(f.Format), body, []byte(answers[provider.Format(f.Format)](true, "")), []Call{{ID: "own1", Result: []byte(`{"content":"x"}`)}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if !insertedOnly(body, follow) {
 				t.Fatal("FollowUp changed bytes of the request")
 			}
-			if err := recoverytest.CheckRequest(f.Format, follow); err != nil {
+			if err := recoverytest.CheckRequest(provider.Format(f.Format), follow); err != nil {
 				t.Fatalf("follow-up breaks a provider rule: %v", err)
 			}
 			t.Logf("%d receipts and folded turns recovered exactly", len(ids))

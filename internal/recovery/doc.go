@@ -26,7 +26,7 @@
 //   - LoopJSON, LoopStream: the whole loop around a Sender.
 //
 // Everything is pure except the API's http.Handler: no Caddy, no I/O but
-// the Artifacts it is given (*vault.Store implements it) and the writer a
+// the Artifacts it is given (*badgervault.Store implements it) and the writer a
 // Stitcher is given. Errors are returned, never half output, so the glue can
 // fall back to the provider's original answer.
 //

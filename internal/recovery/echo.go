@@ -2,7 +2,7 @@ package recovery
 
 import (
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
-	"github.com/tokenterminator/caddy-token-terminator/internal/response"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // The OpenAI Responses API echoes the request's tools in every response
@@ -18,8 +18,8 @@ import (
 // gateway's tool in the tools the provider echoed. An answer that echoes
 // none (any format but Responses, or no tools member naming it) comes back
 // as answer itself.
-func StripToolEcho(format string, answer []byte) []byte {
-	if format != response.FormatResponses {
+func StripToolEcho(format provider.Format, answer []byte) []byte {
+	if format != provider.Responses {
 		return answer
 	}
 	root, err := jsonv.Parse(answer, jsonv.MaxDepth)

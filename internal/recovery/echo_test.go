@@ -3,7 +3,7 @@ package recovery
 import (
 	"testing"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/response"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // TestStripToolEcho: the gateway's tool leaves the tools a Responses answer
@@ -12,19 +12,23 @@ import (
 // echoes nothing) come back as they are.
 func TestStripToolEcho(t *testing.T) {
 	own := `{"type":"function","name":"token_terminator","strict":true,"parameters":{}}`
-	cases := []struct{ name, format, in, want string }{
-		{"last", response.FormatResponses,
+	cases := []struct {
+		name     string
+		format   provider.Format
+		in, want string
+	}{
+		{"last", provider.Responses,
 			`{"id":"r","tools":[{"type":"function","name":"bash"}, ` + own + `],"usage":{}}`,
 			`{"id":"r","tools":[{"type":"function","name":"bash"}],"usage":{}}`},
-		{"first, spaced", response.FormatResponses,
+		{"first, spaced", provider.Responses,
 			"{\"tools\" : [ " + own + " ,\n {\"name\":\"a\"} , {\"type\":\"web_search\"} ] }",
 			"{\"tools\" : [{\"name\":\"a\"},{\"type\":\"web_search\"}] }"},
-		{"only", response.FormatResponses, `{"tools":[` + own + `]}`, `{"tools":[]}`},
-		{"escaped name", response.FormatResponses, `{"tools":[{"name":"token\u005fterminator"}],"x":1}`, `{"tools":[],"x":1}`},
-		{"client tools only", response.FormatResponses, `{"tools":[{"name":"bash"}]}`, `{"tools":[{"name":"bash"}]}`},
-		{"no tools", response.FormatResponses, `{"output":[]}`, `{"output":[]}`},
-		{"not JSON", response.FormatResponses, `{"tools":[` + own, `{"tools":[` + own},
-		{"chat echoes nothing", response.FormatChat, `{"tools":[` + own + `]}`, `{"tools":[` + own + `]}`},
+		{"only", provider.Responses, `{"tools":[` + own + `]}`, `{"tools":[]}`},
+		{"escaped name", provider.Responses, `{"tools":[{"name":"token\u005fterminator"}],"x":1}`, `{"tools":[],"x":1}`},
+		{"client tools only", provider.Responses, `{"tools":[{"name":"bash"}]}`, `{"tools":[{"name":"bash"}]}`},
+		{"no tools", provider.Responses, `{"output":[]}`, `{"output":[]}`},
+		{"not JSON", provider.Responses, `{"tools":[` + own, `{"tools":[` + own},
+		{"chat echoes nothing", provider.Chat, `{"tools":[` + own + `]}`, `{"tools":[` + own + `]}`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -49,7 +53,7 @@ func TestStitcherStripsEchoedTool(t *testing.T) {
 		"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":2,\"item_id\":\"m\",\"output_index\":0,\"content_index\":0,\"delta\":\"hi\"}\n\n" +
 		"event: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":3,\"response\":{\"id\":\"r\",\"output\":[],\"tools\":[{\"name\":\"bash\"}],\"usage\":null}}\n\n"
 	var client flushRecorder
-	st, err := NewStitcher(response.FormatResponses, &client, Config{})
+	st, err := NewStitcher(provider.Responses, &client, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,7 @@ package recovery
 import (
 	"strings"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/response"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // Real-shaped requests and answers per format. An answer calls the
@@ -11,12 +11,12 @@ import (
 // ("client1"). Their arguments name the artifact id ARTIFACT, which tests
 // replace.
 
-var requests = map[string]string{
-	response.FormatChat: `{"model":"gpt-4o","messages":[{"role":"system","content":"You are terse."},` +
+var requests = map[provider.Format]string{
+	provider.Chat: `{"model":"gpt-4o","messages":[{"role":"system","content":"You are terse."},` +
 		`{"role":"user","content":"What did the log say?"}],"tools":[{"type":"function","function":{"name":"bash","parameters":{"type":"object"}}}],"stream":false}`,
-	response.FormatResponses: `{"model":"gpt-5","input":[{"role":"developer","content":"Be terse."},{"role":"user","content":[{"type":"input_text","text":"What did the log say?"}]}],` +
+	provider.Responses: `{"model":"gpt-5","input":[{"role":"developer","content":"Be terse."},{"role":"user","content":[{"type":"input_text","text":"What did the log say?"}]}],` +
 		`"tools":[{"type":"function","name":"bash","parameters":{"type":"object"}}],"store":false}`,
-	response.FormatAnthropic: `{"model":"claude-sonnet-4-5","max_tokens":1024,"messages":[{"role":"user","content":"What did the log say?"}],` +
+	provider.Anthropic: `{"model":"claude-sonnet-4-5","max_tokens":1024,"messages":[{"role":"user","content":"What did the log say?"}],` +
 		`"system":"Be terse.","tools":[{"name":"bash","input_schema":{"type":"object"}}]}`,
 }
 
@@ -61,10 +61,10 @@ func anthropicAnswer(mixed bool, finalText string) string {
 	return `{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[` + blocks + `],"stop_reason":"tool_use","stop_sequence":null,` + usage + `}`
 }
 
-var answers = map[string]func(mixed bool, finalText string) string{
-	response.FormatChat:      chatAnswer,
-	response.FormatResponses: responsesAnswer,
-	response.FormatAnthropic: anthropicAnswer,
+var answers = map[provider.Format]func(mixed bool, finalText string) string{
+	provider.Chat:      chatAnswer,
+	provider.Responses: responsesAnswer,
+	provider.Anthropic: anthropicAnswer,
 }
 
 func q(s string) string {

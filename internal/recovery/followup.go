@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
-	"github.com/tokenterminator/caddy-token-terminator/internal/response"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // ErrNoOwnCalls means the answer holds no call of the gateway's tool.
@@ -24,7 +24,7 @@ var ErrNoOwnCalls = errors.New("recovery: the answer calls no " + ToolName)
 // tools: the client did not see them and cannot answer them, and a call
 // without its result is a 400 at every provider. The model asks for them
 // again once it has what it recovered.
-func FollowUp(format string, request, answer []byte, calls []Call) ([]byte, error) {
+func FollowUp(format provider.Format, request, answer []byte, calls []Call) ([]byte, error) {
 	req, err := jsonv.Parse(request, jsonv.MaxDepth)
 	if err != nil || !req.Is(jsonv.Object) {
 		return nil, fmt.Errorf("%w: request", ErrShape)
@@ -49,11 +49,11 @@ func FollowUp(format string, request, answer []byte, calls []Call) ([]byte, erro
 		return jsonv.AppendString(nil, string(r)), nil
 	}
 	switch format {
-	case response.FormatChat:
+	case provider.Chat:
 		return followUpChat(request, req, answer, ans, result)
-	case response.FormatResponses:
+	case provider.Responses:
 		return followUpResponses(request, req, answer, ans, result)
-	case response.FormatAnthropic:
+	case provider.Anthropic:
 		return followUpAnthropic(request, req, answer, ans, result)
 	}
 	return nil, fmt.Errorf("%w: format %q", ErrShape, format)

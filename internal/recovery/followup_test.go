@@ -6,7 +6,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/response"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // insertedOnly reports whether out is in with bytes inserted at one place.
@@ -23,14 +23,14 @@ func insertedOnly(in, out []byte) bool {
 }
 
 // tail decodes the last n entries of a request's messages or input.
-func tail(t *testing.T, format string, body []byte, n int) []map[string]any {
+func tail(t *testing.T, format provider.Format, body []byte, n int) []map[string]any {
 	t.Helper()
 	var v map[string]any
 	if err := json.Unmarshal(body, &v); err != nil {
 		t.Fatalf("follow-up is not JSON: %v\n%s", err, body)
 	}
 	key := "messages"
-	if format == response.FormatResponses {
+	if format == provider.Responses {
 		key = "input"
 	}
 	list, _ := v[key].([]any)
@@ -74,19 +74,19 @@ func TestFollowUp(t *testing.T) {
 				t.Fatalf("%s: the request's bytes must be kept, turn appended:\n%s", format, out)
 			}
 			switch format {
-			case response.FormatChat:
+			case provider.Chat:
 				m := tail(t, format, out, 2)
 				if m[0]["role"] != "assistant" || len(m[0]["tool_calls"].([]any)) != 1 || field(m[0]["tool_calls"].([]any)[0], "id") != "own1" ||
 					m[1]["role"] != "tool" || m[1]["tool_call_id"] != "own1" || m[1]["content"] != result {
 					t.Fatalf("chat turn %v", m)
 				}
-			case response.FormatResponses:
+			case provider.Responses:
 				m := tail(t, format, out, 3)
 				if m[0]["type"] != "reasoning" || m[0]["encrypted_content"] != "gAAAAB==" || m[1]["call_id"] != "own1" ||
 					m[2]["type"] != "function_call_output" || m[2]["call_id"] != "own1" || m[2]["output"] != result {
 					t.Fatalf("responses items %v", m)
 				}
-			case response.FormatAnthropic:
+			case provider.Anthropic:
 				m := tail(t, format, out, 2)
 				if m[0]["role"] != "assistant" || !reflect.DeepEqual(types(m[0]["content"], "type"), []string{"thinking", "text", "tool_use"}) ||
 					field(m[0]["content"].([]any)[0], "signature") != "EqQBCkYIAxgCIkD" ||
@@ -101,11 +101,11 @@ func TestFollowUp(t *testing.T) {
 
 func TestFollowUpResponsesStringInput(t *testing.T) {
 	req := []byte(`{"model":"gpt-5","input":"What did the log say?","store":false}`)
-	out, err := FollowUp(response.FormatResponses, req, []byte(responsesAnswer(false, "")), []Call{{ID: "own1", Result: []byte(`{}`)}})
+	out, err := FollowUp(provider.Responses, req, []byte(responsesAnswer(false, "")), []Call{{ID: "own1", Result: []byte(`{}`)}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := tail(t, response.FormatResponses, out, 4)
+	m := tail(t, provider.Responses, out, 4)
 	if m[0]["role"] != "user" || m[0]["content"] != "What did the log say?" || m[3]["type"] != "function_call_output" {
 		t.Fatalf("%s", out)
 	}
@@ -141,12 +141,12 @@ func TestFollowUpErrors(t *testing.T) {
 func TestFollowUpReasoningGoesWithItsCall(t *testing.T) {
 	answer := `{"output":[{"id":"rs_a","type":"reasoning","summary":[]},{"id":"fc_c","type":"function_call","call_id":"client1","name":"bash","arguments":"{}"},` +
 		`{"id":"rs_b","type":"reasoning","summary":[]},{"id":"fc_o","type":"function_call","call_id":"own1","name":"token_terminator","arguments":"{}"}]}`
-	out, err := FollowUp(response.FormatResponses, []byte(requests[response.FormatResponses]), []byte(answer), []Call{{ID: "own1", Result: []byte(`{}`)}})
+	out, err := FollowUp(provider.Responses, []byte(requests[provider.Responses]), []byte(answer), []Call{{ID: "own1", Result: []byte(`{}`)}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var ids []any
-	for _, it := range tail(t, response.FormatResponses, out, 4) {
+	for _, it := range tail(t, provider.Responses, out, 4) {
 		ids = append(ids, it["id"])
 	}
 	// The request's last item (no id), then what the answer keeps.
@@ -157,11 +157,11 @@ func TestFollowUpReasoningGoesWithItsCall(t *testing.T) {
 
 func TestFollowUpAnthropicErrorResult(t *testing.T) {
 	res := errorJSON(errNotFound)
-	out, err := FollowUp(response.FormatAnthropic, []byte(requests[response.FormatAnthropic]), []byte(anthropicAnswer(false, "")), []Call{{ID: "own1", Result: res}})
+	out, err := FollowUp(provider.Anthropic, []byte(requests[provider.Anthropic]), []byte(anthropicAnswer(false, "")), []Call{{ID: "own1", Result: res}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := tail(t, response.FormatAnthropic, out, 1)
+	m := tail(t, provider.Anthropic, out, 1)
 	if r := m[0]["content"].([]any)[0].(map[string]any); r["is_error"] != true || r["content"] != string(res) {
 		t.Fatalf("%v", r)
 	}

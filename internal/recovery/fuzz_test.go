@@ -3,9 +3,10 @@ package recovery
 import (
 	"bytes"
 	"encoding/json"
-	"github.com/tokenterminator/caddy-token-terminator/internal/recovery/recoverytest"
 	"testing"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
+	"github.com/tokenterminator/caddy-token-terminator/internal/recovery/recoverytest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/response"
 )
 
@@ -48,7 +49,7 @@ func FuzzStripOwnCalls(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, sel uint8, answer string) {
 		format := allFormats[int(sel)%3]
-		out, err := StripOwnCalls(format, []byte(answer), response.Usage{Input: 9, Output: 8, CacheRead: 7, Known: true})
+		out, err := StripOwnCalls(format, []byte(answer), provider.Usage{Input: 9, Output: 8, CacheRead: 7, Known: true})
 		if err != nil {
 			return
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/response"
 )
 
@@ -27,9 +28,9 @@ var ErrAnswerTooLarge = errors.New("recovery: answer too large to buffer")
 // even in the tools a Responses answer echoes. It never fails the client: on any error it
 // returns the last answer it has, stripped when possible, and the error
 // for the log.
-func LoopJSON(ctx context.Context, cfg Config, arts Artifacts, tenant, format string, request, answer []byte, maxAnswer int, send Sender) ([]byte, int, error) {
+func LoopJSON(ctx context.Context, cfg Config, arts Artifacts, tenant string, format provider.Format, request, answer []byte, maxAnswer int, send Sender) ([]byte, int, error) {
 	cfg = cfg.WithDefaults()
-	var usage response.Usage
+	var usage provider.Usage
 	var err error
 	round := 0
 	for ; ; round++ {
@@ -115,7 +116,7 @@ func (s *Stitcher) Continue(ctx context.Context, arts Artifacts, tenant string, 
 // reader and sends follow-ups with a Sender: it streams first into a new
 // Stitcher writing to client, then continues. A format the stitcher does
 // not know is copied through untouched.
-func LoopStream(ctx context.Context, cfg Config, arts Artifacts, tenant, format string, request []byte, first io.Reader, client io.Writer, send Sender) (int, error) {
+func LoopStream(ctx context.Context, cfg Config, arts Artifacts, tenant string, format provider.Format, request []byte, first io.Reader, client io.Writer, send Sender) (int, error) {
 	st, err := NewStitcher(format, client, cfg)
 	if err != nil {
 		_, cerr := io.Copy(client, first)

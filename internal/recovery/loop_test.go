@@ -5,12 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/tokenterminator/caddy-token-terminator/internal/recovery/recoverytest"
 	"reflect"
 	"strings"
 	"testing"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
+	"github.com/tokenterminator/caddy-token-terminator/internal/recovery/recoverytest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/response"
 )
 
@@ -24,12 +25,12 @@ const loopTenant = "tenant:loop"
 var loopText = "The quick brown fox jumps over the lazy dog. 0123456789 ÄÖÜ 🙂 end."
 
 type loopCase struct {
-	format string
+	format provider.Format
 	rounds int // pages the model asks for (0: it never calls our tool); above MaxRounds the limit applies
 	mixed  bool
 }
 
-func loopCases(formats ...string) []loopCase {
+func loopCases(formats ...provider.Format) []loopCase {
 	var out []loopCase
 	for _, f := range formats {
 		for _, rounds := range []int{0, 1, 2, 3, 4} {
@@ -47,11 +48,11 @@ func (c loopCase) String() string {
 
 // expect returns what the client must end up with: the texts of every
 // round, the summed usage, and the client calls of the final answer.
-func (c loopCase) expect(cfg Config, m recoverytest.Model) (texts []string, usage response.Usage, clientCalls []string) {
+func (c loopCase) expect(cfg Config, m recoverytest.Model) (texts []string, usage provider.Usage, clientCalls []string) {
 	last := min(c.rounds, cfg.WithDefaults().MaxRounds)
 	for k := 0; k <= last; k++ {
-		u := response.Usage{Input: 1000 + 100*k, CacheRead: 500, Output: 20 + k, Known: true}
-		if c.format == response.FormatAnthropic {
+		u := provider.Usage{Input: 1000 + 100*k, CacheRead: 500, Output: 20 + k, Known: true}
+		if c.format == provider.Anthropic {
 			u.CacheWrite = 10
 			u.Input += 10
 		}
@@ -76,7 +77,7 @@ func setupLoop(t *testing.T, c loopCase) (*memArtifacts, recoverytest.Model, []b
 	if err != nil {
 		t.Fatal(err)
 	}
-	return mem, recoverytest.Model{Format: c.format, ID: compiler.ArtifactID(a.Digest), Rounds: c.rounds, Mixed: c.mixed}, body
+	return mem, recoverytest.Model{Format: c.format, ID: artifact.ID(a.Digest), Rounds: c.rounds, Mixed: c.mixed}, body
 }
 
 // TestLoopJSON: non-streaming answers, every format.
@@ -86,7 +87,7 @@ func TestLoopJSON(t *testing.T) {
 	for _, c := range loopCases(allFormats...) {
 		t.Run(c.String(), func(t *testing.T) {
 			mem, model, body := setupLoop(t, c)
-			var usage response.Usage
+			var usage provider.Usage
 			var final []byte
 			for round := 0; ; round++ {
 				turn, err := model.Answer(body)
@@ -122,10 +123,10 @@ func TestLoopJSON(t *testing.T) {
 				t.Fatalf("final text %q, want %q", got, texts[len(texts)-1])
 			}
 			wantStop := map[bool]string{false: "end_turn", true: "tool_use"}[c.mixed]
-			if c.format == response.FormatChat {
+			if c.format == provider.Chat {
 				wantStop = map[bool]string{false: "stop", true: "tool_calls"}[c.mixed]
 			}
-			if c.format != response.FormatResponses && stopReason(final) != wantStop {
+			if c.format != provider.Responses && stopReason(final) != wantStop {
 				t.Fatalf("stop reason %q, want %q: %s", stopReason(final), wantStop, final)
 			}
 		})
@@ -195,8 +196,8 @@ func TestLoopStream(t *testing.T) {
 	}
 }
 
-func openAIUsage(format string, u response.Usage) response.Usage {
-	if format != response.FormatAnthropic {
+func openAIUsage(format provider.Format, u provider.Usage) provider.Usage {
+	if format != provider.Anthropic {
 		u.CacheWrite = 0
 	}
 	return u
@@ -214,7 +215,7 @@ func callIDs(calls []response.ToolCall) []string {
 	return out
 }
 
-func answerText(format string, body []byte) string {
+func answerText(format provider.Format, body []byte) string {
 	var v struct {
 		Choices []struct {
 			Message struct{ Content string }
@@ -228,15 +229,15 @@ func answerText(format string, body []byte) string {
 	json.Unmarshal(body, &v)
 	var out strings.Builder
 	switch format {
-	case response.FormatChat:
+	case provider.Chat:
 		out.WriteString(v.Choices[0].Message.Content)
-	case response.FormatResponses:
+	case provider.Responses:
 		for _, it := range v.Output {
 			for _, c := range it.Content {
 				out.WriteString(c.Text)
 			}
 		}
-	case response.FormatAnthropic:
+	case provider.Anthropic:
 		for _, b := range v.Content {
 			out.WriteString(b.Text)
 		}
@@ -294,7 +295,7 @@ func checkClientStream(t *testing.T, c loopCase, stream []byte, texts []string) 
 	}
 	var text strings.Builder
 	switch c.format {
-	case response.FormatChat:
+	case provider.Chat:
 		if string(evs[len(evs)-1].raw) != "[DONE]" {
 			t.Fatalf("last event %q", evs[len(evs)-1].raw)
 		}
@@ -330,7 +331,7 @@ func checkClientStream(t *testing.T, c loopCase, stream []byte, texts []string) 
 		if finishes != 1 || usages != 1 {
 			t.Fatalf("%d finish chunks, %d usage chunks", finishes, usages)
 		}
-	case response.FormatAnthropic:
+	case provider.Anthropic:
 		if evs[0].name != "message_start" || evs[len(evs)-1].name != "message_stop" || evs[len(evs)-2].name != "message_delta" {
 			t.Fatalf("message framing: first %s, last %s", evs[0].name, evs[len(evs)-1].name)
 		}
@@ -368,7 +369,7 @@ func checkClientStream(t *testing.T, c loopCase, stream []byte, texts []string) 
 		if want := map[bool]string{false: "end_turn", true: "tool_use"}[c.mixed]; sr != want {
 			t.Fatalf("stop_reason %v, want %s", sr, want)
 		}
-	case response.FormatResponses:
+	case provider.Responses:
 		if evs[0].name != "response.created" || evs[len(evs)-1].name != "response.completed" {
 			t.Fatalf("framing: first %s, last %s", evs[0].name, evs[len(evs)-1].name)
 		}

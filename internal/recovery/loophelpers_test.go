@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"github.com/tokenterminator/caddy-token-terminator/internal/recovery/recoverytest"
 	"io"
 	"reflect"
 	"testing"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
+	"github.com/tokenterminator/caddy-token-terminator/internal/recovery/recoverytest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/response"
 )
 
@@ -89,7 +90,7 @@ func TestLoopHelpers(t *testing.T) {
 
 // checkAnswer reads what the client got: never a call of ours; with usage
 // given, that usage summed and exactly the client calls wanted.
-func checkAnswer(t *testing.T, c loopCase, body []byte, stream bool, usage *response.Usage, calls []string) {
+func checkAnswer(t *testing.T, c loopCase, body []byte, stream bool, usage *provider.Usage, calls []string) {
 	t.Helper()
 	if bytes.Contains(body, []byte(ToolName)) {
 		t.Fatalf("the client sees the gateway's tool:\n%s", body)
@@ -150,7 +151,7 @@ func TestStitcherContinue(t *testing.T) {
 
 // sums is a usage without the model the answer names (the response
 // reader's tests check that): the token sums are what these tests check.
-func sums(u response.Usage) response.Usage {
+func sums(u provider.Usage) provider.Usage {
 	u.Model = ""
 	return u
 }

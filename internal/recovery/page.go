@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // Page is one page of an artifact, as the API and the tool return it.
@@ -101,12 +101,12 @@ func (r reader) page(ctx context.Context, tenant, id string, offset, limit int) 
 	start := byteOffset(text, 0, offset)
 	end := byteOffset(text, start, limit)
 	p := &Page{
-		ArtifactID: compiler.ArtifactID(d),
+		ArtifactID: artifact.ID(d),
 		Content:    text[start:end],
 		Offset:     offset,
 		TotalChars: total,
-		SHA256:     contentSHA256(text), // of the content served; the id names the exact value (compiler.ArtifactDigest)
-		ToolName:   compiler.SanitizeTool(a.Tool),
+		SHA256:     contentSHA256(text), // of the content served; the id names the exact value (artifact.DigestOf)
+		ToolName:   artifact.SanitizeTool(a.Tool),
 	}
 	if end < len(text) {
 		next := offset + utf8.RuneCountInString(p.Content)
@@ -159,7 +159,7 @@ func (r reader) search(ctx context.Context, tenant, query string, limit int) (*H
 				chars += 2
 			}
 		}
-		h.Results = append(h.Results, Hit{ArtifactID: compiler.ArtifactID(a.Digest), ToolName: compiler.SanitizeTool(a.Tool), TotalChars: chars})
+		h.Results = append(h.Results, Hit{ArtifactID: artifact.ID(a.Digest), ToolName: artifact.SanitizeTool(a.Tool), TotalChars: chars})
 	}
 	return h, nil
 }
@@ -202,13 +202,13 @@ const foldTool = "turn"
 // each element's bytes as sent. A stored span is recognised by its record
 // (filed under the turn tool, its text its raw bytes, an object sequence),
 // which a receipted tool result never is: its raw value is a JSON string.
-func Content(a compiler.Artifact) string {
+func Content(a artifact.Artifact) string {
 	if isFoldedTurn(a) {
 		return "[" + a.Text + "]"
 	}
 	return a.Text
 }
 
-func isFoldedTurn(a compiler.Artifact) bool {
+func isFoldedTurn(a artifact.Artifact) bool {
 	return a.Tool == foldTool && len(a.Text) >= 2 && a.Text[0] == '{' && a.Text[len(a.Text)-1] == '}' && a.Text == string(a.Raw)
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/response"
 )
 
@@ -34,14 +35,14 @@ type Stitcher struct {
 	flush     func()
 	cfg       Config
 	maxRounds int
-	format    string
+	format    provider.Format
 
 	f      streamFormat
 	events response.Events
 	reader *response.Reader
 	rounds int // rounds ended
 
-	usage    response.Usage // summed over the rounds so far
+	usage    provider.Usage // summed over the rounds so far
 	ownSeen  bool           // some round called our tool
 	wrote    bool
 	werr     error
@@ -64,14 +65,14 @@ type streamFormat interface {
 	// false when no round completed. With rewrite false (one round that
 	// called nothing of ours) the end goes out as the provider sent it;
 	// otherwise it carries usage u and a stop reason without our calls.
-	finish(u response.Usage, rewrite bool, out func([]byte)) bool
+	finish(u provider.Usage, rewrite bool, out func([]byte)) bool
 }
 
 // Round is what one streamed round produced.
 type Round struct {
 	Calls  []Call         // our tool's calls, to Run
 	Answer []byte         // the round's answer assembled as a JSON body, for FollowUp
-	Usage  response.Usage // this round's usage
+	Usage  provider.Usage // this round's usage
 	// Continue says the stitcher holds the end of the client stream: run
 	// Calls, then stream the FollowUp's answer in (or Close).
 	Continue bool
@@ -81,15 +82,15 @@ type Round struct {
 // format (Anthropic Messages, OpenAI Responses or OpenAI Chat). client is
 // flushed after every write when it has a Flush method (http.Flusher).
 // cfg.MaxRounds bounds the follow-up rounds.
-func NewStitcher(format string, client io.Writer, cfg Config) (*Stitcher, error) {
+func NewStitcher(format provider.Format, client io.Writer, cfg Config) (*Stitcher, error) {
 	cfg = cfg.WithDefaults()
 	s := &Stitcher{client: client, cfg: cfg, maxRounds: cfg.MaxRounds, format: format}
 	switch format {
-	case response.FormatAnthropic:
+	case provider.Anthropic:
 		s.f = newAnthropicStream()
-	case response.FormatResponses:
+	case provider.Responses:
 		s.f = newResponsesStream()
-	case response.FormatChat:
+	case provider.Chat:
 		s.f = newChatStream()
 	default:
 		return nil, fmt.Errorf("%w: no stream stitching for %q", ErrShape, format)

@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/response"
 )
 
@@ -202,7 +203,7 @@ func (s *anthropicStream) endRound() ([]byte, bool) {
 	return answer, ok
 }
 
-func (s *anthropicStream) finish(u response.Usage, rewrite bool, out func([]byte)) bool {
+func (s *anthropicStream) finish(u provider.Usage, rewrite bool, out func([]byte)) bool {
 	// Blocks a cut-short round left open are closed, so the client's
 	// message stays well formed.
 	open := make([]int, 0, len(s.open))
@@ -245,7 +246,7 @@ func (s *anthropicStream) finish(u response.Usage, rewrite bool, out func([]byte
 
 // finalDelta sets the stop reason (no tool call left: end_turn) and the
 // usage summed over the rounds.
-func (s *anthropicStream) finalDelta(data []byte, u response.Usage) []byte {
+func (s *anthropicStream) finalDelta(data []byte, u provider.Usage) []byte {
 	root, err := jsonv.Parse(data, jsonv.MaxDepth)
 	if err != nil {
 		return data
@@ -256,7 +257,7 @@ func (s *anthropicStream) finalDelta(data []byte, u response.Usage) []byte {
 	}
 	if us := root.Get("usage"); us.Is(jsonv.Object) && u.Known {
 		var set []member
-		for _, f := range usageFields(response.FormatAnthropic, u) {
+		for _, f := range usageFields(provider.Anthropic, u) {
 			set = append(set, member{f.path[0], strconv.AppendInt(nil, int64(f.v), 10)})
 		}
 		edits = append(edits, setMembersEdits(us, set)...)

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/response"
 )
 
@@ -185,7 +186,7 @@ func (s *chatStream) endRound() ([]byte, bool) {
 	return answer, ok
 }
 
-func (s *chatStream) finish(u response.Usage, rewrite bool, out func([]byte)) bool {
+func (s *chatStream) finish(u provider.Usage, rewrite bool, out func([]byte)) bool {
 	if s.lastEnd == nil {
 		return false
 	}
@@ -208,7 +209,7 @@ func (s *chatStream) finish(u response.Usage, rewrite bool, out func([]byte)) bo
 				}
 			}
 			if u.Known {
-				edits = append(edits, usageEdits(response.FormatChat, ev.data, root.Get("usage"), u)...)
+				edits = append(edits, usageEdits(provider.Chat, ev.data, root.Get("usage"), u)...)
 			}
 		}
 		out(s.relabel(response.Event{Name: ev.name, Data: ev.data, Raw: ev.raw}, root, edits))

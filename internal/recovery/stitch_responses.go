@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/response"
 )
 
@@ -188,7 +189,7 @@ func (s *responsesStream) endRound() ([]byte, bool) {
 	return answer, ok
 }
 
-func (s *responsesStream) finish(u response.Usage, rewrite bool, out func([]byte)) bool {
+func (s *responsesStream) finish(u provider.Usage, rewrite bool, out func([]byte)) bool {
 	if s.lastEnd == nil {
 		return false
 	}
@@ -233,7 +234,7 @@ func (s *responsesStream) finish(u response.Usage, rewrite bool, out func([]byte
 		list = append(list, ']')
 		edits = append(edits, setMembersEdits(resp, []member{{"output", list}})...)
 		if u.Known {
-			edits = append(edits, usageEdits(response.FormatResponses, data, resp.Get("usage"), u)...)
+			edits = append(edits, usageEdits(provider.Responses, data, resp.Get("usage"), u)...)
 		}
 		edits = echoEdits(data, resp.Get("tools"), edits)
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/response"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 func sse(events ...string) []byte {
@@ -27,11 +27,11 @@ func sse(events ...string) []byte {
 // still make one well-formed client stream.
 func TestStitcherAnswerShapes(t *testing.T) {
 	cases := []struct {
-		name, format string
+		name, format provider.Format
 		stream       []byte
 		answer       string // the round's assembled answer
 	}{
-		{"anthropic thinking, redacted thinking, our call", response.FormatAnthropic, sse(
+		{"anthropic thinking, redacted thinking, our call", provider.Anthropic, sse(
 			`message_start {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"usage":{"input_tokens":5,"output_tokens":1}}}`,
 			`content_block_start {"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}`,
 			`content_block_delta {"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"I need "}}`,
@@ -54,7 +54,7 @@ func TestStitcherAnswerShapes(t *testing.T) {
 				`{"type":"redacted_thinking","data":"EmwKAhgBEgy3"},` +
 				`{"type":"text","text":"As the log says,","citations":[{"type":"char_location","cited_text":"x","document_index":0}]},` +
 				`{"type":"tool_use","id":"own1","name":"token_terminator","input":{"action":"artifact_search","query":"log"}}]}`},
-		{"chat: text beside a call, finish on the last call chunk", response.FormatChat, sse(
+		{"chat: text beside a call, finish on the last call chunk", provider.Chat, sse(
 			`- {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":"Hm. "},"finish_reason":null}]}`,
 			`- {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"Let me look.","tool_calls":[{"index":0,"id":"own1","type":"function","function":{"name":"token_terminator","arguments":"{\"action\":"}}]},"finish_reason":null}]}`,
 			`- {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"artifact_search\",\"query\":\"log\"}"}}]},"finish_reason":"tool_calls"}]}`,
@@ -62,7 +62,7 @@ func TestStitcherAnswerShapes(t *testing.T) {
 			`{"choices":[{"index":0,"message":{"role":"assistant","content":"Hm. Let me look.","tool_calls":[{"id":"own1","type":"function","function":{"name":"token_terminator","arguments":"{\"action\":\"artifact_search\",\"query\":\"log\"}"}}]}}]}`},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
+		t.Run(string(c.name), func(t *testing.T) {
 			var client bytes.Buffer
 			st, _ := NewStitcher(c.format, &client, Config{})
 			st.Write(c.stream)
@@ -81,10 +81,10 @@ func TestStitcherAnswerShapes(t *testing.T) {
 				t.Fatal(err)
 			}
 			checkWellFormed(t, c.format, client.Bytes())
-			if c.format == response.FormatChat && !strings.Contains(client.String(), `"content":"Let me look."`) {
+			if c.format == provider.Chat && !strings.Contains(client.String(), `"content":"Let me look."`) {
 				t.Fatalf("text beside the call is lost:\n%s", client.String())
 			}
-			if c.format == response.FormatChat && !strings.Contains(client.String(), `"finish_reason":"stop"`) {
+			if c.format == provider.Chat && !strings.Contains(client.String(), `"finish_reason":"stop"`) {
 				t.Fatalf("finish reason not made consistent:\n%s", client.String())
 			}
 		})

@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"github.com/tokenterminator/caddy-token-terminator/internal/recovery/recoverytest"
 	"strings"
 	"testing"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
+	"github.com/tokenterminator/caddy-token-terminator/internal/recovery/recoverytest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/response"
 )
 
@@ -41,7 +42,7 @@ func TestStitcherFailures(t *testing.T) {
 		turn0, _ := model.Answer(body)
 		firstClient := turn0.Echo([]byte(requests[format])).Stream(format, 0)
 
-		t.Run(format+"/first round cut short", func(t *testing.T) {
+		t.Run(string(format)+"/first round cut short", func(t *testing.T) {
 			var client flushRecorder
 			st, _ := NewStitcher(format, &client, Config{})
 			st.Write(first[:len(first)/2])
@@ -63,7 +64,7 @@ func TestStitcherFailures(t *testing.T) {
 		// round), or the second round is cut short: Close finishes the
 		// client stream from the first round.
 		for _, second := range []string{"none", "cut"} {
-			t.Run(format+"/after a continued round, second "+second, func(t *testing.T) {
+			t.Run(string(format)+"/after a continued round, second "+second, func(t *testing.T) {
 				var client bytes.Buffer
 				st, _ := NewStitcher(format, &client, Config{})
 				st.Write(first)
@@ -100,7 +101,7 @@ func TestStitcherFailures(t *testing.T) {
 			})
 		}
 
-		t.Run(format+"/error event", func(t *testing.T) {
+		t.Run(string(format)+"/error event", func(t *testing.T) {
 			var client bytes.Buffer
 			st, _ := NewStitcher(format, &client, Config{})
 			errEv := "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n"
@@ -115,14 +116,14 @@ func TestStitcherFailures(t *testing.T) {
 			}
 		})
 
-		t.Run(format+"/client gone", func(t *testing.T) {
+		t.Run(string(format)+"/client gone", func(t *testing.T) {
 			st, _ := NewStitcher(format, failWriter{}, Config{})
 			if _, err := st.Write(first); err == nil {
 				t.Fatal("a failed client write is an error")
 			}
 		})
 
-		t.Run(format+"/oversize event", func(t *testing.T) {
+		t.Run(string(format)+"/oversize event", func(t *testing.T) {
 			var client bytes.Buffer
 			st, _ := NewStitcher(format, &client, Config{})
 			st.events.Max = 64
@@ -143,7 +144,7 @@ func (failWriter) Write([]byte) (int, error) { return 0, errors.New("broken pipe
 
 // checkWellFormed checks a client stream's framing: one start, one end,
 // every block or item closed, no trace of our tool.
-func checkWellFormed(t *testing.T, format string, stream []byte) {
+func checkWellFormed(t *testing.T, format provider.Format, stream []byte) {
 	t.Helper()
 	if bytes.Contains(stream, []byte(ToolName)) {
 		t.Fatalf("our tool in the client stream:\n%s", stream)
@@ -161,7 +162,7 @@ func checkWellFormed(t *testing.T, format string, stream []byte) {
 		}
 	}
 	switch format {
-	case response.FormatChat:
+	case provider.Chat:
 		finishes := 0
 		for _, ev := range evs[:len(evs)-1] {
 			chs, _ := ev.data["choices"].([]any)
@@ -174,11 +175,11 @@ func checkWellFormed(t *testing.T, format string, stream []byte) {
 		if string(evs[len(evs)-1].raw) != "[DONE]" || finishes != 1 {
 			t.Fatalf("%d finish chunks, last %q:\n%s", finishes, evs[len(evs)-1].raw, stream)
 		}
-	case response.FormatAnthropic:
+	case provider.Anthropic:
 		if count["message_start"] != 1 || count["message_delta"] != 1 || count["message_stop"] != 1 || evs[len(evs)-1].name != "message_stop" || len(open) != 0 {
 			t.Fatalf("framing %v, open %v:\n%s", count, open, stream)
 		}
-	case response.FormatResponses:
+	case provider.Responses:
 		if count["response.created"] != 1 || count["response.completed"] != 1 || evs[len(evs)-1].name != "response.completed" {
 			t.Fatalf("framing %v:\n%s", count, stream)
 		}

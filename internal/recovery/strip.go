@@ -5,7 +5,7 @@ import (
 	"strconv"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
-	"github.com/tokenterminator/caddy-token-terminator/internal/response"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // StripOwnCalls returns the final JSON answer of the loop as the client
@@ -16,21 +16,21 @@ import (
 // the gateway's tool left out of the tools a Responses answer echoes
 // (StripToolEcho). Every other byte of answer is kept; an answer without
 // our calls, our tool and usage to set comes back equal to answer.
-func StripOwnCalls(format string, answer []byte, usage response.Usage) ([]byte, error) {
+func StripOwnCalls(format provider.Format, answer []byte, usage provider.Usage) ([]byte, error) {
 	root, err := jsonv.Parse(answer, jsonv.MaxDepth)
 	if err != nil || !root.Is(jsonv.Object) {
 		return nil, fmt.Errorf("%w: answer", ErrShape)
 	}
 	var edits []edit
 	switch format {
-	case response.FormatChat:
+	case provider.Chat:
 		edits = stripChat(answer, root)
-	case response.FormatResponses:
+	case provider.Responses:
 		if out := root.Get("output"); out.Is(jsonv.Array) {
 			edits = filterArray(answer, out, ownOrItsReasoning(answer, out), edits)
 		}
 		edits = echoEdits(answer, root.Get("tools"), edits)
-	case response.FormatAnthropic:
+	case provider.Anthropic:
 		edits = stripAnthropic(answer, root)
 	default:
 		return nil, fmt.Errorf("%w: format %q", ErrShape, format)
@@ -151,7 +151,7 @@ func objectWithout(src []byte, obj *jsonv.Node, key string) []byte {
 
 // usageFields are the usage members each format reports, as paths from
 // the usage object, with the figure each takes from a Usage.
-func usageFields(format string, u response.Usage) []struct {
+func usageFields(format provider.Format, u provider.Usage) []struct {
 	path []string
 	v    int
 } {
@@ -160,13 +160,13 @@ func usageFields(format string, u response.Usage) []struct {
 		v    int
 	}
 	switch format {
-	case response.FormatChat:
+	case provider.Chat:
 		return []f{{[]string{"prompt_tokens"}, u.Input}, {[]string{"completion_tokens"}, u.Output},
 			{[]string{"total_tokens"}, u.Input + u.Output}, {[]string{"prompt_tokens_details", "cached_tokens"}, u.CacheRead}}
-	case response.FormatResponses:
+	case provider.Responses:
 		return []f{{[]string{"input_tokens"}, u.Input}, {[]string{"output_tokens"}, u.Output},
 			{[]string{"total_tokens"}, u.Input + u.Output}, {[]string{"input_tokens_details", "cached_tokens"}, u.CacheRead}}
-	case response.FormatAnthropic:
+	case provider.Anthropic:
 		return []f{{[]string{"input_tokens"}, u.Input - u.CacheRead - u.CacheWrite}, {[]string{"output_tokens"}, u.Output},
 			{[]string{"cache_read_input_tokens"}, u.CacheRead}, {[]string{"cache_creation_input_tokens"}, u.CacheWrite}}
 	}
@@ -175,7 +175,7 @@ func usageFields(format string, u response.Usage) []struct {
 
 // usageEdits sets the usage figures present in obj (a usage object) to u's;
 // figures the provider did not report are not added.
-func usageEdits(format string, src []byte, obj *jsonv.Node, u response.Usage) []edit {
+func usageEdits(format provider.Format, src []byte, obj *jsonv.Node, u provider.Usage) []edit {
 	if !obj.Is(jsonv.Object) {
 		return nil
 	}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/response"
 )
 
@@ -16,7 +17,7 @@ import (
 const ToolName = "token_terminator"
 
 // toolDescription tells the model what receipts are and when to recover.
-// It quotes neither compiler.ReceiptPrefix nor compiler.FoldPrefix whole,
+// It quotes neither artifact.ReceiptPrefix nor artifact.FoldPrefix whole,
 // so the definition is never mistaken for a receipt or a folded turn.
 const toolDescription = "Lines marked Token Terminator artifact or Token Terminator folded turn, with an a_… id, " +
 	"stand for earlier tool output or conversation turns the gateway stored to save space; their content is unchanged and recoverable. " +
@@ -33,20 +34,20 @@ const toolSchema = `{"type":"object","properties":{` +
 	`"query":{"type":"string","description":"text to find, case-insensitive (artifact_search)"}},` +
 	`"required":["action"],"additionalProperties":false}`
 
-var definitions = func() map[string][]byte {
+var definitions = func() map[provider.Format][]byte {
 	name := string(jsonv.AppendString(nil, ToolName))
 	desc := string(jsonv.AppendString(nil, toolDescription))
-	return map[string][]byte{
-		response.FormatChat:      []byte(`{"type":"function","function":{"name":` + name + `,"description":` + desc + `,"parameters":` + toolSchema + `}}`),
-		response.FormatResponses: []byte(`{"type":"function","name":` + name + `,"description":` + desc + `,"parameters":` + toolSchema + `}`),
-		response.FormatAnthropic: []byte(`{"name":` + name + `,"description":` + desc + `,"input_schema":` + toolSchema + `}`),
+	return map[provider.Format][]byte{
+		provider.Chat:      []byte(`{"type":"function","function":{"name":` + name + `,"description":` + desc + `,"parameters":` + toolSchema + `}}`),
+		provider.Responses: []byte(`{"type":"function","name":` + name + `,"description":` + desc + `,"parameters":` + toolSchema + `}`),
+		provider.Anthropic: []byte(`{"name":` + name + `,"description":` + desc + `,"input_schema":` + toolSchema + `}`),
 	}
 }()
 
 // Definition returns the tool's definition in format's shape (one element
 // of the request's tools array), or nil for another format. The bytes are
 // constant; the caller must not modify them.
-func Definition(format string) []byte { return definitions[format] }
+func Definition(format provider.Format) []byte { return definitions[format] }
 
 var (
 	// ErrToolPresent means the client's tools already hold a tool named
@@ -61,7 +62,7 @@ var (
 // array, or a tools array holding only it added at the end of the object
 // when there is none. Every other byte is unchanged. On error (ErrToolPresent,
 // ErrShape) it returns body itself.
-func AppendTool(format string, body []byte) ([]byte, error) {
+func AppendTool(format provider.Format, body []byte) ([]byte, error) {
 	def := Definition(format)
 	if def == nil {
 		return body, ErrShape

@@ -8,11 +8,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/internal/response"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
-var allFormats = []string{response.FormatChat, response.FormatResponses, response.FormatAnthropic}
+var allFormats = []provider.Format{provider.Chat, provider.Responses, provider.Anthropic}
 
 func TestDefinition(t *testing.T) {
 	for _, f := range allFormats {
@@ -23,20 +23,20 @@ func TestDefinition(t *testing.T) {
 		}
 		var name, schemaKey string
 		switch f {
-		case response.FormatChat:
+		case provider.Chat:
 			fn, _ := v["function"].(map[string]any)
 			name, _ = fn["name"].(string)
 			schemaKey = "parameters"
 			if v["type"] != "function" || fn["parameters"] == nil || fn["description"] == "" {
 				t.Fatalf("chat definition %s", def)
 			}
-		case response.FormatResponses:
+		case provider.Responses:
 			name, _ = v["name"].(string)
 			schemaKey = "parameters"
 			if v["type"] != "function" || v[schemaKey] == nil {
 				t.Fatalf("responses definition %s", def)
 			}
-		case response.FormatAnthropic:
+		case provider.Anthropic:
 			name, _ = v["name"].(string)
 			schemaKey = "input_schema"
 			if v[schemaKey] == nil {
@@ -53,29 +53,31 @@ func TestDefinition(t *testing.T) {
 }
 
 func TestAppendTool(t *testing.T) {
-	chat, resp, anth := Definition(response.FormatChat), Definition(response.FormatResponses), Definition(response.FormatAnthropic)
+	chat, resp, anth := Definition(provider.Chat), Definition(provider.Responses), Definition(provider.Anthropic)
 	cases := []struct {
-		name, format, in string
-		want             string // "" with err
-		err              error
+		name   string
+		format provider.Format
+		in     string
+		want   string // "" with err
+		err    error
 	}{
-		{"chat appended after client tools", response.FormatChat,
+		{"chat appended after client tools", provider.Chat,
 			`{"model":"gpt-4o", "tools": [ {"type":"function","function":{"name":"bash"}} ] ,"messages":[]}`,
 			`{"model":"gpt-4o", "tools": [ {"type":"function","function":{"name":"bash"}},` + string(chat) + ` ] ,"messages":[]}`, nil},
-		{"chat without tools", response.FormatChat, `{"model":"gpt-4o","messages":[]}`,
+		{"chat without tools", provider.Chat, `{"model":"gpt-4o","messages":[]}`,
 			`{"model":"gpt-4o","messages":[],"tools":[` + string(chat) + `]}`, nil},
-		{"empty tools array", response.FormatResponses, `{"input":"hi","tools":[ ]}`,
+		{"empty tools array", provider.Responses, `{"input":"hi","tools":[ ]}`,
 			`{"input":"hi","tools":[` + string(resp) + ` ]}`, nil},
-		{"anthropic with cache_control on the last client tool", response.FormatAnthropic,
+		{"anthropic with cache_control on the last client tool", provider.Anthropic,
 			`{"tools":[{"name":"Read","input_schema":{},"cache_control":{"type":"ephemeral"}}],"messages":[]}`,
 			`{"tools":[{"name":"Read","input_schema":{},"cache_control":{"type":"ephemeral"}},` + string(anth) + `],"messages":[]}`, nil},
-		{"empty object", response.FormatAnthropic, `{}`, `{"tools":[` + string(anth) + `]}`, nil},
-		{"name taken (chat)", response.FormatChat, `{"tools":[{"type":"function","function":{"name":"token_terminator"}}]}`, "", ErrToolPresent},
-		{"name taken (anthropic)", response.FormatAnthropic, `{"tools":[{"name":"token_terminator","input_schema":{}}]}`, "", ErrToolPresent},
-		{"name taken, escaped spelling", response.FormatResponses, `{"tools":[{"type":"function","name":"token\u005fterminator"}]}`, "", ErrToolPresent},
-		{"tools not an array", response.FormatChat, `{"tools":null}`, "", ErrShape},
-		{"not an object", response.FormatChat, `[1]`, "", ErrShape},
-		{"not JSON", response.FormatChat, `{"tools":[}`, "", ErrShape},
+		{"empty object", provider.Anthropic, `{}`, `{"tools":[` + string(anth) + `]}`, nil},
+		{"name taken (chat)", provider.Chat, `{"tools":[{"type":"function","function":{"name":"token_terminator"}}]}`, "", ErrToolPresent},
+		{"name taken (anthropic)", provider.Anthropic, `{"tools":[{"name":"token_terminator","input_schema":{}}]}`, "", ErrToolPresent},
+		{"name taken, escaped spelling", provider.Responses, `{"tools":[{"type":"function","name":"token\u005fterminator"}]}`, "", ErrToolPresent},
+		{"tools not an array", provider.Chat, `{"tools":null}`, "", ErrShape},
+		{"not an object", provider.Chat, `[1]`, "", ErrShape},
+		{"not JSON", provider.Chat, `{"tools":[}`, "", ErrShape},
 		{"unknown format", "gemini", `{}`, "", ErrShape},
 	}
 	for _, c := range cases {
@@ -105,7 +107,7 @@ func TestAppendTool(t *testing.T) {
 func TestExecute(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	id := compiler.ArtifactID(f.uni.Digest)
+	id := artifact.ID(f.uni.Digest)
 	k1 := "tenant:Bearer k1"
 	api := func(target string) string {
 		_, body := f.get(t, "GET", target, "Bearer k1")
@@ -121,7 +123,7 @@ func TestExecute(t *testing.T) {
 		{"search matches the API", `{"action":"artifact_search","query":"needle","limit":10}`,
 			api("/token-terminator/artifacts?q=needle&limit=10")},
 		{"unknown id", `{"action":"artifact_get","artifact_id":"a_0123"}`, api("/token-terminator/artifacts/a_0123")},
-		{"another tenant's id", `{"action":"artifact_get","artifact_id":"` + compiler.ArtifactID(f.other.Digest) + `"}`,
+		{"another tenant's id", `{"action":"artifact_get","artifact_id":"` + artifact.ID(f.other.Digest) + `"}`,
 			api("/token-terminator/artifacts/a_0123")},
 	}
 	for _, c := range cases {
@@ -145,7 +147,7 @@ func TestExecute(t *testing.T) {
 	if json.Unmarshal(out, &p); p.Content != "hél" {
 		t.Fatalf("cap: %s", out)
 	}
-	if strings.Contains(string(Definition(response.FormatChat)), "\n") {
+	if strings.Contains(string(Definition(provider.Chat)), "\n") {
 		t.Fatal("definitions are one line")
 	}
 }

@@ -8,24 +8,24 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault/badgervault"
 )
 
-var _ Artifacts = (*vault.Store)(nil)
+var _ Artifacts = (*badgervault.Store)(nil)
 
 // TestAPIWithVault serves the API over the real Badger vault: what the
 // compiler persisted is found by id and by search, for its tenant only.
 func TestAPIWithVault(t *testing.T) {
-	store, err := vault.Open(vault.Config{Dir: t.TempDir()})
+	store, err := badgervault.Open(badgervault.Config{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer store.Close()
 	text := strings.Repeat("ünïcode line with a Needle\n", 2000)
 	raw, _ := json.Marshal(text)
-	a := compiler.Artifact{Digest: compiler.ArtifactDigest(text, raw), Text: text, Raw: raw, Tool: "read_file", Args: `{"path":"/secret"}`, Chars: utf8.RuneCountInString(text)}
-	if err := store.Persist(context.Background(), compiler.Scope{Tenant: "tenant:Bearer k1"}, []compiler.Artifact{a}); err != nil {
+	a := artifact.Artifact{Digest: artifact.DigestOf(text, raw), Text: text, Raw: raw, Tool: "read_file", Args: `{"path":"/secret"}`, Chars: utf8.RuneCountInString(text)}
+	if err := store.Persist(context.Background(), artifact.Scope{Tenant: "tenant:Bearer k1"}, []artifact.Artifact{a}); err != nil {
 		t.Fatal(err)
 	}
 	api := NewAPI(store, tenantFromAuth, Config{})
@@ -36,7 +36,7 @@ func TestAPIWithVault(t *testing.T) {
 		api.ServeHTTP(rec, req)
 		return rec.Code, rec.Body.String()
 	}
-	id := compiler.ArtifactID(a.Digest)
+	id := artifact.ID(a.Digest)
 	code, body := get("/token-terminator/artifacts/"+id+"?offset=1&limit=30", "Bearer k1")
 	var p Page
 	if json.Unmarshal([]byte(body), &p); code != 200 || p.Content != string([]rune(text)[1:31]) || p.TotalChars != a.Chars {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // The model's tool reads only what its conversation reached: an artifact
@@ -18,20 +18,20 @@ func TestWithin(t *testing.T) {
 	ctx := context.Background()
 	k1 := "tenant:Bearer k1"
 	secret := f.mem.put(t, k1, "bash", strings.Repeat("x", 100)+" PROD_DB_PASSWORD=hunter2 needle")
-	arts := Within(f.mem, []compiler.Digest{f.uni.Digest, f.turn.Digest})
+	arts := Within(f.mem, []artifact.Digest{f.uni.Digest, f.turn.Digest})
 	exec := func(args string) string { return string(Execute(ctx, arts, k1, []byte(args))) }
 	unknown := exec(`{"action":"artifact_get","artifact_id":"a_00000000000000000000000000000000"}`)
 	if !strings.Contains(unknown, `"not_found"`) {
 		t.Fatalf("unknown id: %s", unknown)
 	}
-	for _, d := range []compiler.Digest{secret.Digest, f.ascii.Digest, f.other.Digest} {
-		if got := exec(`{"action":"artifact_get","artifact_id":"` + compiler.ArtifactID(d) + `"}`); got != unknown {
+	for _, d := range []artifact.Digest{secret.Digest, f.ascii.Digest, f.other.Digest} {
+		if got := exec(`{"action":"artifact_get","artifact_id":"` + artifact.ID(d) + `"}`); got != unknown {
 			t.Fatalf("an artifact outside the conversation: %s, want the unknown id's answer %s", got, unknown)
 		}
 	}
 	// Reachable ones are served exactly as the tenant-wide tool serves them.
-	for _, d := range []compiler.Digest{f.uni.Digest, f.turn.Digest} {
-		args := `{"action":"artifact_get","artifact_id":"` + compiler.ArtifactID(d) + `","limit":20}`
+	for _, d := range []artifact.Digest{f.uni.Digest, f.turn.Digest} {
+		args := `{"action":"artifact_get","artifact_id":"` + artifact.ID(d) + `","limit":20}`
 		if got, want := exec(args), string(Execute(ctx, f.mem, k1, []byte(args))); got != want {
 			t.Fatalf("reachable artifact: %s, want %s", got, want)
 		}
@@ -49,7 +49,7 @@ func TestWithin(t *testing.T) {
 		}
 		return ids
 	}
-	uni, turn := compiler.ArtifactID(f.uni.Digest), compiler.ArtifactID(f.turn.Digest)
+	uni, turn := artifact.ID(f.uni.Digest), artifact.ID(f.turn.Digest)
 	for _, c := range []struct {
 		query string
 		limit int
@@ -71,7 +71,7 @@ func TestWithin(t *testing.T) {
 	}
 	// A reachable digest whose artifact is gone is not found, and a
 	// failing store is an error, as tenant-wide.
-	gone := Within(f.mem, []compiler.Digest{compiler.ArtifactDigest("gone", []byte(`"gone"`))})
+	gone := Within(f.mem, []artifact.Digest{artifact.DigestOf("gone", []byte(`"gone"`))})
 	if got := string(Execute(ctx, gone, k1, []byte(`{"action":"artifact_search","query":""}`))); got != `{"results":[]}` {
 		t.Fatalf("search over a gone artifact: %s", got)
 	}
@@ -106,8 +106,8 @@ func FuzzExecute(f *testing.F) {
 	k1 := "tenant:k1"
 	inside := mem.put(f, k1, "read_file", strings.Repeat("héllo wörld 🙂 — needle ", 30))
 	outside := mem.put(f, k1, "bash", "PROD_DB_PASSWORD=hunter2 "+strings.Repeat("z", 50))
-	idIn, idOut := compiler.ArtifactID(inside.Digest), compiler.ArtifactID(outside.Digest)
-	scoped := Within(mem, []compiler.Digest{inside.Digest})
+	idIn, idOut := artifact.ID(inside.Digest), artifact.ID(outside.Digest)
+	scoped := Within(mem, []artifact.Digest{inside.Digest})
 	f.Fuzz(func(t *testing.T, args string, sel uint8) {
 		args = strings.NewReplacer(`"ID"`, `"`+idIn+`"`, `"OTHER"`, `"`+idOut+`"`).Replace(args)
 		arts := Artifacts(mem)

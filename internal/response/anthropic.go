@@ -3,6 +3,8 @@ package response
 import (
 	"bytes"
 	"encoding/json"
+
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // Anthropic Messages: a body's content[] blocks of type tool_use and its
@@ -51,7 +53,7 @@ type anthropicEvent struct {
 
 // apply merges reported fields into u; fields absent keep their value.
 // Usage.Input is the billed input: uncached + cache read + cache write.
-func (a *anthropicUsage) apply(u Usage) Usage {
+func (a *anthropicUsage) apply(u provider.Usage) provider.Usage {
 	in := u.Input - u.CacheRead - u.CacheWrite
 	if a.InputTokens != nil {
 		in = *a.InputTokens
@@ -84,7 +86,7 @@ func (anthropicReader) body(r *Reader, b []byte) error {
 		}
 	}
 	if v.Usage != nil {
-		r.usage = v.Usage.apply(Usage{Model: v.Model})
+		r.usage = v.Usage.apply(provider.Usage{Model: v.Model})
 	}
 	return nil
 }
@@ -108,7 +110,7 @@ func (anthropicReader) event(r *Reader, ev Event) error {
 	switch v.Type {
 	case "message_start":
 		if v.Message != nil && v.Message.Usage != nil {
-			r.usage = v.Message.Usage.apply(Usage{Model: v.Message.Model})
+			r.usage = v.Message.Usage.apply(provider.Usage{Model: v.Message.Model})
 		}
 	case "message_delta":
 		if v.Usage != nil {

@@ -4,15 +4,20 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // BenchmarkReaderStream: what teeing a long answer stream (2000 text
 // deltas, then a tool call and usage) into a Reader costs.
 func BenchmarkReaderStream(b *testing.B) {
-	for _, c := range []struct{ format, delta, tail string }{
-		{FormatChat, `data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"word %d of a long answer "},"finish_reason":null}],"usage":null}` + "\n\n", chatStreamFixture},
-		{FormatResponses, "event: response.output_text.delta\n" + `data: {"type":"response.output_text.delta","sequence_number":%d,"item_id":"msg_1","output_index":0,"content_index":0,"delta":"word of a long answer "}` + "\n\n", responsesStreamFixture},
-		{FormatAnthropic, "event: content_block_delta\n" + `data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"word %d of a long answer "}}` + "\n\n", anthropicStreamFixture},
+	for _, c := range []struct {
+		format      provider.Format
+		delta, tail string
+	}{
+		{provider.Chat, `data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"word %d of a long answer "},"finish_reason":null}],"usage":null}` + "\n\n", chatStreamFixture},
+		{provider.Responses, "event: response.output_text.delta\n" + `data: {"type":"response.output_text.delta","sequence_number":%d,"item_id":"msg_1","output_index":0,"content_index":0,"delta":"word of a long answer "}` + "\n\n", responsesStreamFixture},
+		{provider.Anthropic, "event: content_block_delta\n" + `data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"word %d of a long answer "}}` + "\n\n", anthropicStreamFixture},
 	} {
 		var s strings.Builder
 		for i := range 2000 {
@@ -20,7 +25,7 @@ func BenchmarkReaderStream(b *testing.B) {
 		}
 		s.WriteString(c.tail)
 		stream := []byte(s.String())
-		b.Run(c.format, func(b *testing.B) {
+		b.Run(string(c.format), func(b *testing.B) {
 			b.SetBytes(int64(len(stream)))
 			b.ReportAllocs()
 			for b.Loop() {

@@ -1,6 +1,10 @@
 package response
 
-import "bytes"
+import (
+	"bytes"
+
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
+)
 
 // OpenAI Chat Completions: a body's choices[].message.tool_calls, or a
 // stream of chat.completion.chunk objects whose choices[].delta.tool_calls
@@ -40,8 +44,8 @@ type chatBody struct {
 	Usage *chatUsage `json:"usage"`
 }
 
-func (u *chatUsage) usage() Usage {
-	out := Usage{Input: u.PromptTokens, Output: u.CompletionTokens, Known: true}
+func (u *chatUsage) usage() provider.Usage {
+	out := provider.Usage{Input: u.PromptTokens, Output: u.CompletionTokens, Known: true}
 	if u.PromptTokensDetails != nil {
 		out.CacheRead = u.PromptTokensDetails.CachedTokens
 	}

@@ -5,17 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 var errTrailing = errors.New("response: data after the JSON value")
-
-// The request formats a Reader understands, named as the compiler names them
-// (compiler.FormatFor).
-const (
-	FormatChat      = "openai_chat"
-	FormatResponses = "openai_responses"
-	FormatAnthropic = "anthropic_messages"
-)
 
 // DefaultMaxBody bounds a buffered non-streaming body.
 const DefaultMaxBody = 4 << 20
@@ -53,7 +47,7 @@ type Reader struct {
 	kept   int // bytes of kept arguments so far
 
 	bad   bool
-	usage Usage
+	usage provider.Usage
 	calls []ToolCall
 	byKey map[int]int // stream: provider's index of a call -> calls index
 	// startInput holds an Anthropic tool_use block's initial input until its
@@ -70,20 +64,20 @@ type formatReader interface {
 	event(r *Reader, ev Event) error
 }
 
-// NewReader returns a Reader for responses to requests of format (FormatChat,
-// FormatResponses or FormatAnthropic). Another format yields a Reader that
+// NewReader returns a Reader for responses to requests of format (provider.Chat,
+// provider.Responses or provider.Anthropic). Another format yields a Reader that
 // reads nothing.
-func NewReader(format string, opts Options) *Reader {
+func NewReader(format provider.Format, opts Options) *Reader {
 	if opts.MaxBody <= 0 {
 		opts.MaxBody = DefaultMaxBody
 	}
 	r := &Reader{opts: opts}
 	switch format {
-	case FormatChat:
+	case provider.Chat:
 		r.f = chatReader{}
-	case FormatResponses:
+	case provider.Responses:
 		r.f = responsesReader{}
-	case FormatAnthropic:
+	case provider.Anthropic:
 		r.f = anthropicReader{}
 	default:
 		r.bad = true
@@ -114,10 +108,10 @@ func (r *Reader) Write(p []byte) (int, error) {
 
 // Usage returns the usage the provider reported so far (for a stream, the
 // figures of the events seen; for a body, of the whole body).
-func (r *Reader) Usage() Usage {
+func (r *Reader) Usage() provider.Usage {
 	r.finish()
 	if r.bad {
-		return Usage{}
+		return provider.Usage{}
 	}
 	return r.usage
 }
@@ -142,12 +136,12 @@ func (r *Reader) finish() {
 	}
 	r.parsed = true
 	if r.over || len(r.body) == 0 {
-		r.usage = Usage{}
+		r.usage = provider.Usage{}
 		return
 	}
-	r.usage, r.calls = Usage{}, nil
+	r.usage, r.calls = provider.Usage{}, nil
 	if err := r.f.body(r, r.body); err != nil {
-		r.usage, r.calls = Usage{}, nil
+		r.usage, r.calls = provider.Usage{}, nil
 	}
 }
 

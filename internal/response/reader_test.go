@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 var keepOurs = []string{"token_terminator"}
@@ -16,48 +18,48 @@ func wantCalls(ours, theirs string) []ToolCall {
 
 type readerCase struct {
 	name   string
-	format string
+	format provider.Format
 	stream bool
 	input  string
-	usage  Usage
+	usage  provider.Usage
 	calls  []ToolCall
 }
 
 var readerCases = []readerCase{
-	{"chat body", FormatChat, false, chatBodyFixture,
-		Usage{Input: 1850, Output: 41, CacheRead: 1536, Model: "gpt-4o-2024-08-06", Known: true}, wantCalls("call_tt1", "call_bash")},
-	{"chat stream crlf", FormatChat, true, chatStreamFixture,
-		Usage{Input: 1850, Output: 41, CacheRead: 1536, Model: "gpt-4o", Known: true}, wantCalls("call_tt1", "call_bash")},
-	{"responses body", FormatResponses, false, responsesBodyFixture,
-		Usage{Input: 2100, Output: 77, CacheRead: 1920, Model: "gpt-5", Known: true}, wantCalls("call_tt1", "call_bash")},
-	{"responses stream", FormatResponses, true, responsesStreamFixture,
-		Usage{Input: 2100, Output: 77, CacheRead: 1920, Known: true}, wantCalls("call_tt1", "call_bash")},
-	{"anthropic body", FormatAnthropic, false, anthropicBodyFixture,
-		Usage{Input: 4312, Output: 95, CacheRead: 4000, CacheWrite: 300, Model: "claude-sonnet-4-5", Known: true}, wantCalls("toolu_tt1", "toolu_bash")},
-	{"anthropic stream", FormatAnthropic, true, anthropicStreamFixture,
-		Usage{Input: 4312, Output: 95, CacheRead: 4000, CacheWrite: 300, Model: "claude-sonnet-4-5", Known: true}, wantCalls("toolu_tt1", "toolu_bash")},
-	{"anthropic stream newer message_delta usage", FormatAnthropic, true, strings.Replace(anthropicStreamFixture,
+	{"chat body", provider.Chat, false, chatBodyFixture,
+		provider.Usage{Input: 1850, Output: 41, CacheRead: 1536, Model: "gpt-4o-2024-08-06", Known: true}, wantCalls("call_tt1", "call_bash")},
+	{"chat stream crlf", provider.Chat, true, chatStreamFixture,
+		provider.Usage{Input: 1850, Output: 41, CacheRead: 1536, Model: "gpt-4o", Known: true}, wantCalls("call_tt1", "call_bash")},
+	{"responses body", provider.Responses, false, responsesBodyFixture,
+		provider.Usage{Input: 2100, Output: 77, CacheRead: 1920, Model: "gpt-5", Known: true}, wantCalls("call_tt1", "call_bash")},
+	{"responses stream", provider.Responses, true, responsesStreamFixture,
+		provider.Usage{Input: 2100, Output: 77, CacheRead: 1920, Known: true}, wantCalls("call_tt1", "call_bash")},
+	{"anthropic body", provider.Anthropic, false, anthropicBodyFixture,
+		provider.Usage{Input: 4312, Output: 95, CacheRead: 4000, CacheWrite: 300, Model: "claude-sonnet-4-5", Known: true}, wantCalls("toolu_tt1", "toolu_bash")},
+	{"anthropic stream", provider.Anthropic, true, anthropicStreamFixture,
+		provider.Usage{Input: 4312, Output: 95, CacheRead: 4000, CacheWrite: 300, Model: "claude-sonnet-4-5", Known: true}, wantCalls("toolu_tt1", "toolu_bash")},
+	{"anthropic stream newer message_delta usage", provider.Anthropic, true, strings.Replace(anthropicStreamFixture,
 		`"usage":{"output_tokens":95}`, `"usage":{"input_tokens":12,"cache_creation_input_tokens":300,"cache_read_input_tokens":4100,"output_tokens":95}`, 1),
-		Usage{Input: 4412, Output: 95, CacheRead: 4100, CacheWrite: 300, Model: "claude-sonnet-4-5", Known: true}, wantCalls("toolu_tt1", "toolu_bash")},
-	{"chat stream without usage", FormatChat, true, strings.Replace(chatStreamFixture, `"usage":{"prompt_tokens":1850`, `"usage":null,"x":{"prompt_tokens":1850`, 1),
-		Usage{}, wantCalls("call_tt1", "call_bash")},
-	{"responses stream ending incomplete", FormatResponses, true, strings.Replace(strings.Replace(responsesStreamFixture,
+		provider.Usage{Input: 4412, Output: 95, CacheRead: 4100, CacheWrite: 300, Model: "claude-sonnet-4-5", Known: true}, wantCalls("toolu_tt1", "toolu_bash")},
+	{"chat stream without usage", provider.Chat, true, strings.Replace(chatStreamFixture, `"usage":{"prompt_tokens":1850`, `"usage":null,"x":{"prompt_tokens":1850`, 1),
+		provider.Usage{}, wantCalls("call_tt1", "call_bash")},
+	{"responses stream ending incomplete", provider.Responses, true, strings.Replace(strings.Replace(responsesStreamFixture,
 		"event: response.completed", "event: response.incomplete", 1), `"type":"response.completed"`, `"type":"response.incomplete"`, 1),
-		Usage{Input: 2100, Output: 77, CacheRead: 1920, Known: true}, wantCalls("call_tt1", "call_bash")},
-	{"anthropic body with 1-hour writes", FormatAnthropic, false, `{"type":"message","content":[],"usage":{"input_tokens":7,"cache_creation_input_tokens":500,` +
+		provider.Usage{Input: 2100, Output: 77, CacheRead: 1920, Known: true}, wantCalls("call_tt1", "call_bash")},
+	{"anthropic body with 1-hour writes", provider.Anthropic, false, `{"type":"message","content":[],"usage":{"input_tokens":7,"cache_creation_input_tokens":500,` +
 		`"cache_creation":{"ephemeral_5m_input_tokens":200,"ephemeral_1h_input_tokens":300},"cache_read_input_tokens":0,"output_tokens":3}}`,
-		Usage{Input: 507, Output: 3, CacheWrite: 500, CacheWrite1h: 300, Known: true}, nil},
-	{"anthropic body without cache fields", FormatAnthropic, false, `{"type":"message","content":[{"type":"text","text":"hi"}],"usage":{"input_tokens":7,"output_tokens":3}}`,
-		Usage{Input: 7, Output: 3, Known: true}, nil},
-	{"chat body with two choices", FormatChat, false, `{"choices":[{"index":0,"message":{"tool_calls":[{"id":"a","function":{"name":"bash","arguments":"{}"}}]}},` +
+		provider.Usage{Input: 507, Output: 3, CacheWrite: 500, CacheWrite1h: 300, Known: true}, nil},
+	{"anthropic body without cache fields", provider.Anthropic, false, `{"type":"message","content":[{"type":"text","text":"hi"}],"usage":{"input_tokens":7,"output_tokens":3}}`,
+		provider.Usage{Input: 7, Output: 3, Known: true}, nil},
+	{"chat body with two choices", provider.Chat, false, `{"choices":[{"index":0,"message":{"tool_calls":[{"id":"a","function":{"name":"bash","arguments":"{}"}}]}},` +
 		`{"index":1,"message":{"tool_calls":[{"id":"b","function":{"name":"token_terminator","arguments":"{}"}}]}}],"usage":{"prompt_tokens":1,"completion_tokens":2}}`,
-		Usage{Input: 1, Output: 2, Known: true}, []ToolCall{{ID: "a", Name: "bash"}, {ID: "b", Name: "token_terminator", Arguments: []byte("{}")}}},
-	{"not json", FormatChat, false, `<html>502 Bad Gateway</html>`, Usage{}, nil},
-	{"error body", FormatAnthropic, false, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`, Usage{}, nil},
-	{"trailing garbage", FormatResponses, false, responsesBodyFixture + `x`, Usage{}, nil},
-	{"unknown format", "gemini", false, chatBodyFixture, Usage{}, nil},
-	{"broken event stops the parse", FormatAnthropic, true, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\nevent: content_block_delta\ndata: {nope\n\n" + anthropicStreamFixture,
-		Usage{}, nil},
+		provider.Usage{Input: 1, Output: 2, Known: true}, []ToolCall{{ID: "a", Name: "bash"}, {ID: "b", Name: "token_terminator", Arguments: []byte("{}")}}},
+	{"not json", provider.Chat, false, `<html>502 Bad Gateway</html>`, provider.Usage{}, nil},
+	{"error body", provider.Anthropic, false, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`, provider.Usage{}, nil},
+	{"trailing garbage", provider.Responses, false, responsesBodyFixture + `x`, provider.Usage{}, nil},
+	{"unknown format", "gemini", false, chatBodyFixture, provider.Usage{}, nil},
+	{"broken event stops the parse", provider.Anthropic, true, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\nevent: content_block_delta\ndata: {nope\n\n" + anthropicStreamFixture,
+		provider.Usage{}, nil},
 }
 
 func read(c readerCase, chunks ...string) *Reader {
@@ -99,19 +101,19 @@ func TestReader(t *testing.T) {
 }
 
 func TestReaderBounds(t *testing.T) {
-	r := NewReader(FormatChat, Options{MaxBody: 100})
+	r := NewReader(provider.Chat, Options{MaxBody: 100})
 	r.Write([]byte(chatBodyFixture))
 	if u := r.Usage(); u.Known {
 		t.Fatalf("a body over MaxBody must not be read, got %+v", u)
 	}
 	// Kept arguments of a stream count against MaxBody too.
-	r = NewReader(FormatAnthropic, Options{Stream: true, Keep: keepOurs, MaxBody: 40})
+	r = NewReader(provider.Anthropic, Options{Stream: true, Keep: keepOurs, MaxBody: 40})
 	r.Write([]byte(anthropicStreamFixture))
 	if u := r.Usage(); u.Known {
 		t.Fatalf("arguments over MaxBody must stop the parse, got %+v", u)
 	}
 	// Without Keep nothing is kept, so the same bound is not reached.
-	r = NewReader(FormatAnthropic, Options{Stream: true, MaxBody: 40})
+	r = NewReader(provider.Anthropic, Options{Stream: true, MaxBody: 40})
 	r.Write([]byte(anthropicStreamFixture))
 	if u := r.Usage(); !u.Known || len(r.ToolCalls()) != 2 || r.ToolCalls()[0].Arguments != nil {
 		t.Fatalf("unkept calls: usage %+v calls %q", u, r.ToolCalls())
@@ -121,9 +123,9 @@ func TestReaderBounds(t *testing.T) {
 func TestReaderUsageWhileStreaming(t *testing.T) {
 	// message_start's input figures are known before the stream ends.
 	i := strings.Index(anthropicStreamFixture, "event: content_block_start")
-	r := NewReader(FormatAnthropic, Options{Stream: true})
+	r := NewReader(provider.Anthropic, Options{Stream: true})
 	r.Write([]byte(anthropicStreamFixture[:i]))
-	want := Usage{Input: 4312, Output: 1, CacheRead: 4000, CacheWrite: 300, Model: "claude-sonnet-4-5", Known: true}
+	want := provider.Usage{Input: 4312, Output: 1, CacheRead: 4000, CacheWrite: 300, Model: "claude-sonnet-4-5", Known: true}
 	if u := r.Usage(); u != want {
 		t.Fatalf("usage %+v, want %+v", u, want)
 	}
@@ -133,7 +135,7 @@ func FuzzReader(f *testing.F) {
 	for i, c := range readerCases {
 		f.Add(uint8(i), c.input, uint16(len(c.input)/2))
 	}
-	formats := []string{FormatChat, FormatResponses, FormatAnthropic}
+	formats := []provider.Format{provider.Chat, provider.Responses, provider.Anthropic}
 	f.Fuzz(func(t *testing.T, sel uint8, input string, cut uint16) {
 		c := readerCase{format: formats[int(sel)%3], stream: sel&4 != 0, input: input}
 		whole := read(c, input)

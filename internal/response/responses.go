@@ -1,5 +1,7 @@
 package response
 
+import "github.com/tokenterminator/caddy-token-terminator/internal/provider"
+
 // OpenAI Responses: a body's output[] items of type function_call and its
 // usage; in a stream, each response.output_item.done event carries a whole
 // item and response.completed (or .incomplete / .failed) the final response
@@ -33,8 +35,8 @@ type responsesEvent struct {
 	Response *responsesBody `json:"response"`
 }
 
-func (u *responsesUsage) usage() Usage {
-	out := Usage{Input: u.InputTokens, Output: u.OutputTokens, Known: true}
+func (u *responsesUsage) usage() provider.Usage {
+	out := provider.Usage{Input: u.InputTokens, Output: u.OutputTokens, Known: true}
 	if u.InputTokensDetails != nil {
 		out.CacheRead = u.InputTokensDetails.CachedTokens
 	}

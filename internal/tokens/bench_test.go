@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
@@ -57,7 +57,7 @@ func benchCountWarm1MB(b *testing.B, hinted bool) {
 	}
 	ctx := context.Background()
 	prev := chatBody("gpt-4o", w.hist) // the previous request: history only
-	count := func(body []byte) compiler.TokenCount {
+	count := func(body []byte) artifact.TokenCount {
 		if hinted {
 			return c.CountHinted(ctx, "gpt-4o", body, messageStarts(body))
 		}

@@ -1,6 +1,7 @@
 package tokens
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -8,15 +9,16 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
-// Statuses of a compiler.TokenCount.
+// Statuses of a artifact.TokenCount.
 const (
-	StatusExact    = compiler.TokensExact
-	StatusEstimate = compiler.TokensEstimate
-	StatusNone     = compiler.TokensNone
-	StatusBudget   = compiler.TokensBudget
+	StatusExact    = artifact.TokensExact
+	StatusEstimate = artifact.TokensEstimate
+	StatusNone     = artifact.TokensNone
+	StatusBudget   = artifact.TokensBudget
 )
 
 // Defaults of Config.
@@ -61,22 +63,20 @@ type state struct {
 	inflight map[key]*flight // pieces being counted
 }
 
-var (
-	_ compiler.TokenCounter  = (*Counter)(nil)
-	_ compiler.HintedCounter = (*Counter)(nil)
-	_ compiler.HeldCounter   = (*Counter)(nil)
-)
-
 // New returns a Counter for cfg.
 func New(cfg Config) (*Counter, error) {
 	c := &Counter{budget: cfg.Budget, state: &state{inflight: map[key]*flight{}, backlogMax: maxBacklog}}
-	switch t := strings.ToLower(strings.TrimSpace(cfg.Tokenizer)); t {
-	case "", "auto":
+	t := cmp.Or(strings.ToLower(strings.TrimSpace(cfg.Tokenizer)), "auto")
+	if !provider.KnownTokenizer(t) {
+		return nil, fmt.Errorf("tokens: unknown tokenizer %q (want %s)", cfg.Tokenizer, provider.TokenizerChoices)
+	}
+	switch t {
+	case "auto":
 	case "off":
 		c.off = true
 	default:
 		if c.fixed = encodingNamed(t); c.fixed == nil {
-			return nil, fmt.Errorf("tokens: unknown tokenizer %q (want auto, o200k_base, cl100k_base or off)", cfg.Tokenizer)
+			return nil, fmt.Errorf("tokens: no encoding %q", t)
 		}
 	}
 	if cfg.Budget < 0 || cfg.CacheBytes < 0 {
@@ -124,52 +124,34 @@ func (c *Counter) WithBudget(budget time.Duration) (*Counter, error) {
 	return &d, nil
 }
 
-// EncodingFor returns the encoding of model's own tokenizer, "" if none is
-// known. A "provider/" prefix is ignored ("openai/gpt-4o" is gpt-4o).
-func EncodingFor(model string) string {
-	m := strings.ToLower(strings.TrimSpace(model))
-	m = m[strings.LastIndexByte(m, '/')+1:]
-	for _, p := range []string{"gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4"} {
-		if strings.HasPrefix(m, p) {
-			return "o200k_base"
-		}
-	}
-	for _, p := range []string{"gpt-4", "gpt-3.5"} {
-		if strings.HasPrefix(m, p) {
-			return "cl100k_base"
-		}
-	}
-	return ""
-}
-
 // Count counts the tokens of body as the tokenizer for model sees it. It
 // returns within the budget (or when ctx is done) with Status "budget" if
 // counting has not finished; the unfinished work stops there (the pieces
 // being counted finish), and what was counted stays cached, so a resent
 // body goes on from there.
-func (c *Counter) Count(ctx context.Context, model string, body []byte) compiler.TokenCount {
+func (c *Counter) Count(ctx context.Context, model string, body []byte) artifact.TokenCount {
 	return c.CountHinted(ctx, model, body, nil)
 }
 
 // CountHinted is Count with hints: ascending offsets of body where its
-// messages start (compiler.HintedCounter). A resent message is then one
+// messages start (the compiler's HintedCounter). A resent message is then one
 // lookup; the count is the same whatever the hints (hints.go).
-func (c *Counter) CountHinted(ctx context.Context, model string, body []byte, hints []int) compiler.TokenCount {
+func (c *Counter) CountHinted(ctx context.Context, model string, body []byte, hints []int) artifact.TokenCount {
 	return c.CountHeld(ctx, model, body, hints, nil)
 }
 
 // CountHeld is CountHinted that reads body after it returns, for work it
 // left past the budget, under hold instead of from a copy
-// (compiler.HeldCounter); nil hold: a copy.
-func (c *Counter) CountHeld(ctx context.Context, model string, body []byte, hints []int, hold compiler.Hold) compiler.TokenCount {
+// (the compiler's HeldCounter); nil hold: a copy.
+func (c *Counter) CountHeld(ctx context.Context, model string, body []byte, hints []int, hold artifact.Hold) artifact.TokenCount {
 	if c.off {
-		return compiler.TokenCount{Status: StatusNone}
+		return artifact.TokenCount{Status: StatusNone}
 	}
-	own := EncodingFor(model)
+	own := provider.EncodingOf(model)
 	enc := c.fixed
 	if enc == nil {
 		if enc = encodingNamed(own); enc == nil {
-			return compiler.TokenCount{Status: StatusNone}
+			return artifact.TokenCount{Status: StatusNone}
 		}
 	}
 	// Stop waiting budget/8 early: when every P is tokenizing, the timer's
@@ -182,12 +164,12 @@ func (c *Counter) CountHeld(ctx context.Context, model string, body []byte, hint
 	}
 	n, ok := c.count(ctx, enc, body, hints, hold, deadline)
 	if !ok {
-		return compiler.TokenCount{Encoding: enc.name, Status: StatusBudget}
+		return artifact.TokenCount{Encoding: enc.name, Status: StatusBudget}
 	}
 	if enc.name == own {
-		return compiler.TokenCount{N: n, Encoding: enc.name, Exact: true, Status: StatusExact}
+		return artifact.TokenCount{N: n, Encoding: enc.name, Exact: true, Status: StatusExact}
 	}
-	return compiler.TokenCount{N: n, Encoding: enc.name, Status: StatusEstimate}
+	return artifact.TokenCount{N: n, Encoding: enc.name, Status: StatusEstimate}
 }
 
 // segMiss is a segment that was not cached whole: its count is the cached
@@ -206,7 +188,7 @@ type segMiss struct {
 // sizeable part of the work, and they overlap the counting instead of
 // coming first.
 // hold, if not nil, lets the workers read body after count returns (job).
-func (c *Counter) count(ctx context.Context, enc *encoding, body []byte, hints []int, hold compiler.Hold, deadline time.Time) (int, bool) {
+func (c *Counter) count(ctx context.Context, enc *encoding, body []byte, hints []int, hold artifact.Hold, deadline time.Time) (int, bool) {
 	t := &tally{c: c, enc: enc, body: body, hold: hold}
 	finished := false
 	defer func() {
@@ -254,7 +236,7 @@ type tally struct {
 	c     *Counter
 	enc   *encoding
 	body  []byte
-	hold  compiler.Hold
+	hold  artifact.Hold
 	total int
 
 	waits      []*flight       // missing pieces in body order, repeats included

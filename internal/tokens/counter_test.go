@@ -12,7 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 func TestEncodingFor(t *testing.T) {
@@ -27,8 +28,8 @@ func TestEncodingFor(t *testing.T) {
 		"kimi-k2-instruct-0905": "", "accounts/fireworks/models/qwen3-coder-480b": "", "llama-3-70b": "",
 		"o2": "", "gpt-3": "", "text-davinci-003": "", "openai/": "", "gpt-4o/other": "",
 	} {
-		if got := EncodingFor(model); got != want {
-			t.Errorf("EncodingFor(%q) = %q, want %q", model, got, want)
+		if got := provider.EncodingOf(model); got != want {
+			t.Errorf("provider.EncodingOf(%q) = %q, want %q", model, got, want)
 		}
 	}
 }
@@ -66,19 +67,19 @@ func TestStatuses(t *testing.T) {
 	o200k, cl100k := direct(t, "o200k_base", string(body)), direct(t, "cl100k_base", string(body))
 	for _, c := range []struct {
 		tokenizer, model string
-		want             compiler.TokenCount
+		want             artifact.TokenCount
 	}{
-		{"auto", "gpt-4o", compiler.TokenCount{N: o200k, Encoding: "o200k_base", Exact: true, Status: "exact"}},
-		{"auto", "openai/gpt-5", compiler.TokenCount{N: o200k, Encoding: "o200k_base", Exact: true, Status: "exact"}},
-		{"auto", "gpt-3.5-turbo", compiler.TokenCount{N: cl100k, Encoding: "cl100k_base", Exact: true, Status: "exact"}},
-		{"auto", "claude-sonnet-4", compiler.TokenCount{Status: "none"}},
-		{"auto", "", compiler.TokenCount{Status: "none"}},
-		{"o200k_base", "gpt-4o", compiler.TokenCount{N: o200k, Encoding: "o200k_base", Exact: true, Status: "exact"}},
-		{"o200k_base", "gpt-4", compiler.TokenCount{N: o200k, Encoding: "o200k_base", Status: "estimate"}},
-		{"o200k_base", "claude-sonnet-4", compiler.TokenCount{N: o200k, Encoding: "o200k_base", Status: "estimate"}},
-		{"cl100k_base", "azure/gpt-4-turbo", compiler.TokenCount{N: cl100k, Encoding: "cl100k_base", Exact: true, Status: "exact"}},
-		{"cl100k_base", "gpt-4o", compiler.TokenCount{N: cl100k, Encoding: "cl100k_base", Status: "estimate"}},
-		{"off", "gpt-4o", compiler.TokenCount{Status: "none"}},
+		{"auto", "gpt-4o", artifact.TokenCount{N: o200k, Encoding: "o200k_base", Exact: true, Status: "exact"}},
+		{"auto", "openai/gpt-5", artifact.TokenCount{N: o200k, Encoding: "o200k_base", Exact: true, Status: "exact"}},
+		{"auto", "gpt-3.5-turbo", artifact.TokenCount{N: cl100k, Encoding: "cl100k_base", Exact: true, Status: "exact"}},
+		{"auto", "claude-sonnet-4", artifact.TokenCount{Status: "none"}},
+		{"auto", "", artifact.TokenCount{Status: "none"}},
+		{"o200k_base", "gpt-4o", artifact.TokenCount{N: o200k, Encoding: "o200k_base", Exact: true, Status: "exact"}},
+		{"o200k_base", "gpt-4", artifact.TokenCount{N: o200k, Encoding: "o200k_base", Status: "estimate"}},
+		{"o200k_base", "claude-sonnet-4", artifact.TokenCount{N: o200k, Encoding: "o200k_base", Status: "estimate"}},
+		{"cl100k_base", "azure/gpt-4-turbo", artifact.TokenCount{N: cl100k, Encoding: "cl100k_base", Exact: true, Status: "exact"}},
+		{"cl100k_base", "gpt-4o", artifact.TokenCount{N: cl100k, Encoding: "cl100k_base", Status: "estimate"}},
+		{"off", "gpt-4o", artifact.TokenCount{Status: "none"}},
 	} {
 		got := newCounter(t, c.tokenizer).Count(context.Background(), c.model, body)
 		if got != c.want {

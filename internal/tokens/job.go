@@ -4,7 +4,7 @@ import (
 	"runtime"
 	"sync"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // job tokenizes the pieces one request found neither cached nor in flight.
@@ -17,7 +17,7 @@ import (
 // in the cache, so a resent body starts from there.
 //
 // So a worker may read a piece after the count returned, when the caller
-// may reuse the body. The job either holds the body (compiler.Hold: the
+// may reuse the body. The job either holds the body (artifact.Hold: the
 // gateway's pooled body buffer stays out of reuse until the last worker is
 // done, and an immutable body costs nothing) or copies every piece it
 // queues. Copying a large cold body costs milliseconds, most of them
@@ -26,7 +26,7 @@ type job struct {
 	c    *Counter
 	enc  *encoding
 	body []byte
-	hold compiler.Hold
+	hold artifact.Hold
 	// bytes queued so far (the caller's only): counted in the backlog
 	// until tokenized
 	bytes  int64
@@ -47,7 +47,7 @@ type job struct {
 	release func()
 }
 
-func newJob(c *Counter, enc *encoding, body []byte, hold compiler.Hold) *job {
+func newJob(c *Counter, enc *encoding, body []byte, hold artifact.Hold) *job {
 	j := &job{c: c, enc: enc, body: body, hold: hold, procs: runtime.GOMAXPROCS(0)}
 	j.more.L = &j.mu
 	return j

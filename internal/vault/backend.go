@@ -3,19 +3,19 @@ package vault
 import (
 	"context"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // Backend is a vault the gateway can run on: the compiler's Store plus what
 // the gateway itself needs around it. Every backend (Badger here, Redis for
 // a fleet) implements it and passes the same conformance suite.
 type Backend interface {
-	compiler.Store
+	artifact.Store
 	// Get returns tenant's artifact d exactly as stored (Text, Raw, Chars;
 	// Tool when the backend keeps it), for recovery and tests. It is not a
 	// sighting: it neither extends retention nor counts as a use. A record
 	// that fails its checksum or digest is an error, never returned.
-	Get(ctx context.Context, tenant string, d compiler.Digest) (compiler.Artifact, bool, error)
+	Get(ctx context.Context, tenant string, d artifact.Digest) (artifact.Artifact, bool, error)
 	// TenantKey returns the backend's persistent random tenant key (32
 	// bytes), creating it on first call. Gateways that share a backend
 	// share the key, so they compute the same tenants; an operator's

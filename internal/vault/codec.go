@@ -12,7 +12,7 @@ import (
 
 	"github.com/klauspost/compress/s2"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // Values are a version byte followed by varint-prefixed fields: compact,
@@ -21,12 +21,12 @@ const codecV1 = 1
 
 var errCodec = errors.New("vault: corrupt record")
 
-func artKey(tenant string, d compiler.Digest) []byte  { return digestKey("a/", tenant, d) }
-func metaKey(tenant string, d compiler.Digest) []byte { return digestKey("m/", tenant, d) }
+func ArtKey(tenant string, d artifact.Digest) []byte  { return digestKey("a/", tenant, d) }
+func MetaKey(tenant string, d artifact.Digest) []byte { return digestKey("m/", tenant, d) }
 
 // digestKey builds prefix + tenant + "/" + hex(d). The digest has a fixed
 // length at the end, so any tenant string yields an unambiguous key.
-func digestKey(prefix, tenant string, d compiler.Digest) []byte {
+func digestKey(prefix, tenant string, d artifact.Digest) []byte {
 	k := make([]byte, 0, len(prefix)+len(tenant)+1+2*len(d))
 	k = append(k, prefix...)
 	k = append(k, tenant...)
@@ -34,8 +34,8 @@ func digestKey(prefix, tenant string, d compiler.Digest) []byte {
 	return hex.AppendEncode(k, d[:])
 }
 
-// scopePrefix is "l/<scope key>/": lineage is private to tenant and session.
-func scopePrefix(sc compiler.Scope) []byte {
+// ScopePrefix is "l/<scope key>/": lineage is private to tenant and session.
+func ScopePrefix(sc artifact.Scope) []byte {
 	h := sha256.Sum256([]byte(sc.Tenant + "\x00" + sc.Session))
 	k := make([]byte, 0, 2+32+1+64)
 	k = append(k, "l/"...)
@@ -43,9 +43,9 @@ func scopePrefix(sc compiler.Scope) []byte {
 	return append(k, '/')
 }
 
-// meta is the small per-artifact record read by eviction and size scans.
-type meta struct {
-	Digest    compiler.Digest
+// Meta is the small per-artifact record read by eviction and size scans.
+type Meta struct {
+	Digest    artifact.Digest
 	Chars     int
 	TextBytes int
 	RawBytes  int
@@ -53,9 +53,9 @@ type meta struct {
 	LastSeen  int64 // unix nanoseconds
 }
 
-func (m *meta) size() int64 { return int64(m.TextBytes) + int64(m.RawBytes) }
+func (m *Meta) Size() int64 { return int64(m.TextBytes) + int64(m.RawBytes) }
 
-func (m *meta) encode() []byte {
+func (m *Meta) Encode() []byte {
 	b := make([]byte, 0, 1+32+4*binary.MaxVarintLen64)
 	b = append(b, codecV1)
 	b = append(b, m.Digest[:]...)
@@ -66,7 +66,7 @@ func (m *meta) encode() []byte {
 	return binary.AppendVarint(b, m.LastSeen)
 }
 
-func (m *meta) decode(b []byte) error {
+func (m *Meta) Decode(b []byte) error {
 	r := reader{b: b}
 	if r.byte() != codecV1 {
 		return errCodec
@@ -100,11 +100,11 @@ const contentV3 = 0x11
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// encodeContent returns the stored form of a's content (v3 when Raw decodes
+// EncodeContent returns the stored form of a's content (v3 when Raw decodes
 // to Text, else v2), sized exactly: the plain fields and the compressor's
 // worst-case output are pooled scratch, so writing an artifact allocates
 // only what is kept (about a third of its text), not twice its size.
-func encodeContent(a *compiler.Artifact) []byte {
+func EncodeContent(a *artifact.Artifact) []byte {
 	pp := encodeScratch.Get().(*[]byte)
 	version := byte(contentV2)
 	plain, ok := unquoteJSON(*pp, a.Raw)
@@ -138,15 +138,15 @@ func encodeContent(a *compiler.Artifact) []byte {
 // max_artifact_chars (2 MB by default), so a pooled buffer stays bounded.
 var encodeScratch = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
 
-// content is the plain fields of stored content. In a v3 record text is
+// Content is the plain fields of stored content. In a v3 record text is
 // decoded from raw (a fresh buffer); otherwise every field aliases the
 // decompressed block.
-type content struct{ text, raw, tool, args []byte }
+type Content struct{ Text, Raw, Tool, Args []byte }
 
-// contentFields decodes stored content (v1, v2 or v3) and checks its CRC.
-func contentFields(b []byte) (content, error) {
+// ContentFields decodes stored content (v1, v2 or v3) and checks its CRC.
+func ContentFields(b []byte) (Content, error) {
 	if len(b) == 0 {
-		return content{}, errCodec
+		return Content{}, errCodec
 	}
 	var r reader
 	switch b[0] {
@@ -154,82 +154,85 @@ func contentFields(b []byte) (content, error) {
 		r.b = b[1:]
 	case contentV2, contentV3:
 		if len(b) < 5 {
-			return content{}, errCodec
+			return Content{}, errCodec
 		}
 		plain, err := s2.Decode(nil, b[5:])
 		if err != nil || crc32.Checksum(plain, castagnoli) != binary.LittleEndian.Uint32(b[1:5]) {
-			return content{}, errCodec
+			return Content{}, errCodec
 		}
 		r.b = plain
 	default:
-		return content{}, errCodec
+		return Content{}, errCodec
 	}
-	var c content
+	var c Content
 	if b[0] != contentV3 {
-		c.text = r.field()
+		c.Text = r.field()
 	}
-	c.raw, c.tool, c.args = r.field(), r.field(), r.field()
+	c.Raw, c.Tool, c.Args = r.field(), r.field(), r.field()
 	if err := r.done(); err != nil {
-		return content{}, err
+		return Content{}, err
 	}
 	if b[0] == contentV3 {
-		text, ok := unquoteJSON(nil, c.raw)
+		text, ok := unquoteJSON(nil, c.Raw)
 		if !ok {
-			return content{}, errCodec
+			return Content{}, errCodec
 		}
-		c.text = text
+		c.Text = text
 	}
 	return c, nil
 }
 
-func decodeContent(b []byte, a *compiler.Artifact) error {
-	c, err := contentFields(b)
+// DecodeContent fills a's Text, Raw, Tool and Args from stored content. A
+// record that fails its checksum is an error.
+func DecodeContent(b []byte, a *artifact.Artifact) error {
+	c, err := ContentFields(b)
 	if err != nil {
 		return err
 	}
-	a.Text = string(c.text)
-	a.Raw = bytes.Clone(c.raw)
-	a.Tool = string(c.tool)
-	a.Args = string(c.args)
+	a.Text = string(c.Text)
+	a.Raw = bytes.Clone(c.Raw)
+	a.Tool = string(c.Tool)
+	a.Args = string(c.Args)
 	return nil
 }
 
-func sameContent(b []byte, a *compiler.Artifact) bool {
-	c, err := contentFields(b)
+// SameContent reports whether stored content b holds exactly a's fields.
+func SameContent(b []byte, a *artifact.Artifact) bool {
+	c, err := ContentFields(b)
 	return err == nil &&
-		string(c.text) == a.Text &&
-		bytes.Equal(c.raw, a.Raw) &&
-		string(c.tool) == a.Tool &&
-		string(c.args) == a.Args
+		string(c.Text) == a.Text &&
+		bytes.Equal(c.Raw, a.Raw) &&
+		string(c.Tool) == a.Tool &&
+		string(c.Args) == a.Args
 }
 
 // node is a stored lineage record. A v1 node holds the cumulative exposures
 // of its request. A v2 node (nodeV2) holds only the exposures that differ
 // from those of its base, an ancestor (see lineage.go); Depth 0 and no base
 // mean the exposures are complete, as in v1.
-type node struct {
+type Node struct {
 	Length    int
-	Parent    compiler.Digest
+	Parent    artifact.Digest
 	HasParent bool
 	Time      int64
 	Depth     int // recorded ancestors along the lineage (v2)
-	Base      compiler.Digest
+	Base      artifact.Digest
 	HasBase   bool
 	// Exposures is cumulative without a base; with one it is the delta,
-	// where deletedExposure marks an artifact the base has and this node
+	// where DeletedExposure marks an artifact the base has and this node
 	// does not.
-	Exposures map[compiler.Digest]int
+	Exposures map[artifact.Digest]int
 	Cache     []byte // the compiler's cache state; optional trailing field
 }
 
 // nodeV2 marks a lineage node stored as a delta against its base.
 const nodeV2 = 2
 
-// deletedExposure marks, in a delta, an exposure removed relative to the
+// DeletedExposure marks, in a delta, an exposure removed relative to the
 // base (counts are never negative otherwise).
-const deletedExposure = -1
+const DeletedExposure = -1
 
-func appendOptDigest(b []byte, ok bool, d compiler.Digest) []byte {
+func appendOptDigest(b []byte, ok bool, d artifact.Digest) []byte {
 	if !ok {
 		return append(b, 0)
 	}
@@ -237,12 +240,12 @@ func appendOptDigest(b []byte, ok bool, d compiler.Digest) []byte {
 	return append(b, d[:]...)
 }
 
-func (n *node) encode() []byte {
-	keys := make([]compiler.Digest, 0, len(n.Exposures))
+func (n *Node) Encode() []byte {
+	keys := make([]artifact.Digest, 0, len(n.Exposures))
 	for d := range n.Exposures {
 		keys = append(keys, d)
 	}
-	slices.SortFunc(keys, func(a, b compiler.Digest) int { return bytes.Compare(a[:], b[:]) })
+	slices.SortFunc(keys, func(a, b artifact.Digest) int { return bytes.Compare(a[:], b[:]) })
 	b := make([]byte, 0, 1+4*binary.MaxVarintLen64+66+len(keys)*(32+binary.MaxVarintLen64))
 	b = append(b, nodeV2)
 	b = binary.AppendUvarint(b, uint64(n.Length))
@@ -262,7 +265,7 @@ func (n *node) encode() []byte {
 	return b
 }
 
-func (n *node) decode(b []byte) error {
+func (n *Node) Decode(b []byte) error {
 	r := reader{b: b}
 	v := r.byte()
 	if v != codecV1 && v != nodeV2 {
@@ -273,7 +276,7 @@ func (n *node) decode(b []byte) error {
 		copy(n.Parent[:], r.bytes(32))
 	}
 	n.Time = r.varint()
-	n.Depth, n.HasBase, n.Base = 0, false, compiler.Digest{}
+	n.Depth, n.HasBase, n.Base = 0, false, artifact.Digest{}
 	if v == nodeV2 {
 		n.Depth = int(r.uvarint())
 		if n.HasBase = r.byte() == 1; n.HasBase {
@@ -284,9 +287,9 @@ func (n *node) decode(b []byte) error {
 	if cnt > uint64(len(b))/33 { // each entry takes at least 33 bytes
 		return errCodec
 	}
-	n.Exposures = make(map[compiler.Digest]int, cnt)
+	n.Exposures = make(map[artifact.Digest]int, cnt)
 	for range cnt {
-		var d compiler.Digest
+		var d artifact.Digest
 		copy(d[:], r.bytes(32))
 		n.Exposures[d] = int(r.varint())
 	}
@@ -373,6 +376,36 @@ func (r *reader) field() []byte {
 func (r *reader) done() error {
 	if r.bad || len(r.b) != 0 {
 		return errCodec
+	}
+	return nil
+}
+
+// EncodeNode returns the stored form of rec's lineage node (exposures and
+// cache state), recorded at unixNano.
+func EncodeNode(rec artifact.Record, unixNano int64) []byte {
+	n := Node{Length: rec.Length, Parent: rec.Parent, HasParent: rec.HasParent, Time: unixNano, Exposures: rec.Exposures, Cache: rec.Cache}
+	return n.Encode()
+}
+
+// DecodeNode returns what Ancestor reports of a stored lineage node: its
+// cumulative exposures and the compiler's cache state (nil when none).
+func DecodeNode(b []byte) (exposures map[artifact.Digest]int, cache []byte, err error) {
+	var n Node
+	if err := n.Decode(b); err != nil {
+		return nil, nil, err
+	}
+	return n.Exposures, n.Cache, nil
+}
+
+// CheckContent reports whether stored content decodes, passes its CRC and
+// is the artifact d (NamesStored).
+func CheckContent(v []byte, d artifact.Digest) error {
+	c, err := ContentFields(v)
+	if err != nil {
+		return err
+	}
+	if !NamesStored(d, c.Text, c.Raw) {
+		return ErrDigest
 	}
 	return nil
 }

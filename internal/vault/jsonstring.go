@@ -11,11 +11,11 @@ import (
 // storage, when it is large enough) and reports whether raw is one the v3
 // content codec accepts: quoted, with well-formed escapes and no lone
 // surrogate (a lone \uD800 would decode to U+FFFD, which does not say what
-// was written). It is the single decoder of contentV3: encodeContent keeps
-// Text implicit only when this returns it exactly, and contentFields derives
+// was written). It is the single decoder of contentV3: EncodeContent keeps
+// Text implicit only when this returns it exactly, and ContentFields derives
 // Text with it, so a record reads back as written whatever the corner cases
-// are. (A variant comparing in place, without writing, measured no faster:
-// the runs between escapes are short.)
+// are. It writes rather than compares in place: the runs between escapes
+// are short, so comparing would not be cheaper.
 //
 // It does not validate what a JSON parser would (unescaped control
 // characters, UTF-8): that is not needed for the round trip, and skipping it

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
 )
 
@@ -72,20 +72,20 @@ func TestContentV3(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a := compiler.Artifact{Text: tt.text, Raw: []byte(tt.raw), Tool: "bash", Args: `{"cmd":"ls"}`}
-			a.Digest = compiler.ArtifactDigest(a.Text, a.Raw)
-			b := encodeContent(&a)
+			a := artifact.Artifact{Text: tt.text, Raw: []byte(tt.raw), Tool: "bash", Args: `{"cmd":"ls"}`}
+			a.Digest = artifact.DigestOf(a.Text, a.Raw)
+			b := EncodeContent(&a)
 			if b[0] != tt.want {
 				t.Fatalf("stored as version %#x, want %#x", b[0], tt.want)
 			}
-			var got compiler.Artifact
-			if err := decodeContent(b, &got); err != nil || got.Text != a.Text || !bytes.Equal(got.Raw, a.Raw) || got.Tool != a.Tool || got.Args != a.Args {
+			var got artifact.Artifact
+			if err := DecodeContent(b, &got); err != nil || got.Text != a.Text || !bytes.Equal(got.Raw, a.Raw) || got.Tool != a.Tool || got.Args != a.Args {
 				t.Fatalf("round trip = %+v, %v", got, err)
 			}
-			if !sameContent(b, &a) {
+			if !SameContent(b, &a) {
 				t.Fatal("sameContent is false for its own encoding")
 			}
-			if err := checkContent(b, a.Digest); err != nil {
+			if err := CheckContent(b, a.Digest); err != nil {
 				t.Fatalf("checkContent: %v", err)
 			}
 		})
@@ -104,8 +104,8 @@ func mustJSON(s string) string {
 // v2 stored both near copies (the reason for v3).
 func TestContentV3Smaller(t *testing.T) {
 	a := mkArt(strings.Repeat("    12\tdef value(self): return \"q\" # héllo\n", 500))
-	v3 := encodeContent(&a)
-	v2 := encodeContent(&compiler.Artifact{Text: a.Text, Raw: append([]byte(" "), a.Raw...), Tool: a.Tool, Args: a.Args})
+	v3 := EncodeContent(&a)
+	v2 := EncodeContent(&artifact.Artifact{Text: a.Text, Raw: append([]byte(" "), a.Raw...), Tool: a.Tool, Args: a.Args})
 	if v3[0] != contentV3 || v2[0] != contentV2 {
 		t.Fatalf("versions %#x, %#x", v3[0], v2[0])
 	}
@@ -145,10 +145,24 @@ func FuzzContentRoundTrip(f *testing.F) {
 	f.Add("\ufffd", []byte(`"\ud800"`))
 	f.Add("x", []byte(`["x"]`))
 	f.Fuzz(func(t *testing.T, text string, raw []byte) {
-		a := compiler.Artifact{Text: text, Raw: raw, Tool: "t", Args: "{}"}
-		var got compiler.Artifact
-		if err := decodeContent(encodeContent(&a), &got); err != nil || got.Text != a.Text || !bytes.Equal(got.Raw, a.Raw) || got.Tool != a.Tool || got.Args != a.Args {
+		a := artifact.Artifact{Text: text, Raw: raw, Tool: "t", Args: "{}"}
+		var got artifact.Artifact
+		if err := DecodeContent(EncodeContent(&a), &got); err != nil || got.Text != a.Text || !bytes.Equal(got.Raw, a.Raw) || got.Tool != a.Tool || got.Args != a.Args {
 			t.Fatalf("round trip of %q / %q = %+v, %v", text, raw, got, err)
 		}
 	})
+}
+
+// mkArt is a tool result artifact of text, as the Badger store's tests
+// make one.
+func mkArt(text string) artifact.Artifact {
+	raw, _ := json.Marshal(text)
+	return artifact.Artifact{
+		Digest: artifact.DigestOf(text, raw),
+		Text:   text,
+		Raw:    raw,
+		Tool:   "read_file",
+		Args:   `{"path":"/etc/hosts"}`,
+		Chars:  utf8.RuneCountInString(text),
+	}
 }

@@ -1,186 +1,36 @@
 package vault
 
 import (
-	"bytes"
-	"cmp"
 	"context"
-	"encoding/hex"
-	"fmt"
-	"slices"
 	"strings"
-
-	"github.com/dgraph-io/badger/v4"
-
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 )
 
-// Recovery reads the vault by public artifact id and by search; neither is
-// a sighting (retention and eviction are not affected), and both see only
-// the caller's tenant.
+// The rules of Resolve and Search that every backend follows, so each
+// answers recovery exactly as the others do.
 
-// maxSearchScan bounds the artifact records one Search considers (the
+// SearchScanLimit bounds the artifact records one Search considers (the
 // tenant's newest), so a search costs at most this many small metadata
 // reads and content decodes whatever the vault holds.
-const maxSearchScan = 20000
+const SearchScanLimit = 20000
 
-// Resolve returns the digest of tenant's artifact whose public id
-// (compiler.ArtifactID: "a_" and the first 32 hex digits of the digest) is
-// id. A malformed id, or one of no artifact of tenant, is not found. The
-// lookup is one prefix seek: metadata keys end in the full hex digest.
-func (s *Store) Resolve(ctx context.Context, tenant, id string) (compiler.Digest, bool, error) {
-	var d compiler.Digest
-	prefix, ok := idHex(id)
-	if !ok {
-		return d, false, nil
-	}
-	release, err := s.enter()
-	if err != nil {
-		return d, false, err
-	}
-	defer release()
-	if err := ctx.Err(); err != nil {
-		return d, false, err
-	}
-	base := tenantMetaPrefix(tenant)
-	seek := append(bytes.Clone(base), prefix...)
-	found := false
-	err = s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: seek})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			// A longer tenant name that starts like this one could share
-			// the prefix; its keys are longer than base + 64.
-			k := it.Item().Key()
-			if len(k) != len(base)+64 {
-				continue
-			}
-			if _, err := hex.Decode(d[:], k[len(base):]); err != nil {
-				continue
-			}
-			found = true
-			return nil
-		}
-		return nil
-	})
-	if err != nil {
-		return compiler.Digest{}, false, fmt.Errorf("vault: resolve: %w", err)
-	}
-	return d, found, nil
-}
-
-// idHex returns the 32 hex digits of a well-formed artifact id.
-func idHex(id string) ([]byte, bool) {
+// ArtifactIDHex returns the 32 lower-case hex digits of a well-formed
+// public artifact id (artifact.ID), the digest's hex prefix.
+func ArtifactIDHex(id string) (string, bool) {
 	h, ok := strings.CutPrefix(id, "a_")
 	if !ok || len(h) != 32 {
-		return nil, false
+		return "", false
 	}
 	for i := 0; i < len(h); i++ {
 		if c := h[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return nil, false
+			return "", false
 		}
 	}
-	return []byte(h), true
+	return h, true
 }
 
-func tenantMetaPrefix(tenant string) []byte {
-	k := make([]byte, 0, 3+len(tenant))
-	k = append(k, "m/"...)
-	k = append(k, tenant...)
-	return append(k, '/')
-}
-
-// Search returns up to limit of tenant's artifacts whose text or tool name
-// contains query, ignoring case (an empty query matches every artifact),
-// newest first: by creation time, then last-seen time, then digest, so the
-// order is deterministic. The artifacts carry Digest, Tool and Chars, never
-// Text, Raw or Args. At most maxSearchScan of the tenant's newest artifacts
-// are considered, and of those at most SearchScanBytes of stored bytes
-// read; a query of more than MaxSearchQueryChars characters is refused
-// (ErrSearchQueryTooLong). The scan is linear in the bytes read and stops
-// with ctx's error when ctx ends. A record that does not decode is
-// skipped: Get reports it.
-func (s *Store) Search(ctx context.Context, tenant, query string, limit int) ([]compiler.Artifact, error) {
-	if limit <= 0 {
-		return nil, nil
-	}
-	release, err := s.enter()
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	scan, err := NewSearchScan(ctx, query)
-	if err != nil {
-		return nil, err
-	}
-	base := tenantMetaPrefix(tenant)
-	var out []compiler.Artifact
-	err = s.db.View(func(txn *badger.Txn) error {
-		var metas []meta
-		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 256, Prefix: base})
-		for it.Rewind(); it.Valid(); it.Next() {
-			if len(it.Item().Key()) != len(base)+64 {
-				continue // another tenant whose name extends this one
-			}
-			var m meta
-			if err := it.Item().Value(m.decode); err != nil {
-				continue
-			}
-			metas = append(metas, m)
-		}
-		it.Close()
-		slices.SortFunc(metas, func(a, b meta) int {
-			return cmp.Or(cmp.Compare(b.Created, a.Created), cmp.Compare(b.LastSeen, a.LastSeen), bytes.Compare(a.Digest[:], b.Digest[:]))
-		})
-		metas = metas[:min(len(metas), maxSearchScan)]
-		for i, m := range metas {
-			if i%64 == 0 {
-				if err := scan.Err(); err != nil {
-					return err
-				}
-			}
-			if !scan.Charge(m.size()) {
-				return nil // SearchScanBytes read: older artifacts are not searched
-			}
-			item, err := txn.Get(artKey(tenant, m.Digest))
-			if err != nil {
-				continue // evicted between the scan and now
-			}
-			var tool string
-			match := false
-			var gone error // the caller went away during the scan
-			_ = item.Value(func(v []byte) error {
-				c, err := contentFields(v)
-				if err != nil {
-					return err // skipped: Get reports it
-				}
-				tool = string(c.tool)
-				match, gone = scan.Match(c.text, tool)
-				return nil
-			})
-			if gone != nil {
-				return gone
-			}
-			if match {
-				out = append(out, compiler.Artifact{Digest: m.Digest, Tool: tool, Chars: m.Chars})
-				if len(out) == limit {
-					return nil
-				}
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("vault: search: %w", err)
-	}
-	return out, nil
-}
-
-// containsFold reports whether text contains lower (already lower-cased),
+// ContainsFold reports whether text contains lower (already lower-cased),
 // ignoring case as strings.ToLower does, in time linear in text.
-func containsFold(text []byte, lower string) bool {
+func ContainsFold(text []byte, lower string) bool {
 	ok, _ := newScan(context.Background(), lower).contains(text)
 	return ok
 }

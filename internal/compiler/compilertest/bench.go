@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
@@ -17,7 +18,7 @@ import (
 // already in the store (a retry, or the next step). Cold: each iteration
 // uses a new tenant, so all 50 artifacts are written in one synced batch.
 // It reports p50 and p99 in ms.
-func BenchCompile1MB(b *testing.B, store compiler.Store, cold bool) {
+func BenchCompile1MB(b *testing.B, store artifact.Store, cold bool) {
 	BenchCompile(b, store, "/v1/chat/completions", func(turns []fixtures.ChatTurn) []byte {
 		return fixtures.ChatBody("gpt-4o", turns, "")
 	}, cold)
@@ -25,7 +26,7 @@ func BenchCompile1MB(b *testing.B, store compiler.Store, cold bool) {
 
 // BenchCompile is BenchCompile1MB for any format: render turns the tool
 // rounds into a request body of the format served at path.
-func BenchCompile(b *testing.B, store compiler.Store, path string, render func([]fixtures.ChatTurn) []byte, cold bool) {
+func BenchCompile(b *testing.B, store artifact.Store, path string, render func([]fixtures.ChatTurn) []byte, cold bool) {
 	// The next step of a session: the 50 results delivered before are
 	// answered (the model called another tool since), the newest is not.
 	turns := fixtures.Turns(1000, 51, 20000)
@@ -37,7 +38,7 @@ func BenchCompile(b *testing.B, store compiler.Store, path string, render func([
 	ctx := context.Background()
 	var scratch compiler.Scratch // reused as the gateway reuses a pooled body's
 	req := func(tenant string, body []byte) compiler.Result {
-		res := c.Compile(ctx, compiler.Request{Path: path, Body: body, Scope: compiler.Scope{Tenant: tenant}, Mode: compiler.ModeEnforce, Scratch: &scratch})
+		res := c.Compile(ctx, compiler.Request{Path: path, Body: body, Scope: artifact.Scope{Tenant: tenant}, Mode: compiler.ModeEnforce, Scratch: &scratch})
 		scratch.Reset(1 << 20)
 		return res
 	}

@@ -13,18 +13,18 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
-// MemStore is an in-memory compiler.Store with the same semantics as the
+// MemStore is an in-memory artifact.Store with the same semantics as the
 // vault, for tests; it is also a vault.Backend (Get, TenantKey, Close) and
 // passes the conformance suite of vault/storetest, without capacity,
 // retention or persistence. Fail, when set, makes every call return that
 // error.
 type MemStore struct {
 	mu        sync.Mutex
-	arts      map[string]compiler.Artifact // tenant + digest
-	nodes     map[string]compiler.Record   // scope + chain end
+	arts      map[string]artifact.Artifact // tenant + digest
+	nodes     map[string]artifact.Record   // scope + chain end
 	key       []byte                       // tenant key, created on first use
 	verified  map[string]bool              // verified tenants (no rate cap, no expiry)
 	closed    bool
@@ -45,38 +45,38 @@ func (m *MemStore) failure() error {
 
 // NewMemStore returns an empty MemStore.
 func NewMemStore() *MemStore {
-	return &MemStore{arts: map[string]compiler.Artifact{}, nodes: map[string]compiler.Record{}}
+	return &MemStore{arts: map[string]artifact.Artifact{}, nodes: map[string]artifact.Record{}}
 }
 
-func scopeKey(s compiler.Scope, d compiler.Digest) string {
+func scopeKey(s artifact.Scope, d artifact.Digest) string {
 	return s.Tenant + "\x00" + s.Session + "\x00" + string(d[:])
 }
 
-func artKey(tenant string, d compiler.Digest) string { return tenant + "\x00" + string(d[:]) }
+func artKey(tenant string, d artifact.Digest) string { return tenant + "\x00" + string(d[:]) }
 
-// Ancestor implements compiler.Store.
-func (m *MemStore) Ancestor(_ context.Context, s compiler.Scope, chain []compiler.Digest) (compiler.Lineage, error) {
+// Ancestor implements artifact.Store.
+func (m *MemStore) Ancestor(_ context.Context, s artifact.Scope, chain []artifact.Digest) (artifact.Lineage, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.failure(); err != nil {
-		return compiler.Lineage{}, err
+		return artifact.Lineage{}, err
 	}
 	for i := len(chain) - 2; i >= 0; i-- {
 		if r, ok := m.nodes[scopeKey(s, chain[i])]; ok {
-			return compiler.Lineage{Found: true, Ancestor: chain[i], Length: i + 1, Exposures: maps.Clone(r.Exposures), Cache: slices.Clone(r.Cache)}, nil
+			return artifact.Lineage{Found: true, Ancestor: chain[i], Length: i + 1, Exposures: maps.Clone(r.Exposures), Cache: slices.Clone(r.Cache)}, nil
 		}
 	}
-	return compiler.Lineage{}, nil
+	return artifact.Lineage{}, nil
 }
 
-// Missing implements compiler.Store.
-func (m *MemStore) Missing(_ context.Context, s compiler.Scope, ds []compiler.Digest) ([]compiler.Digest, error) {
+// Missing implements artifact.Store.
+func (m *MemStore) Missing(_ context.Context, s artifact.Scope, ds []artifact.Digest) ([]artifact.Digest, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.failure(); err != nil {
 		return nil, err
 	}
-	var out []compiler.Digest
+	var out []artifact.Digest
 	for _, d := range ds {
 		if _, ok := m.arts[artKey(s.Tenant, d)]; !ok {
 			out = append(out, d)
@@ -85,8 +85,8 @@ func (m *MemStore) Missing(_ context.Context, s compiler.Scope, ds []compiler.Di
 	return out, nil
 }
 
-// Persist implements compiler.Store.
-func (m *MemStore) Persist(_ context.Context, s compiler.Scope, arts []compiler.Artifact) error {
+// Persist implements artifact.Store.
+func (m *MemStore) Persist(_ context.Context, s artifact.Scope, arts []artifact.Artifact) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.failure(); err != nil {
@@ -95,7 +95,7 @@ func (m *MemStore) Persist(_ context.Context, s compiler.Scope, arts []compiler.
 	for _, a := range arts {
 		k := artKey(s.Tenant, a.Digest)
 		if _, ok := m.arts[k]; !ok {
-			if compiler.ArtifactDigest(a.Text, a.Raw) != a.Digest {
+			if artifact.DigestOf(a.Text, a.Raw) != a.Digest {
 				return errors.New("memstore: digest mismatch")
 			}
 			a.Raw, a.Text = append([]byte(nil), a.Raw...), strings.Clone(a.Text) // both may share the body
@@ -106,8 +106,8 @@ func (m *MemStore) Persist(_ context.Context, s compiler.Scope, arts []compiler.
 	return nil
 }
 
-// Record implements compiler.Store.
-func (m *MemStore) Record(_ context.Context, s compiler.Scope, r compiler.Record) error {
+// Record implements artifact.Store.
+func (m *MemStore) Record(_ context.Context, s artifact.Scope, r artifact.Record) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.failure(); err != nil {
@@ -119,11 +119,11 @@ func (m *MemStore) Record(_ context.Context, s compiler.Scope, r compiler.Record
 }
 
 // Get returns a stored artifact of a tenant (vault.Backend).
-func (m *MemStore) Get(_ context.Context, tenant string, d compiler.Digest) (compiler.Artifact, bool, error) {
+func (m *MemStore) Get(_ context.Context, tenant string, d artifact.Digest) (artifact.Artifact, bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.failure(); err != nil {
-		return compiler.Artifact{}, false, err
+		return artifact.Artifact{}, false, err
 	}
 	a, ok := m.arts[artKey(tenant, d)]
 	return a, ok, nil
@@ -159,10 +159,10 @@ func (m *MemStore) Len() int {
 }
 
 // All returns the artifacts of a tenant.
-func (m *MemStore) All(tenant string) []compiler.Artifact {
+func (m *MemStore) All(tenant string) []artifact.Artifact {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var out []compiler.Artifact
+	var out []artifact.Artifact
 	for k, a := range m.arts {
 		if len(k) > len(tenant) && k[:len(tenant)+1] == tenant+"\x00" {
 			out = append(out, a)

@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/response"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // ToolName is the gateway's recovery tool, as recovery.ToolName (recovery's
@@ -23,7 +23,7 @@ const ToolName = "token_terminator"
 // Mixed, each answer also calls the client's bash tool (the client must see
 // it only in the final answer).
 type Model struct {
-	Format    string
+	Format    provider.Format
 	ID        string
 	Rounds    int
 	Mixed     bool
@@ -44,13 +44,13 @@ func (m Model) page() int {
 type call struct{ id, name, args string }
 
 // Text is a turn that only answers with text.
-func Text(text string, usage response.Usage) Turn { return Turn{text: text, usage: usage} }
+func Text(text string, usage provider.Usage) Turn { return Turn{text: text, usage: usage} }
 
 // Turn is one answer of the model: render it with Body (JSON) or Stream (SSE).
 type Turn struct {
 	text  string
 	calls []call
-	usage response.Usage
+	usage provider.Usage
 	tools string // Responses: the request's tools as the provider echoes them; "" for none
 }
 
@@ -77,7 +77,7 @@ func (t Turn) Echo(request []byte) Turn {
 
 // WithUsage returns t reporting usage u (a fake provider's simulated
 // prompt cache, say).
-func (t Turn) WithUsage(u response.Usage) Turn {
+func (t Turn) WithUsage(u provider.Usage) Turn {
 	t.usage = u
 	return t
 }
@@ -98,8 +98,8 @@ func (m Model) Answer(request []byte) (Turn, error) {
 	}
 	results := OwnResults(m.Format, request)
 	k := len(results)
-	t := Turn{usage: response.Usage{Input: 1000 + 100*k, CacheRead: 500, Output: 20 + k, Known: true}}.Echo(request)
-	if m.Format == response.FormatAnthropic {
+	t := Turn{usage: provider.Usage{Input: 1000 + 100*k, CacheRead: 500, Output: 20 + k, Known: true}}.Echo(request)
+	if m.Format == provider.Anthropic {
 		t.usage.CacheWrite = 10
 		t.usage.Input += 10
 	}
@@ -129,7 +129,7 @@ func (m Model) Answer(request []byte) (Turn, error) {
 
 // OwnResults returns the contents of the results of the gateway's tool in
 // a request, in order.
-func OwnResults(format string, body []byte) []string {
+func OwnResults(format provider.Format, body []byte) []string {
 	var v struct {
 		Messages []map[string]any `json:"messages"`
 		Input    json.RawMessage  `json:"input"`
@@ -137,13 +137,13 @@ func OwnResults(format string, body []byte) []string {
 	json.Unmarshal(body, &v)
 	var out []string
 	switch format {
-	case response.FormatChat:
+	case provider.Chat:
 		for _, m := range v.Messages {
 			if m["role"] == "tool" && strings.HasPrefix(fmt.Sprint(m["tool_call_id"]), "tt_") {
 				out = append(out, m["content"].(string))
 			}
 		}
-	case response.FormatResponses:
+	case provider.Responses:
 		var items []map[string]any
 		json.Unmarshal(v.Input, &items)
 		for _, it := range items {
@@ -151,7 +151,7 @@ func OwnResults(format string, body []byte) []string {
 				out = append(out, it["output"].(string))
 			}
 		}
-	case response.FormatAnthropic:
+	case provider.Anthropic:
 		for _, m := range v.Messages {
 			blocks, _ := m["content"].([]any)
 			for _, b := range blocks {
@@ -168,7 +168,7 @@ func OwnResults(format string, body []byte) []string {
 // CheckRequest enforces what the providers enforce (with a 400): every tool
 // call answered by a result (Anthropic: in the next message), no result
 // without its call, the gateway's tool defined exactly once.
-func CheckRequest(format string, body []byte) error {
+func CheckRequest(format provider.Format, body []byte) error {
 	var v struct {
 		Messages []map[string]any `json:"messages"`
 		Input    json.RawMessage  `json:"input"`
@@ -190,11 +190,11 @@ func CheckRequest(format string, body []byte) error {
 	calls, results := map[string]int{}, map[string]int{}
 	var err error
 	switch format {
-	case response.FormatChat:
+	case provider.Chat:
 		err = chatCalls(v.Messages, calls, results)
-	case response.FormatResponses:
+	case provider.Responses:
 		err = responsesCalls(v.Input, calls, results)
-	case response.FormatAnthropic:
+	case provider.Anthropic:
 		err = anthropicCalls(v.Messages, calls, results)
 	}
 	if err != nil {
@@ -291,10 +291,10 @@ func hasResult(m map[string]any, id string) bool {
 func jsq(s string) string { b, _ := json.Marshal(s); return string(b) }
 
 // body renders a turn as the provider's JSON answer.
-func (t Turn) Body(format string, round int) []byte {
+func (t Turn) Body(format provider.Format, round int) []byte {
 	var b strings.Builder
 	switch format {
-	case response.FormatChat:
+	case provider.Chat:
 		fmt.Fprintf(&b, `{"id":"chatcmpl-%d","object":"chat.completion","model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":%s`, round, jsq(t.text))
 		if len(t.calls) > 0 {
 			b.WriteString(`,"tool_calls":[`)
@@ -310,13 +310,13 @@ func (t Turn) Body(format string, round int) []byte {
 		}
 		fmt.Fprintf(&b, `,"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d}}}`,
 			t.usage.Input, t.usage.Output, t.usage.Input+t.usage.Output, t.usage.CacheRead)
-	case response.FormatResponses:
+	case provider.Responses:
 		fmt.Fprintf(&b, `{"id":"resp_%d","object":"response","status":"completed","output":[%s,%s`, round, t.responsesMessage(round), responsesReasoning(round))
 		for i, c := range t.calls {
 			fmt.Fprintf(&b, `,%s`, c.responsesItem(round, i))
 		}
 		fmt.Fprintf(&b, `]%s,"usage":%s}`, t.echo(), t.responsesUsage())
-	case response.FormatAnthropic:
+	case provider.Anthropic:
 		fmt.Fprintf(&b, `{"id":"msg_%d","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":%s}`, round, jsq(t.text))
 		for _, c := range t.calls {
 			fmt.Fprintf(&b, `,{"type":"tool_use","id":%q,"name":%q,"input":%s}`, c.id, c.name, c.args)
@@ -365,7 +365,7 @@ func (c call) responsesItem(round, i int) string {
 func halvesOf(s string) [2]string { n := len(s) / 2; return [2]string{s[:n], s[n:]} }
 
 // stream renders a turn as the provider's SSE stream.
-func (t Turn) Stream(format string, round int) []byte {
+func (t Turn) Stream(format provider.Format, round int) []byte {
 	var b strings.Builder
 	ev := func(name, data string) {
 		if name != "" {
@@ -374,11 +374,11 @@ func (t Turn) Stream(format string, round int) []byte {
 		fmt.Fprintf(&b, "data: %s\n\n", data)
 	}
 	switch format {
-	case response.FormatAnthropic:
+	case provider.Anthropic:
 		t.anthropicStream(ev, round)
-	case response.FormatChat:
+	case provider.Chat:
 		t.chatStream(ev, round)
-	case response.FormatResponses:
+	case provider.Responses:
 		t.responsesStream(ev, round)
 	}
 	return []byte(b.String())

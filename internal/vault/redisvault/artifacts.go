@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
@@ -21,7 +21,7 @@ import (
 // stale); new ones are written in one script under the fleet's cap and the
 // tenant's quota, acknowledged by WAIT when MinReplicas is set, and read back
 // byte for byte.
-func (s *Store) Persist(ctx context.Context, scope compiler.Scope, arts []compiler.Artifact) error {
+func (s *Store) Persist(ctx context.Context, scope artifact.Scope, arts []artifact.Artifact) error {
 	if len(arts) == 0 {
 		return nil
 	}
@@ -40,7 +40,7 @@ func (s *Store) Persist(ctx context.Context, scope compiler.Scope, arts []compil
 	if err != nil {
 		return err
 	}
-	var missing []*compiler.Artifact
+	var missing []*artifact.Artifact
 	for i, a := range uniq {
 		if !present[i] {
 			missing = append(missing, a)
@@ -62,7 +62,7 @@ func (s *Store) Persist(ctx context.Context, scope compiler.Scope, arts []compil
 // Missing returns the digests tenant has no artifact for; the others are
 // confirmed and their last-seen time is bumped when stale, atomically, so
 // eviction cannot take them while their receipts are in flight.
-func (s *Store) Missing(ctx context.Context, scope compiler.Scope, digests []compiler.Digest) ([]compiler.Digest, error) {
+func (s *Store) Missing(ctx context.Context, scope artifact.Scope, digests []artifact.Digest) ([]artifact.Digest, error) {
 	if len(digests) == 0 {
 		return nil, nil
 	}
@@ -71,15 +71,15 @@ func (s *Store) Missing(ctx context.Context, scope compiler.Scope, digests []com
 		return nil, err
 	}
 	defer done()
-	probe := make([]*compiler.Artifact, len(digests))
+	probe := make([]*artifact.Artifact, len(digests))
 	for i, d := range digests {
-		probe[i] = &compiler.Artifact{Digest: d}
+		probe[i] = &artifact.Artifact{Digest: d}
 	}
 	present, err := s.touch(ctx, s.k.tenant(scope.Tenant), probe, s.nowMS())
 	if err != nil {
 		return nil, err
 	}
-	var out []compiler.Digest
+	var out []artifact.Digest
 	for i, d := range digests {
 		if !present[i] {
 			out = append(out, d)
@@ -89,10 +89,10 @@ func (s *Store) Missing(ctx context.Context, scope compiler.Scope, digests []com
 }
 
 // Get returns tenant's artifact d exactly as stored. It is not a sighting.
-func (s *Store) Get(ctx context.Context, tenant string, d compiler.Digest) (compiler.Artifact, bool, error) {
+func (s *Store) Get(ctx context.Context, tenant string, d artifact.Digest) (artifact.Artifact, bool, error) {
 	ctx, done, err := s.call(ctx)
 	if err != nil {
-		return compiler.Artifact{}, false, err
+		return artifact.Artifact{}, false, err
 	}
 	defer done()
 	tk := s.k.tenant(tenant)
@@ -105,21 +105,21 @@ func (s *Store) Get(ctx context.Context, tenant string, d compiler.Digest) (comp
 		return nil
 	})
 	if errors.Is(err, redis.Nil) {
-		return compiler.Artifact{}, false, nil
+		return artifact.Artifact{}, false, nil
 	}
 	if err != nil {
-		return compiler.Artifact{}, false, fmt.Errorf("redisvault: get: %w", err)
+		return artifact.Artifact{}, false, fmt.Errorf("redisvault: get: %w", err)
 	}
-	a := compiler.Artifact{Digest: d}
+	a := artifact.Artifact{Digest: d}
 	b, _ := content.Bytes()
 	if err := vault.DecodeContent(b, &a); err != nil {
-		return compiler.Artifact{}, false, fmt.Errorf("redisvault: get %x: %w", d[:8], err)
+		return artifact.Artifact{}, false, fmt.Errorf("redisvault: get %x: %w", d[:8], err)
 	}
 	if _, a.Chars, err = parseMeta(meta.Val()); err != nil {
-		return compiler.Artifact{}, false, fmt.Errorf("redisvault: get %x: %w", d[:8], err)
+		return artifact.Artifact{}, false, fmt.Errorf("redisvault: get %x: %w", d[:8], err)
 	}
 	if !vault.NamesStored(d, vault.StringBytes(a.Text), a.Raw) {
-		return compiler.Artifact{}, false, fmt.Errorf("%w: stored artifact %x", vault.ErrDigest, d[:8])
+		return artifact.Artifact{}, false, fmt.Errorf("%w: stored artifact %x", vault.ErrDigest, d[:8])
 	}
 	return a, true, nil
 }
@@ -150,7 +150,7 @@ func parseMetaCreated(m string) (size int64, chars int, created int64, err error
 }
 
 // touch reports which of arts tenant has, bumping stale last-seen times.
-func (s *Store) touch(ctx context.Context, tk tenantKeys, arts []*compiler.Artifact, now int64) ([]bool, error) {
+func (s *Store) touch(ctx context.Context, tk tenantKeys, arts []*artifact.Artifact, now int64) ([]bool, error) {
 	ks := make([]string, 1, 1+len(arts))
 	ks[0] = tk.seen
 	args := make([]any, 2, 2+len(arts))
@@ -220,13 +220,13 @@ func (s *Store) touchReplicated(ctx context.Context, tk tenantKeys, ks []string,
 // write stores arts (absent at verify time; enc[i] is the stored form of
 // arts[i]) within the fleet's cap and the tenant's quota, waits for replicas
 // when configured, and reads them back.
-func (s *Store) write(ctx context.Context, tk tenantKeys, arts []*compiler.Artifact, enc [][]byte, now int64) error {
+func (s *Store) write(ctx context.Context, tk tenantKeys, arts []*artifact.Artifact, enc [][]byte, now int64) error {
 	var need int64
 	for _, a := range arts {
 		need += vault.ArtifactSize(a)
 	}
 	if need > s.lim().tenantMax {
-		return fmt.Errorf("%w: need %d bytes, tenant quota %d", compiler.ErrFull, need, s.lim().tenantMax)
+		return fmt.Errorf("%w: need %d bytes, tenant quota %d", artifact.ErrFull, need, s.lim().tenantMax)
 	}
 	if err := s.reserve(ctx, tk, need); err != nil {
 		return err
@@ -274,7 +274,7 @@ func (s *Store) write(ctx context.Context, tk tenantKeys, arts []*compiler.Artif
 		s.log.Info("redis vault evicted within tenant quota", zap.Int64("artifacts", res[2]), zap.Int64("bytes", res[1]))
 	}
 	if res[0] == -1 {
-		return fmt.Errorf("%w: tenant quota of %d bytes reached (need %d)", compiler.ErrFull, s.lim().tenantMax, need)
+		return fmt.Errorf("%w: tenant quota of %d bytes reached (need %d)", artifact.ErrFull, s.lim().tenantMax, need)
 	}
 	giveBack -= res[0]
 	if err := s.checkWait(wait); err != nil {
@@ -299,7 +299,7 @@ func (s *Store) write(ctx context.Context, tk tenantKeys, arts []*compiler.Artif
 // (that writer compares their content). The encoding is deterministic and
 // round-trips (vault's codec tests), so bytes equal to the encoding read
 // back as the artifact; comparing them spares decompressing all of it.
-func (s *Store) readBack(ctx context.Context, tk tenantKeys, arts []*compiler.Artifact, enc [][]byte, ours []int64) error {
+func (s *Store) readBack(ctx context.Context, tk tenantKeys, arts []*artifact.Artifact, enc [][]byte, ours []int64) error {
 	ks := make([]string, len(arts))
 	for i, a := range arts {
 		ks[i] = tk.artifact(hexOf(a.Digest))
@@ -328,7 +328,7 @@ func (s *Store) cutoff(now int64) int64 { return now - s.retention.Milliseconds(
 // not fit.
 func (s *Store) reserve(ctx context.Context, tk tenantKeys, n int64) error {
 	if n > s.lim().maxBytes {
-		return fmt.Errorf("%w: need %d bytes, cap %d", compiler.ErrFull, n, s.lim().maxBytes)
+		return fmt.Errorf("%w: need %d bytes, cap %d", artifact.ErrFull, n, s.lim().maxBytes)
 	}
 	ok, used, err := s.tryReserve(ctx, tk, n)
 	if err != nil || ok {
@@ -340,7 +340,7 @@ func (s *Store) reserve(ctx context.Context, tk tenantKeys, n int64) error {
 	if ok, used, err = s.tryReserve(ctx, tk, n); err != nil || ok {
 		return err
 	}
-	return fmt.Errorf("%w: need %d bytes, %d of %d in use", compiler.ErrFull, n, used, s.lim().maxBytes)
+	return fmt.Errorf("%w: need %d bytes, %d of %d in use", artifact.ErrFull, n, used, s.lim().maxBytes)
 }
 
 func (s *Store) tryReserve(ctx context.Context, tk tenantKeys, n int64) (bool, int64, error) {
@@ -370,9 +370,44 @@ func (s *Store) evict(ctx context.Context, need int64) error {
 		return nil // nothing can have left its retention window since the last scan
 	}
 	cutoff := s.cutoff(now)
+	cands, used, oldestKept, err := s.evictScan(ctx, cutoff)
+	if err != nil {
+		return err
+	}
+	target := s.lim().maxBytes - need - s.lim().maxBytes/20
+	if used <= target {
+		return nil
+	}
+	slices.SortFunc(cands, func(a, b evictCand) int { return cmp.Compare(a.seen, b.seen) })
+	byTenant, err := s.evictSelect(ctx, cands, used-target, cutoff)
+	if err != nil {
+		return err
+	}
+	freed := s.evictRun(ctx, byTenant)
+	if used-freed > target && oldestKept >= 0 && len(cands) < scanLimit {
+		// Every artifact left is inside its window; the earliest can
+		// leave it at oldestKept+retention, and last-seen times only grow.
+		s.nextEvict.Store(int64(oldestKept) + s.retention.Milliseconds())
+	}
+	return nil
+}
+
+// evictCand is an artifact eviction may remove: its tenant's keys, its
+// digest's hex and when it was last seen.
+type evictCand struct {
+	tk   tenantKeys
+	hex  string
+	seen float64
+}
+
+// evictScan reads every tenant's artifacts last seen before cutoff (at
+// most scanLimit a tenant), the bytes the tenants hold, and the earliest
+// last-seen time of the artifacts kept (-1 when none). A fleet counter
+// that disagrees with the tenants' is recounted.
+func (s *Store) evictScan(ctx context.Context, cutoff int64) (cands []evictCand, used int64, oldestKept float64, err error) {
 	tags, err := s.rdb.SMembers(ctx, s.k.global("tenants")).Result()
 	if err != nil {
-		return fmt.Errorf("redisvault: evict: %w", err)
+		return nil, 0, 0, fmt.Errorf("redisvault: evict: %w", err)
 	}
 	type scan struct {
 		tk          tenantKeys
@@ -392,21 +427,14 @@ func (s *Store) evict(ctx context.Context, need int64) error {
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("redisvault: evict: %w", err)
+		return nil, 0, 0, fmt.Errorf("redisvault: evict: %w", err)
 	}
-	type cand struct {
-		tk   tenantKeys
-		hex  string
-		seen float64
-	}
-	var cands []cand
-	var used int64
-	oldestKept := float64(-1)
+	oldestKept = -1
 	for _, sc := range scans {
 		b, _ := sc.bytes.Int64()
 		used += b
 		for _, z := range sc.old.Val() {
-			cands = append(cands, cand{sc.tk, z.Member.(string), z.Score})
+			cands = append(cands, evictCand{sc.tk, z.Member.(string), z.Score})
 		}
 		if kept := sc.oldest.Val(); len(kept) > 0 && (oldestKept < 0 || kept[0].Score < oldestKept) {
 			oldestKept = kept[0].Score
@@ -415,29 +443,30 @@ func (s *Store) evict(ctx context.Context, need int64) error {
 	if observed, _ := global.Int64(); observed != used {
 		// Only if unchanged since read: a reservation made meanwhile wins.
 		if err := recountScript.Run(ctx, s.rdb, []string{s.k.global("bytes")}, observed, used).Err(); err != nil {
-			return fmt.Errorf("redisvault: recount: %w", err)
+			return nil, 0, 0, fmt.Errorf("redisvault: recount: %w", err)
 		}
 		s.log.Info("redis vault capacity recounted", zap.Int64("was", observed), zap.Int64("bytes", used))
 	}
-	target := s.lim().maxBytes - need - s.lim().maxBytes/20
-	if used <= target {
-		return nil
-	}
-	slices.SortFunc(cands, func(a, b cand) int { return cmp.Compare(a.seen, b.seen) })
+	return cands, used, oldestKept, nil
+}
+
+// evictSelect takes just enough of the oldest of cands (sorted by
+// last-seen time) to free excess bytes, grouped by tenant as the evict
+// script's arguments.
+func (s *Store) evictSelect(ctx context.Context, cands []evictCand, excess, cutoff int64) (map[string][]any, error) {
 	sizes := make([]*redis.StringCmd, len(cands))
-	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, c := range cands {
 			sizes[i] = p.HGet(ctx, c.tk.meta, c.hex)
 		}
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("redisvault: evict: %w", err)
+		return nil, fmt.Errorf("redisvault: evict: %w", err)
 	}
-	// Take just enough of the oldest to reach the target, grouped by tenant.
 	byTenant := map[string][]any{}
 	var want int64
-	for i := 0; i < len(cands) && used-want > target; i++ {
+	for i := 0; i < len(cands) && want < excess; i++ {
 		size, _, err := parseMeta(sizes[i].Val())
 		if err != nil {
 			continue // evicted meanwhile
@@ -449,6 +478,12 @@ func (s *Store) evict(ctx context.Context, need int64) error {
 		byTenant[c.tk.tag] = append(byTenant[c.tk.tag], c.hex)
 		want += size
 	}
+	return byTenant, nil
+}
+
+// evictRun runs the evict script for each tenant of byTenant and takes what
+// it freed off the fleet counter; it returns the bytes freed.
+func (s *Store) evictRun(ctx context.Context, byTenant map[string][]any) int64 {
 	var freed, n int64
 	for tag, args := range byTenant {
 		tk := s.k.tagged(tag)
@@ -467,10 +502,5 @@ func (s *Store) evict(ctx context.Context, need int64) error {
 		}
 		s.log.Info("redis vault evicted", zap.Int64("artifacts", n), zap.Int64("bytes", freed))
 	}
-	if used-freed > target && oldestKept >= 0 && len(cands) < scanLimit {
-		// Every artifact left is inside its window; the earliest can
-		// leave it at oldestKept+retention, and last-seen times only grow.
-		s.nextEvict.Store(int64(oldestKept) + s.retention.Milliseconds())
-	}
-	return nil
+	return freed
 }

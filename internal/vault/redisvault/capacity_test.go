@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // The cap is the fleet's: what one replica stored counts for the other.
@@ -20,13 +20,13 @@ func TestFleetSharesCapacity(t *testing.T) {
 	a, b := srv.open(t, cfg), srv.open(t, cfg)
 	ctx := context.Background()
 	for i, st := range []*Store{a, b} {
-		if err := st.Persist(ctx, compiler.Scope{Tenant: "t"}, []compiler.Artifact{testArt(i+1, 20000)}); err != nil {
+		if err := st.Persist(ctx, artifact.Scope{Tenant: "t"}, []artifact.Artifact{testArt(i+1, 20000)}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, st := range []*Store{a, b} {
-		err := st.Persist(ctx, compiler.Scope{Tenant: "u"}, []compiler.Artifact{testArt(9, 20000)})
-		if !errors.Is(err, compiler.ErrFull) {
+		err := st.Persist(ctx, artifact.Scope{Tenant: "u"}, []artifact.Artifact{testArt(9, 20000)})
+		if !errors.Is(err, artifact.ErrFull) {
 			t.Fatalf("third artifact on a fleet full of retained ones: %v, want ErrFull", err)
 		}
 	}
@@ -41,7 +41,7 @@ func TestCapacityCounterRecount(t *testing.T) {
 	cap := 3*int64(len(one.Text)+len(one.Raw)) + 1000
 	st := srv.open(t, Config{MaxBytes: cap, TenantMaxBytes: cap, Retention: time.Hour, OpTimeout: suiteTimeout})
 	ctx := context.Background()
-	if err := st.Persist(ctx, compiler.Scope{Tenant: "t"}, []compiler.Artifact{one}); err != nil {
+	if err := st.Persist(ctx, artifact.Scope{Tenant: "t"}, []artifact.Artifact{one}); err != nil {
 		t.Fatal(err)
 	}
 	global := st.k.global("bytes")
@@ -49,7 +49,7 @@ func TestCapacityCounterRecount(t *testing.T) {
 	if err := admin.IncrBy(ctx, global, cap).Err(); err != nil { // the lost give-back
 		t.Fatal(err)
 	}
-	if err := st.Persist(ctx, compiler.Scope{Tenant: "t"}, []compiler.Artifact{testArt(2, 20000)}); err != nil {
+	if err := st.Persist(ctx, artifact.Scope{Tenant: "t"}, []artifact.Artifact{testArt(2, 20000)}); err != nil {
 		t.Fatalf("persist after a counter drift: %v", err)
 	}
 	want := 2 * int64(len(one.Text)+len(one.Raw))
@@ -68,9 +68,9 @@ func TestSetLimitsLowered(t *testing.T) {
 	const retention = 50 * time.Millisecond
 	st := srv.open(t, Config{KeyPrefix: "lim:", MaxBytes: 40 * size, TenantMaxBytes: 20 * size, Retention: retention, OpTimeout: suiteTimeout})
 	ctx := context.Background()
-	sc := compiler.Scope{Tenant: "t"}
+	sc := artifact.Scope{Tenant: "t"}
 	for i := range 6 {
-		if err := st.Persist(ctx, sc, []compiler.Artifact{testArt(i+1, 20000)}); err != nil {
+		if err := st.Persist(ctx, sc, []artifact.Artifact{testArt(i+1, 20000)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -84,7 +84,7 @@ func TestSetLimitsLowered(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(2 * retention)
-	if err := st.Persist(ctx, sc, []compiler.Artifact{testArt(7, 20000)}); err != nil {
+	if err := st.Persist(ctx, sc, []artifact.Artifact{testArt(7, 20000)}); err != nil {
 		t.Fatalf("persist under the lowered quota: %v", err)
 	}
 	used, err := srv.Client().Get(ctx, st.k.tenant("t").bytes).Int64()

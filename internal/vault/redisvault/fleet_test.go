@@ -9,12 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
-func sha(s string) compiler.Digest { return sha256.Sum256([]byte(s)) }
+func sha(s string) artifact.Digest { return sha256.Sum256([]byte(s)) }
 
 // Two replicas on one Redis, a compiler on each, and one session whose
 // requests alternate between them forward exactly the bytes a single store
@@ -45,7 +46,7 @@ func fleetAlternating(t *testing.T, open func(prefix string) *Store) {
 
 	opts := compiler.Options{InlineLeases: 1, Compaction: compiler.Compaction{
 		Enabled: true, MinVaultChars: 4000, CollapseAfterTurns: 6, InlineRecentTurns: 5}}
-	newCompiler := func(s compiler.Store) *compiler.Compiler {
+	newCompiler := func(s artifact.Store) *compiler.Compiler {
 		c, err := compiler.New(opts, s, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -68,7 +69,7 @@ func fleetAlternating(t *testing.T, open func(prefix string) *Store) {
 		body := fixtures.ChatBody("gpt-4o", turns[:step], "")
 		// The same clock for both, so cost decisions (prompt-cache TTLs) agree.
 		at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(step) * 30 * time.Second)
-		req := compiler.Request{Path: "/v1/chat/completions", Body: body, Scope: compiler.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce, Time: at}
+		req := compiler.Request{Path: "/v1/chat/completions", Body: body, Scope: artifact.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce, Time: at}
 		got := fleet[step%2].Compile(ctx, req)
 		for name, c := range map[string]*compiler.Compiler{"one Redis store": one, "the in-memory store": mem} {
 			want := c.Compile(ctx, req)

@@ -4,7 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // Key layout. Every key of one tenant carries the same hash tag, so a
@@ -46,9 +46,9 @@ func (k keys) tagged(tag string) tenantKeys {
 func (t tenantKeys) artifact(hexDigest string) string { return t.content + hexDigest }
 
 // scope returns the lineage key prefix of sc; t must be sc.Tenant's keys.
-func (t tenantKeys) scope(sc compiler.Scope) string {
+func (t tenantKeys) scope(sc artifact.Scope) string {
 	h := sha256.Sum256([]byte(sc.Tenant + "\x00" + sc.Session))
 	return t.lineage + hex.EncodeToString(h[:16]) + ":"
 }
 
-func hexOf(d compiler.Digest) string { return hex.EncodeToString(d[:]) }
+func hexOf(d artifact.Digest) string { return hex.EncodeToString(d[:]) }

@@ -4,14 +4,14 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
 // Record stores the lineage node of a forwarded request under its scope with
 // a TTL of Retention, and keeps the artifacts it referenced alive, in one
 // script. Recording the same request twice writes the same node again.
-func (s *Store) Record(ctx context.Context, scope compiler.Scope, rec compiler.Record) error {
+func (s *Store) Record(ctx context.Context, scope artifact.Scope, rec artifact.Record) error {
 	ctx, done, err := s.call(ctx)
 	if err != nil {
 		return err
@@ -37,14 +37,14 @@ const ancestorBatch = 256
 // Ancestor returns the longest recorded proper prefix of chain in scope.
 // The full chain is never considered, so a retry sees the same ancestry as
 // its first attempt.
-func (s *Store) Ancestor(ctx context.Context, scope compiler.Scope, chain []compiler.Digest) (compiler.Lineage, error) {
+func (s *Store) Ancestor(ctx context.Context, scope artifact.Scope, chain []artifact.Digest) (artifact.Lineage, error) {
 	ctx, done, err := s.call(ctx)
 	if err != nil {
-		return compiler.Lineage{}, err
+		return artifact.Lineage{}, err
 	}
 	defer done()
 	if len(chain) < 2 {
-		return compiler.Lineage{}, nil
+		return artifact.Lineage{}, nil
 	}
 	prefix := s.k.tenant(scope.Tenant).scope(scope)
 	for hi := len(chain) - 2; hi >= 0; hi -= ancestorBatch {
@@ -55,7 +55,7 @@ func (s *Store) Ancestor(ctx context.Context, scope compiler.Scope, chain []comp
 		}
 		vals, err := s.rdb.MGet(ctx, ks...).Result()
 		if err != nil {
-			return compiler.Lineage{}, fmt.Errorf("redisvault: ancestor: %w", err)
+			return artifact.Lineage{}, fmt.Errorf("redisvault: ancestor: %w", err)
 		}
 		for j, v := range vals {
 			b, ok := v.(string)
@@ -65,10 +65,10 @@ func (s *Store) Ancestor(ctx context.Context, scope compiler.Scope, chain []comp
 			i := hi - j
 			exp, cache, err := vault.DecodeNode([]byte(b))
 			if err != nil {
-				return compiler.Lineage{}, fmt.Errorf("redisvault: ancestor %x: %w", chain[i][:8], err)
+				return artifact.Lineage{}, fmt.Errorf("redisvault: ancestor %x: %w", chain[i][:8], err)
 			}
-			return compiler.Lineage{Found: true, Ancestor: chain[i], Length: i + 1, Exposures: exp, Cache: cache}, nil
+			return artifact.Lineage{Found: true, Ancestor: chain[i], Length: i + 1, Exposures: exp, Cache: cache}, nil
 		}
 	}
-	return compiler.Lineage{}, nil
+	return artifact.Lineage{}, nil
 }

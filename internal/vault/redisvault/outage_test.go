@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 )
 
@@ -23,10 +23,10 @@ const opTimeout = 300 * time.Millisecond
 // takes minutes.
 const bound = opTimeout + 1700*time.Millisecond
 
-func testArt(seed, n int) compiler.Artifact {
+func testArt(seed, n int) artifact.Artifact {
 	text := fixtures.ToolOutput(seed, n)
 	raw := []byte(fmt.Sprintf("%q", text))
-	return compiler.Artifact{Digest: compiler.ArtifactDigest(text, raw), Text: text, Raw: raw, Tool: "bash", Chars: len([]rune(text))}
+	return artifact.Artifact{Digest: artifact.DigestOf(text, raw), Text: text, Raw: raw, Tool: "bash", Chars: len([]rune(text))}
 }
 
 // calls runs every Store call once and returns the errors, each checked to
@@ -34,17 +34,17 @@ func testArt(seed, n int) compiler.Artifact {
 func calls(t *testing.T, st *Store, seed int) []error {
 	t.Helper()
 	ctx := context.Background()
-	sc := compiler.Scope{Tenant: "t"}
+	sc := artifact.Scope{Tenant: "t"}
 	a := testArt(seed, 9000)
 	ops := []func() error{
-		func() error { return st.Persist(ctx, sc, []compiler.Artifact{a}) },
-		func() error { _, err := st.Missing(ctx, sc, []compiler.Digest{a.Digest}); return err },
+		func() error { return st.Persist(ctx, sc, []artifact.Artifact{a}) },
+		func() error { _, err := st.Missing(ctx, sc, []artifact.Digest{a.Digest}); return err },
 		func() error {
-			_, err := st.Ancestor(ctx, sc, []compiler.Digest{a.Digest, sha("x"), sha("y")})
+			_, err := st.Ancestor(ctx, sc, []artifact.Digest{a.Digest, sha("x"), sha("y")})
 			return err
 		},
 		func() error {
-			return st.Record(ctx, sc, compiler.Record{ChainEnd: sha(fmt.Sprint("rec", seed)), Length: 1})
+			return st.Record(ctx, sc, artifact.Record{ChainEnd: sha(fmt.Sprint("rec", seed)), Length: 1})
 		},
 		func() error { _, _, err := st.Get(ctx, "t", a.Digest); return err },
 	}
@@ -65,7 +65,7 @@ func allFail(t *testing.T, what string, errs []error) {
 		if err == nil {
 			t.Fatalf("%s: call %d succeeded", what, i)
 		}
-		if errors.Is(err, compiler.ErrFull) {
+		if errors.Is(err, artifact.ErrFull) {
 			t.Fatalf("%s: call %d reported a full vault: %v", what, i, err)
 		}
 	}
@@ -109,7 +109,7 @@ func TestOutageFailsFastAndRecovers(t *testing.T) {
 				default:
 				}
 				t0 := time.Now()
-				st.Persist(context.Background(), compiler.Scope{Tenant: "t"}, []compiler.Artifact{testArt(1000*g+i+100, 20000)})
+				st.Persist(context.Background(), artifact.Scope{Tenant: "t"}, []artifact.Artifact{testArt(1000*g+i+100, 20000)})
 				if d := time.Since(t0); d > bound {
 					mu.Lock()
 					slow = fmt.Errorf("persist took %s", d)
@@ -148,7 +148,7 @@ func TestOpenWhileServerDown(t *testing.T) {
 	st2 := srv.open(t, Config{OpTimeout: opTimeout})
 	srv.With("--maxmemory-policy", "allkeys-lru")
 	srv.Restart()
-	err := st2.Persist(context.Background(), compiler.Scope{Tenant: "t"}, []compiler.Artifact{testArt(3, 9000)})
+	err := st2.Persist(context.Background(), artifact.Scope{Tenant: "t"}, []artifact.Artifact{testArt(3, 9000)})
 	if !errors.Is(err, ErrEvictingPolicy) || !strings.Contains(err.Error(), "allkeys-lru") {
 		t.Fatalf("persist on an evicting server: %v", err)
 	}
@@ -160,8 +160,8 @@ func TestAppendOnlySurvivesRestart(t *testing.T) {
 	srv := startServer(t, "--appendonly", "yes", "--appendfsync", "always")
 	st := srv.open(t, Config{OpTimeout: 2 * time.Second})
 	ctx := context.Background()
-	arts := []compiler.Artifact{testArt(1, 30000), testArt(2, 9000)}
-	if err := st.Persist(ctx, compiler.Scope{Tenant: "t"}, arts); err != nil {
+	arts := []artifact.Artifact{testArt(1, 30000), testArt(2, 9000)}
+	if err := st.Persist(ctx, artifact.Scope{Tenant: "t"}, arts); err != nil {
 		t.Fatal(err)
 	}
 	key, err := st.TenantKey(ctx)
@@ -193,7 +193,7 @@ func TestMinReplicas(t *testing.T) {
 	st := primary.open(t, Config{MinReplicas: 1, OpTimeout: timeout})
 	ctx := context.Background()
 	t0 := time.Now()
-	err := st.Persist(ctx, compiler.Scope{Tenant: "t"}, []compiler.Artifact{testArt(1, 9000)})
+	err := st.Persist(ctx, artifact.Scope{Tenant: "t"}, []artifact.Artifact{testArt(1, 9000)})
 	if !errors.Is(err, ErrNotReplicated) {
 		t.Fatalf("persist with no replica: %v, want ErrNotReplicated", err)
 	}
@@ -203,10 +203,10 @@ func TestMinReplicas(t *testing.T) {
 	// The write landed on the primary but no replica acknowledged it: a
 	// retry must not confirm it as stored (its receipt would go out before
 	// any replica has it), nor may Missing.
-	if err := st.Persist(ctx, compiler.Scope{Tenant: "t"}, []compiler.Artifact{testArt(1, 9000)}); !errors.Is(err, ErrNotReplicated) {
+	if err := st.Persist(ctx, artifact.Scope{Tenant: "t"}, []artifact.Artifact{testArt(1, 9000)}); !errors.Is(err, ErrNotReplicated) {
 		t.Fatalf("retried persist with no replica: %v, want ErrNotReplicated", err)
 	}
-	if _, err := st.Missing(ctx, compiler.Scope{Tenant: "t"}, []compiler.Digest{testArt(1, 9000).Digest}); !errors.Is(err, ErrNotReplicated) {
+	if _, err := st.Missing(ctx, artifact.Scope{Tenant: "t"}, []artifact.Digest{testArt(1, 9000).Digest}); !errors.Is(err, ErrNotReplicated) {
 		t.Fatalf("confirmation with no replica: %v, want ErrNotReplicated", err)
 	}
 	replica := startServer(t, "--replicaof", "127.0.0.1", fmt.Sprint(primary.Port))
@@ -223,7 +223,7 @@ func TestMinReplicas(t *testing.T) {
 	// With a replica, WAIT gets a roomy window: an ack that is merely slow
 	// (-race on a loaded machine) is not what this part tests.
 	roomy := primary.open(t, Config{MinReplicas: 1, OpTimeout: 20 * time.Second})
-	if err := roomy.Persist(ctx, compiler.Scope{Tenant: "t"}, []compiler.Artifact{testArt(2, 9000)}); err != nil {
+	if err := roomy.Persist(ctx, artifact.Scope{Tenant: "t"}, []artifact.Artifact{testArt(2, 9000)}); err != nil {
 		t.Fatalf("persist with a replica: %v", err)
 	}
 	if n, err := rc.Exists(ctx, st.k.tenant("t").artifact(hexOf(testArt(2, 9000).Digest))).Result(); err != nil || n != 1 {
@@ -231,7 +231,7 @@ func TestMinReplicas(t *testing.T) {
 	}
 	// The write that no replica acknowledged before is confirmed now that
 	// one has caught up.
-	if missing, err := roomy.Missing(ctx, compiler.Scope{Tenant: "t"}, []compiler.Digest{testArt(1, 9000).Digest}); err != nil || len(missing) != 0 {
+	if missing, err := roomy.Missing(ctx, artifact.Scope{Tenant: "t"}, []artifact.Digest{testArt(1, 9000).Digest}); err != nil || len(missing) != 0 {
 		t.Fatalf("confirmation with a replica: %v %v", missing, err)
 	}
 }

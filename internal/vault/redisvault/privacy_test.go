@@ -13,7 +13,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // Logs and errors name sizes and digest prefixes, never content, tool
@@ -25,7 +25,7 @@ func TestNoContentInLogsOrErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	core, logs := observer.New(zap.DebugLevel)
-	secret := func(i int) compiler.Artifact {
+	secret := func(i int) artifact.Artifact {
 		a := testArt(i, 20000)
 		a.Text = fmt.Sprintf("SECRET-TEXT-%d ", i) + a.Text
 		a.Digest = sha(a.Text)
@@ -40,17 +40,17 @@ func TestNoContentInLogsOrErrors(t *testing.T) {
 		MaxBytes: 4 * size, TenantMaxBytes: 2*size + size/2, Retention: time.Hour, OpTimeout: opTimeout,
 		Now: func() time.Time { return clk.t }})
 	ctx := context.Background()
-	sc := compiler.Scope{Tenant: "t"}
+	sc := artifact.Scope{Tenant: "t"}
 	var errs []error
 	for i := range 4 { // the third is over quota (ErrFull), the fourth evicts the first
 		if i == 3 {
 			clk.t = clk.t.Add(2 * time.Hour)
 		}
-		errs = append(errs, st.Persist(ctx, sc, []compiler.Artifact{secret(i)}))
+		errs = append(errs, st.Persist(ctx, sc, []artifact.Artifact{secret(i)}))
 	}
 	bad := secret(9)
 	bad.Digest = sha("other")
-	errs = append(errs, st.Persist(ctx, sc, []compiler.Artifact{bad}))
+	errs = append(errs, st.Persist(ctx, sc, []artifact.Artifact{bad}))
 	// Corrupt a stored record: Get must fail without quoting it.
 	admin := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", srv.Port), Password: "hunter2"})
 	defer admin.Close()
@@ -60,7 +60,7 @@ func TestNoContentInLogsOrErrors(t *testing.T) {
 	_, _, err := st.Get(ctx, "t", secret(3).Digest)
 	errs = append(errs, err)
 	srv.Kill()
-	errs = append(errs, st.Persist(ctx, sc, []compiler.Artifact{secret(5)}))
+	errs = append(errs, st.Persist(ctx, sc, []artifact.Artifact{secret(5)}))
 	st.rdb.Close()
 	st2, err := Open(ctx, Config{URL: fmt.Sprintf("redis://:hunter2@127.0.0.1:%d/0", srv.Port), Logger: zap.New(core), OpTimeout: opTimeout})
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
@@ -29,11 +29,11 @@ const scanCount = 1000
 const contentBatch = 64
 
 // Resolve returns the digest of tenant's artifact whose public id
-// (compiler.ArtifactID) is id. A malformed id, or one of no artifact of
+// (artifact.ID) is id. A malformed id, or one of no artifact of
 // tenant, is not found. The tenant's metadata hash is scanned for fields
 // starting with the id's hex digits.
-func (s *Store) Resolve(ctx context.Context, tenant, id string) (compiler.Digest, bool, error) {
-	var d compiler.Digest
+func (s *Store) Resolve(ctx context.Context, tenant, id string) (artifact.Digest, bool, error) {
+	var d artifact.Digest
 	prefix, ok := vault.ArtifactIDHex(id)
 	if !ok {
 		return d, false, nil
@@ -58,7 +58,7 @@ func (s *Store) Resolve(ctx context.Context, tenant, id string) (compiler.Digest
 			}
 		}
 		if next == 0 {
-			return compiler.Digest{}, false, nil
+			return artifact.Digest{}, false, nil
 		}
 		cursor = next
 	}
@@ -67,7 +67,7 @@ func (s *Store) Resolve(ctx context.Context, tenant, id string) (compiler.Digest
 // searchRecord is one artifact's metadata as Search orders it.
 type searchRecord struct {
 	hex               string
-	digest            compiler.Digest
+	digest            artifact.Digest
 	size              int64 // stored bytes, charged against vault.SearchScanBytes
 	chars             int
 	created, lastSeen int64
@@ -81,7 +81,7 @@ type searchRecord struct {
 // them at most vault.SearchScanBytes read, and a query longer than
 // vault.MaxSearchQueryChars is refused; the scan is linear and stops when
 // ctx ends. A record that does not decode is skipped (Get reports it).
-func (s *Store) Search(ctx context.Context, tenant, query string, limit int) ([]compiler.Artifact, error) {
+func (s *Store) Search(ctx context.Context, tenant, query string, limit int) ([]artifact.Artifact, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
@@ -105,7 +105,7 @@ func (s *Store) Search(ctx context.Context, tenant, query string, limit int) ([]
 		return cmp.Or(cmp.Compare(b.created, a.created), cmp.Compare(b.lastSeen, a.lastSeen), bytes.Compare(a.digest[:], b.digest[:]))
 	})
 	recs = recs[:min(len(recs), vault.SearchScanLimit)]
-	var out []compiler.Artifact
+	var out []artifact.Artifact
 	for start := 0; start < len(recs); start += contentBatch {
 		batch := recs[start:min(start+contentBatch, len(recs))]
 		// The batch is what vault.SearchScanBytes still allows: older
@@ -132,7 +132,7 @@ func (s *Store) Search(ctx context.Context, tenant, query string, limit int) ([]
 			if !ok {
 				continue // evicted between the scan and now
 			}
-			a := compiler.Artifact{Digest: batch[i].digest}
+			a := artifact.Artifact{Digest: batch[i].digest}
 			if vault.DecodeContent(vault.StringBytes(str), &a) != nil {
 				continue
 			}
@@ -141,7 +141,7 @@ func (s *Store) Search(ctx context.Context, tenant, query string, limit int) ([]
 				return nil, fmt.Errorf("redisvault: search: %w", err)
 			}
 			if match {
-				out = append(out, compiler.Artifact{Digest: a.Digest, Tool: a.Tool, Chars: batch[i].chars})
+				out = append(out, artifact.Artifact{Digest: a.Digest, Tool: a.Tool, Chars: batch[i].chars})
 				if len(out) == limit {
 					return out, nil
 				}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
@@ -35,7 +35,7 @@ func (c *clock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unloc
 // replica's own, written, verified and evicted as its calls did them.
 func TestStatsFleet(t *testing.T) {
 	srv := startServer(t)
-	arts := []compiler.Artifact{testArt(1, 20000), testArt(2, 20000), testArt(3, 20000), testArt(4, 20000)}
+	arts := []artifact.Artifact{testArt(1, 20000), testArt(2, 20000), testArt(3, 20000), testArt(4, 20000)}
 	size := func(is ...int) (n int64) {
 		for _, i := range is {
 			n += int64(len(arts[i].Text) + len(arts[i].Raw))
@@ -49,9 +49,9 @@ func TestStatsFleet(t *testing.T) {
 		OpTimeout: suiteTimeout, Now: clk.now}
 	a, b := srv.open(t, cfg), srv.open(t, cfg)
 	ctx := context.Background()
-	persist := func(st *Store, tenant string, arts ...compiler.Artifact) {
+	persist := func(st *Store, tenant string, arts ...artifact.Artifact) {
 		t.Helper()
-		if err := st.Persist(ctx, compiler.Scope{Tenant: tenant}, arts); err != nil {
+		if err := st.Persist(ctx, artifact.Scope{Tenant: tenant}, arts); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -104,7 +104,7 @@ func TestStatsServerDown(t *testing.T) {
 	srv := startServer(t)
 	st := srv.open(t, Config{KeyPrefix: "down:", OpTimeout: opTimeout})
 	art := testArt(1, 9000)
-	if err := st.Persist(context.Background(), compiler.Scope{Tenant: "t"}, []compiler.Artifact{art}); err != nil {
+	if err := st.Persist(context.Background(), artifact.Scope{Tenant: "t"}, []artifact.Artifact{art}); err != nil {
 		t.Fatal(err)
 	}
 	if got := fresh(st).Stats(); got.Artifacts != 1 {
@@ -131,14 +131,14 @@ func TestStatsTenantQuotaEvictions(t *testing.T) {
 	clk := &clock{t: time.Unix(1_800_000_000, 0)}
 	st := srv.open(t, Config{KeyPrefix: "quota:", TenantMaxBytes: quota, Retention: time.Hour, OpTimeout: suiteTimeout, Now: clk.now})
 	ctx := context.Background()
-	for _, a := range []compiler.Artifact{a1, a2} {
-		if err := st.Persist(ctx, compiler.Scope{Tenant: "t"}, []compiler.Artifact{a}); err != nil {
+	for _, a := range []artifact.Artifact{a1, a2} {
+		if err := st.Persist(ctx, artifact.Scope{Tenant: "t"}, []artifact.Artifact{a}); err != nil {
 			t.Fatal(err)
 		}
 		clk.add(time.Second)
 	}
 	clk.add(2 * time.Hour)
-	if err := st.Persist(ctx, compiler.Scope{Tenant: "t"}, []compiler.Artifact{a3}); err != nil {
+	if err := st.Persist(ctx, artifact.Scope{Tenant: "t"}, []artifact.Artifact{a3}); err != nil {
 		t.Fatal(err)
 	}
 	got := fresh(st).Stats()

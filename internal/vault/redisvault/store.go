@@ -12,7 +12,7 @@
 // in Redis and shared by the fleet; eviction follows the Badger rules (least
 // recently seen first, never inside the retention window), and one tenant
 // over TenantMaxBytes evicts its own artifacts first, then gets
-// compiler.ErrFull.
+// artifact.ErrFull.
 //
 // Fail open: an unreachable, slow or erroring server makes calls fail within
 // OpTimeout (the compiler then forwards the original request), and the store

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // persistGet: Persist makes artifacts readable exactly (Text, Raw, Chars and
@@ -18,8 +18,8 @@ func (s suite) persistGet(t *testing.T) {
 	st := s.open(t, Config{})
 	esc := art("é")
 	esc.Raw = []byte(`"\u00e9"`) // a spelling of its own: kept byte for byte
-	esc.Digest = compiler.ArtifactDigest(esc.Text, esc.Raw)
-	arts := []compiler.Artifact{
+	esc.Digest = artifact.DigestOf(esc.Text, esc.Raw)
+	arts := []artifact.Artifact{
 		art("small"),
 		art(text("big", 100_000)),
 		art("unicode: héllo wörld ✓ 😀 \u2028 \"quoted\" \\ back\tslash\n"),
@@ -37,13 +37,13 @@ func (s suite) persistGet(t *testing.T) {
 	if _, ok, err := st.Get(context.Background(), "t", art("absent").Digest); ok || err != nil {
 		t.Fatalf("absent artifact: ok=%v err=%v", ok, err)
 	}
-	if err := st.Persist(context.Background(), compiler.Scope{Tenant: "t"}, nil); err != nil {
+	if err := st.Persist(context.Background(), artifact.Scope{Tenant: "t"}, nil); err != nil {
 		t.Fatalf("empty persist: %v", err)
 	}
 }
 
 // digestMismatch: content filed under a digest that is not its identity
-// (compiler.ArtifactDigest of Text and Raw) is refused and not stored: other
+// (artifact.DigestOf of Text and Raw) is refused and not stored: other
 // content's digest, the text-only digest, and the identity of another raw
 // spelling of the same text.
 func (s suite) digestMismatch(t *testing.T) {
@@ -51,14 +51,14 @@ func (s suite) digestMismatch(t *testing.T) {
 	good := art(text("bad", 2000))
 	other := good
 	other.Raw = []byte(strings.Replace(string(good.Raw), "bad", `\u0062ad`, 1))
-	for _, d := range []compiler.Digest{
+	for _, d := range []artifact.Digest{
 		art("something else").Digest,
 		sha256.Sum256([]byte(good.Text)),
-		compiler.ArtifactDigest(other.Text, other.Raw),
+		artifact.DigestOf(other.Text, other.Raw),
 	} {
 		bad := good
 		bad.Digest = d
-		if err := st.Persist(context.Background(), compiler.Scope{Tenant: "t"}, []compiler.Artifact{bad}); err == nil {
+		if err := st.Persist(context.Background(), artifact.Scope{Tenant: "t"}, []artifact.Artifact{bad}); err == nil {
 			t.Fatalf("persist under digest %x succeeded", d[:4])
 		}
 		if _, ok, _ := st.Get(context.Background(), "t", bad.Digest); ok {
@@ -76,12 +76,12 @@ func (s suite) spellingsApart(t *testing.T) {
 	ctx := context.Background()
 	body := text("spelled", 9000)
 	plain := art(body)
-	spelled := func(a compiler.Artifact, text string, raw string) compiler.Artifact {
+	spelled := func(a artifact.Artifact, text string, raw string) artifact.Artifact {
 		a.Text, a.Raw = text, []byte(raw)
-		a.Digest = compiler.ArtifactDigest(a.Text, a.Raw)
+		a.Digest = artifact.DigestOf(a.Text, a.Raw)
 		return a
 	}
-	arts := []compiler.Artifact{
+	arts := []artifact.Artifact{
 		plain,
 		spelled(plain, body, strings.Replace(string(plain.Raw), "s", `\u0073`, 1)),
 		spelled(plain, body, `[{"type":"text","text":`+string(plain.Raw)+`}]`),
@@ -89,7 +89,7 @@ func (s suite) spellingsApart(t *testing.T) {
 		spelled(plain, "\uFFFD", `"\ud800"`),
 		spelled(plain, "\uFFFD", `"\udbff"`),
 	}
-	seen := map[compiler.Digest]bool{}
+	seen := map[artifact.Digest]bool{}
 	for _, a := range arts {
 		if seen[a.Digest] {
 			t.Fatalf("two spellings share digest %x", a.Digest[:4])
@@ -103,7 +103,7 @@ func (s suite) spellingsApart(t *testing.T) {
 			t.Fatalf("spelling %d: Get = %v, %v; raw %.40q, want %.40q", i, ok, err, got.Raw, a.Raw)
 		}
 	}
-	missing, err := st.Missing(ctx, compiler.Scope{Tenant: "t"}, []compiler.Digest{arts[1].Digest, compiler.ArtifactDigest(body, []byte(`"x"`))})
+	missing, err := st.Missing(ctx, artifact.Scope{Tenant: "t"}, []artifact.Digest{arts[1].Digest, artifact.DigestOf(body, []byte(`"x"`))})
 	if err != nil || len(missing) != 1 || missing[0] == arts[1].Digest {
 		t.Fatalf("missing = %x, %v", missing, err)
 	}
@@ -115,18 +115,18 @@ func (s suite) missing(t *testing.T) {
 	ctx := context.Background()
 	a, b, c, d := art(text("a", 3000)), art(text("b", 3000)), art(text("c", 3000)), art(text("d", 3000))
 	persist(t, st, "t", a, b)
-	got, err := st.Missing(ctx, compiler.Scope{Tenant: "t"}, digests(a, c, b, d))
+	got, err := st.Missing(ctx, artifact.Scope{Tenant: "t"}, digests(a, c, b, d))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := digests(c, d); !slices.Equal(got, want) {
 		t.Fatalf("missing %d digests, want c, d", len(got))
 	}
-	if got, err := st.Missing(ctx, compiler.Scope{Tenant: "t"}, nil); len(got) != 0 || err != nil {
+	if got, err := st.Missing(ctx, artifact.Scope{Tenant: "t"}, nil); len(got) != 0 || err != nil {
 		t.Fatalf("missing of nothing: %v %v", got, err)
 	}
 	// Session does not scope artifacts.
-	if got, err := st.Missing(ctx, compiler.Scope{Tenant: "t", Session: "s2"}, digests(a)); len(got) != 0 || err != nil {
+	if got, err := st.Missing(ctx, artifact.Scope{Tenant: "t", Session: "s2"}, digests(a)); len(got) != 0 || err != nil {
 		t.Fatalf("artifact scoped by session: %v %v", got, err)
 	}
 }
@@ -138,7 +138,7 @@ func (s suite) tenantsApart(t *testing.T) {
 	ctx := context.Background()
 	a := art(text("shared", 5000))
 	persist(t, st, "tenant-x", a)
-	if got, err := st.Missing(ctx, compiler.Scope{Tenant: "tenant-y"}, digests(a)); err != nil || len(got) != 1 {
+	if got, err := st.Missing(ctx, artifact.Scope{Tenant: "tenant-y"}, digests(a)); err != nil || len(got) != 1 {
 		t.Fatalf("tenant-y sees tenant-x's artifact: missing=%d err=%v", len(got), err)
 	}
 	if has(t, st, "tenant-y", a) {
@@ -152,11 +152,11 @@ func (s suite) tenantsApart(t *testing.T) {
 	}
 
 	ch := chain("conv", 4)
-	x := compiler.Scope{Tenant: "tenant-x", Session: "s1"}
-	if err := st.Record(ctx, x, compiler.Record{ChainEnd: ch[1], Length: 2, Exposures: map[compiler.Digest]int{a.Digest: 1}}); err != nil {
+	x := artifact.Scope{Tenant: "tenant-x", Session: "s1"}
+	if err := st.Record(ctx, x, artifact.Record{ChainEnd: ch[1], Length: 2, Exposures: map[artifact.Digest]int{a.Digest: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	for _, sc := range []compiler.Scope{{Tenant: "tenant-y", Session: "s1"}, {Tenant: "tenant-x"}, {Tenant: "tenant-x", Session: "s2"}, {Tenant: "tenant-xs1"}} {
+	for _, sc := range []artifact.Scope{{Tenant: "tenant-y", Session: "s1"}, {Tenant: "tenant-x"}, {Tenant: "tenant-x", Session: "s2"}, {Tenant: "tenant-xs1"}} {
 		lin, err := st.Ancestor(ctx, sc, ch)
 		if err != nil || lin.Found {
 			t.Fatalf("scope %+v sees lineage of %+v: found=%v err=%v", sc, x, lin.Found, err)
@@ -171,7 +171,7 @@ func (s suite) tenantsApart(t *testing.T) {
 // succeed and the stored artifact is exact.
 func (s suite) concurrentPersist(t *testing.T) {
 	st := s.open(t, Config{})
-	arts := []compiler.Artifact{art(text("p1", 40_000)), art(text("p2", 40_000))}
+	arts := []artifact.Artifact{art(text("p1", 40_000)), art(text("p2", 40_000))}
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
 	for i := range 16 {
@@ -182,7 +182,7 @@ func (s suite) concurrentPersist(t *testing.T) {
 			if i%2 == 1 {
 				slices.Reverse(mine)
 			}
-			errs <- st.Persist(context.Background(), compiler.Scope{Tenant: "t"}, mine)
+			errs <- st.Persist(context.Background(), artifact.Scope{Tenant: "t"}, mine)
 		}()
 	}
 	wg.Wait()
@@ -204,7 +204,7 @@ func (s suite) closed(t *testing.T) {
 	st := s.open(t, Config{})
 	ctx := context.Background()
 	a := art(text("c", 2000))
-	sc := compiler.Scope{Tenant: "t"}
+	sc := artifact.Scope{Tenant: "t"}
 	persist(t, st, "t", a)
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
@@ -212,7 +212,7 @@ func (s suite) closed(t *testing.T) {
 	if err := st.Close(); err != nil {
 		t.Fatalf("second close: %v", err)
 	}
-	if err := st.Persist(ctx, sc, []compiler.Artifact{art(text("d", 2000))}); err == nil {
+	if err := st.Persist(ctx, sc, []artifact.Artifact{art(text("d", 2000))}); err == nil {
 		t.Error("Persist after Close succeeded")
 	}
 	if _, err := st.Missing(ctx, sc, digests(a)); err == nil {
@@ -221,7 +221,7 @@ func (s suite) closed(t *testing.T) {
 	if _, err := st.Ancestor(ctx, sc, chain("x", 3)); err == nil {
 		t.Error("Ancestor after Close succeeded")
 	}
-	if err := st.Record(ctx, sc, compiler.Record{ChainEnd: chain("x", 1)[0], Length: 1}); err == nil {
+	if err := st.Record(ctx, sc, artifact.Record{ChainEnd: chain("x", 1)[0], Length: 1}); err == nil {
 		t.Error("Record after Close succeeded")
 	}
 	if _, _, err := st.Get(ctx, "t", a.Digest); err == nil {
@@ -255,9 +255,9 @@ func (s suite) reopen(t *testing.T) {
 	a := art(text("durable", 30_000))
 	persist(t, st, "t", a)
 	ch := chain("reopen", 3)
-	sc := compiler.Scope{Tenant: "t", Session: "s"}
-	exp := map[compiler.Digest]int{a.Digest: 2}
-	if err := st.Record(ctx, sc, compiler.Record{ChainEnd: ch[1], Length: 2, Exposures: exp}); err != nil {
+	sc := artifact.Scope{Tenant: "t", Session: "s"}
+	exp := map[artifact.Digest]int{a.Digest: 2}
+	if err := st.Record(ctx, sc, artifact.Record{ChainEnd: ch[1], Length: 2, Exposures: exp}); err != nil {
 		t.Fatal(err)
 	}
 	key, err := st.TenantKey(ctx)

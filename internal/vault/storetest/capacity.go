@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // Each capacity artifact is 9000 ASCII bytes of text and 9002 of Raw.
@@ -20,14 +20,14 @@ const artBytes = 9000
 func (s suite) retentionEviction(t *testing.T) {
 	clk := newClock()
 	t0 := clk.Now()
-	arts := make([]compiler.Artifact, 6)
+	arts := make([]artifact.Artifact, 6)
 	for i := range arts {
 		arts[i] = art(text(fmt.Sprintf("evict-%d", i), artBytes))
 	}
 	cap := 5*size(arts[0]) + size(arts[0])/2 // five fit, six do not
 	st := s.open(t, Config{MaxBytes: cap, TenantMaxBytes: cap, Retention: time.Hour, Now: clk.Now})
 	ctx := context.Background()
-	sc := compiler.Scope{Tenant: "t"}
+	sc := artifact.Scope{Tenant: "t"}
 
 	for i := range 5 {
 		clk.Set(t0.Add(time.Duration(i) * time.Minute))
@@ -37,18 +37,18 @@ func (s suite) retentionEviction(t *testing.T) {
 	if miss, err := st.Missing(ctx, sc, digests(arts[0])); err != nil || len(miss) != 0 {
 		t.Fatalf("missing: %v %v", miss, err)
 	}
-	if err := st.Record(ctx, sc, compiler.Record{ChainEnd: chain("ev", 1)[0], Length: 1, Referenced: digests(arts[2])}); err != nil {
+	if err := st.Record(ctx, sc, artifact.Record{ChainEnd: chain("ev", 1)[0], Length: 1, Referenced: digests(arts[2])}); err != nil {
 		t.Fatal(err)
 	}
 	clk.Set(t0.Add(11 * time.Minute))
 	has(t, st, "t", arts[1]) // not a sighting
 	// Least recently seen first: 1 (1m), 3 (3m), 4 (4m), 0 and 2 (10m).
-	order := []compiler.Artifact{arts[1], arts[3], arts[4], arts[0], arts[2]}
+	order := []artifact.Artifact{arts[1], arts[3], arts[4], arts[0], arts[2]}
 
 	// Everything is inside the window: full, and nothing goes.
 	clk.Set(t0.Add(30 * time.Minute))
 	err := st.Persist(ctx, sc, arts[5:])
-	if !errors.Is(err, compiler.ErrFull) {
+	if !errors.Is(err, artifact.ErrFull) {
 		t.Fatalf("persist into a store full of retained artifacts: %v, want ErrFull", err)
 	}
 	for _, a := range order {
@@ -82,8 +82,8 @@ func (s suite) retentionEviction(t *testing.T) {
 func (s suite) tooLarge(t *testing.T) {
 	st := s.open(t, Config{MaxBytes: 50_000, TenantMaxBytes: 50_000, Retention: time.Hour})
 	a := art(text("huge", 60_000))
-	err := st.Persist(context.Background(), compiler.Scope{Tenant: "t"}, []compiler.Artifact{a})
-	if !errors.Is(err, compiler.ErrFull) {
+	err := st.Persist(context.Background(), artifact.Scope{Tenant: "t"}, []artifact.Artifact{a})
+	if !errors.Is(err, artifact.ErrFull) {
 		t.Fatalf("persist of %d bytes into a %d-byte store: %v, want ErrFull", size(a), 50_000, err)
 	}
 	if has(t, st, "t", a) {
@@ -97,7 +97,7 @@ func (s suite) tooLarge(t *testing.T) {
 func (s suite) tenantQuota(t *testing.T) {
 	clk := newClock()
 	t0 := clk.Now()
-	mk := func(tenant string, i int) compiler.Artifact {
+	mk := func(tenant string, i int) artifact.Artifact {
 		return art(text(fmt.Sprintf("%s-%d", tenant, i), artBytes))
 	}
 	one := size(mk("a", 0))
@@ -113,13 +113,13 @@ func (s suite) tenantQuota(t *testing.T) {
 	persist(t, st, "a", mk("a", 1))
 
 	clk.Set(t0.Add(30 * time.Minute))
-	err := st.Persist(ctx, compiler.Scope{Tenant: "a"}, []compiler.Artifact{mk("a", 2)})
-	if !errors.Is(err, compiler.ErrFull) {
+	err := st.Persist(ctx, artifact.Scope{Tenant: "a"}, []artifact.Artifact{mk("a", 2)})
+	if !errors.Is(err, artifact.ErrFull) {
 		t.Fatalf("tenant over its quota, all inside retention: %v, want ErrFull", err)
 	}
 	persist(t, st, "c", mk("c", 0)) // another tenant is unaffected
 	big := art(text("a-big", int(quota)))
-	if err := st.Persist(ctx, compiler.Scope{Tenant: "c"}, []compiler.Artifact{big}); !errors.Is(err, compiler.ErrFull) {
+	if err := st.Persist(ctx, artifact.Scope{Tenant: "c"}, []artifact.Artifact{big}); !errors.Is(err, artifact.ErrFull) {
 		t.Fatalf("one artifact over the tenant quota: %v, want ErrFull", err)
 	}
 

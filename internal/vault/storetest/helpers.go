@@ -11,7 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
@@ -36,10 +36,10 @@ func (c *clock) Set(t time.Time) {
 }
 
 // art returns an artifact for text with provenance; Raw is its JSON string.
-func art(text string) compiler.Artifact {
+func art(text string) artifact.Artifact {
 	raw, _ := json.Marshal(text)
-	return compiler.Artifact{
-		Digest: compiler.ArtifactDigest(text, raw),
+	return artifact.Artifact{
+		Digest: artifact.DigestOf(text, raw),
 		Text:   text,
 		Raw:    raw,
 		Tool:   "read_file",
@@ -58,25 +58,25 @@ func text(seed string, n int) string {
 	return b.String()[:n]
 }
 
-func size(a compiler.Artifact) int64 { return int64(len(a.Text) + len(a.Raw)) }
+func size(a artifact.Artifact) int64 { return int64(len(a.Text) + len(a.Raw)) }
 
-func digests(arts ...compiler.Artifact) []compiler.Digest {
-	out := make([]compiler.Digest, len(arts))
+func digests(arts ...artifact.Artifact) []artifact.Digest {
+	out := make([]artifact.Digest, len(arts))
 	for i, a := range arts {
 		out[i] = a.Digest
 	}
 	return out
 }
 
-func persist(t *testing.T, s vault.Backend, tenant string, arts ...compiler.Artifact) {
+func persist(t *testing.T, s vault.Backend, tenant string, arts ...artifact.Artifact) {
 	t.Helper()
-	if err := s.Persist(context.Background(), compiler.Scope{Tenant: tenant}, arts); err != nil {
+	if err := s.Persist(context.Background(), artifact.Scope{Tenant: tenant}, arts); err != nil {
 		t.Fatalf("persist for %q: %v", tenant, err)
 	}
 }
 
 // has reports whether tenant's artifact a is stored, and that it is exact.
-func has(t *testing.T, s vault.Backend, tenant string, a compiler.Artifact) bool {
+func has(t *testing.T, s vault.Backend, tenant string, a artifact.Artifact) bool {
 	t.Helper()
 	got, ok, err := s.Get(context.Background(), tenant, a.Digest)
 	if err != nil {
@@ -89,7 +89,7 @@ func has(t *testing.T, s vault.Backend, tenant string, a compiler.Artifact) bool
 }
 
 // same fails unless got is exactly want.
-func same(t *testing.T, got, want compiler.Artifact) {
+func same(t *testing.T, got, want artifact.Artifact) {
 	t.Helper()
 	if got.Digest != want.Digest || got.Text != want.Text || string(got.Raw) != string(want.Raw) ||
 		got.Chars != want.Chars || got.Tool != want.Tool || got.Args != want.Args {
@@ -102,8 +102,8 @@ func same(t *testing.T, got, want compiler.Artifact) {
 func head(b []byte) []byte { return b[:min(len(b), 16)] }
 
 // chain returns n distinct chain hashes for seed.
-func chain(seed string, n int) []compiler.Digest {
-	out := make([]compiler.Digest, n)
+func chain(seed string, n int) []artifact.Digest {
+	out := make([]artifact.Digest, n)
 	for i := range out {
 		out[i] = sha256.Sum256([]byte(fmt.Sprintf("%s/%d", seed, i)))
 	}

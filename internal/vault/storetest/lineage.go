@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
 // ancestor: the longest recorded proper prefix wins, the full chain is never
@@ -16,42 +16,42 @@ import (
 func (s suite) ancestor(t *testing.T) {
 	st := s.open(t, Config{})
 	ctx := context.Background()
-	sc := compiler.Scope{Tenant: "t", Session: "s"}
+	sc := artifact.Scope{Tenant: "t", Session: "s"}
 	ch := chain("conv", 6)
 	a, b := art(text("a", 100)).Digest, art(text("b", 100)).Digest
-	r2 := compiler.Record{ChainEnd: ch[1], Length: 2, Exposures: map[compiler.Digest]int{a: 1}}
-	r4 := compiler.Record{ChainEnd: ch[3], Length: 4, Parent: ch[1], HasParent: true, Exposures: map[compiler.Digest]int{a: 2, b: 1},
+	r2 := artifact.Record{ChainEnd: ch[1], Length: 2, Exposures: map[artifact.Digest]int{a: 1}}
+	r4 := artifact.Record{ChainEnd: ch[3], Length: 4, Parent: ch[1], HasParent: true, Exposures: map[artifact.Digest]int{a: 2, b: 1},
 		Cache: []byte("opaque cache state \x00\xff")}
-	for _, r := range []compiler.Record{r2, r4, r4} { // recording twice writes the same node
+	for _, r := range []artifact.Record{r2, r4, r4} { // recording twice writes the same node
 		if err := st.Record(ctx, sc, r); err != nil {
 			t.Fatal(err)
 		}
 	}
 	cases := []struct {
 		name  string
-		chain []compiler.Digest
+		chain []artifact.Digest
 		found bool
-		want  compiler.Record
+		want  artifact.Record
 	}{
 		{"longest prefix", ch, true, r4},
 		{"next step", ch[:5], true, r4},
 		{"full chain is not its own ancestor", ch[:4], true, r2},
-		{"only the full chain recorded", ch[:2], false, compiler.Record{}},
-		{"one message", ch[:1], false, compiler.Record{}},
-		{"empty", nil, false, compiler.Record{}},
-		{"other conversation", chain("other", 6), false, compiler.Record{}},
+		{"only the full chain recorded", ch[:2], false, artifact.Record{}},
+		{"one message", ch[:1], false, artifact.Record{}},
+		{"empty", nil, false, artifact.Record{}},
+		{"other conversation", chain("other", 6), false, artifact.Record{}},
 	}
 	// A long conversation: the ancestor lies far back in the chain.
 	long := chain("long", 600)
-	r11 := compiler.Record{ChainEnd: long[10], Length: 11, Exposures: map[compiler.Digest]int{b: 3}}
+	r11 := artifact.Record{ChainEnd: long[10], Length: 11, Exposures: map[artifact.Digest]int{b: 3}}
 	if err := st.Record(ctx, sc, r11); err != nil {
 		t.Fatal(err)
 	}
 	cases = append(cases, struct {
 		name  string
-		chain []compiler.Digest
+		chain []artifact.Digest
 		found bool
-		want  compiler.Record
+		want  artifact.Record
 	}{"600 messages, ancestor at 11", long, true, r11})
 	for _, c := range cases {
 		lin, err := st.Ancestor(ctx, sc, c.chain)
@@ -78,9 +78,9 @@ func (s suite) ancestor(t *testing.T) {
 func (s suite) lineageTTL(t *testing.T) {
 	st := s.open(t, Config{Retention: time.Second})
 	ctx := context.Background()
-	sc := compiler.Scope{Tenant: "t"}
+	sc := artifact.Scope{Tenant: "t"}
 	ch := chain("ttl", 3)
-	if err := st.Record(ctx, sc, compiler.Record{ChainEnd: ch[1], Length: 2}); err != nil {
+	if err := st.Record(ctx, sc, artifact.Record{ChainEnd: ch[1], Length: 2}); err != nil {
 		t.Fatal(err)
 	}
 	if lin, err := st.Ancestor(ctx, sc, ch); err != nil || !lin.Found {

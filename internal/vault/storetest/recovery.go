@@ -10,15 +10,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
 // Reader is what a backend declaring Recovery implements besides
 // vault.Backend: recovery's read API (recovery.Artifacts).
 type Reader interface {
-	Resolve(ctx context.Context, tenant, id string) (compiler.Digest, bool, error)
-	Search(ctx context.Context, tenant, query string, limit int) ([]compiler.Artifact, error)
+	Resolve(ctx context.Context, tenant, id string) (artifact.Digest, bool, error)
+	Search(ctx context.Context, tenant, query string, limit int) ([]artifact.Artifact, error)
 }
 
 func reader(t *testing.T, st vault.Backend) Reader {
@@ -40,7 +40,7 @@ func (s suite) resolve(t *testing.T) {
 	a, b := art(text("resolve", 9000)), art(text("other", 9000))
 	persist(t, st, "t1", a)
 	persist(t, st, "t1/x", b)
-	id := compiler.ArtifactID(a.Digest)
+	id := artifact.ID(a.Digest)
 	cases := []struct {
 		tenant, id string
 		found      bool
@@ -48,8 +48,8 @@ func (s suite) resolve(t *testing.T) {
 		{"t1", id, true},
 		{"t2", id, false},
 		{"t1/x", id, false},
-		{"t1", compiler.ArtifactID(b.Digest), false},
-		{"t1/x", compiler.ArtifactID(b.Digest), true},
+		{"t1", artifact.ID(b.Digest), false},
+		{"t1/x", artifact.ID(b.Digest), true},
 		{"t1", id[:len(id)-1], false},
 		{"t1", id + "0", false},
 		{"t1", "A_" + id[2:], false},
@@ -66,8 +66,8 @@ func (s suite) resolve(t *testing.T) {
 		if ok != c.found {
 			t.Fatalf("Resolve(%q, %q) found=%v, want %v", c.tenant, c.id, ok, c.found)
 		}
-		if ok && compiler.ArtifactID(d) != c.id {
-			t.Fatalf("Resolve(%q) gave the digest of %s", c.id, compiler.ArtifactID(d))
+		if ok && artifact.ID(d) != c.id {
+			t.Fatalf("Resolve(%q) gave the digest of %s", c.id, artifact.ID(d))
 		}
 	}
 }
@@ -80,12 +80,12 @@ func (s suite) search(t *testing.T) {
 	st := s.open(t, Config{Now: clk.Now})
 	r := reader(t, st)
 	ctx := context.Background()
-	mk := func(body, tool string) compiler.Artifact {
+	mk := func(body, tool string) artifact.Artifact {
 		a := art(body)
 		a.Tool = tool
 		return a
 	}
-	arts := []compiler.Artifact{
+	arts := []artifact.Artifact{
 		mk(text("alpha", 5000)+" NEEDLE here", "read_file"),
 		mk(text("beta", 5000), "bash"),
 		mk(text("gamma", 5000)+" needle again", "bash"),
@@ -97,7 +97,7 @@ func (s suite) search(t *testing.T) {
 	}
 	// Seeing the oldest again does not make it newer.
 	clk.Set(clk.Now().Add(time.Hour))
-	if _, err := st.Missing(ctx, compiler.Scope{Tenant: "t1"}, digests(arts[0])); err != nil {
+	if _, err := st.Missing(ctx, artifact.Scope{Tenant: "t1"}, digests(arts[0])); err != nil {
 		t.Fatal(err)
 	}
 	persist(t, st, "t2", mk("t2 needle "+text("t2", 5000), "bash"))
@@ -123,7 +123,7 @@ func (s suite) search(t *testing.T) {
 		}
 		var idx []int
 		for _, g := range got {
-			i := slices.IndexFunc(arts, func(a compiler.Artifact) bool { return a.Digest == g.Digest })
+			i := slices.IndexFunc(arts, func(a artifact.Artifact) bool { return a.Digest == g.Digest })
 			if i < 0 {
 				t.Fatalf("Search(%q) returned another tenant's artifact", c.query)
 			}
@@ -183,7 +183,7 @@ func (s suite) searchBounded(t *testing.T) {
 	st := s.open(t, Config{})
 	r := reader(t, st)
 	ctx := context.Background()
-	big := func(fill byte, n int) compiler.Artifact {
+	big := func(fill byte, n int) artifact.Artifact {
 		a := art(strings.Repeat(string(fill), n))
 		a.Tool = "bash"
 		return a

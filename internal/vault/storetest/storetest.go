@@ -37,11 +37,11 @@ type Capability string
 const (
 	// Capacity: MaxBytes, Retention and Now are honoured; a full store
 	// evicts least recently seen artifacts outside retention, and
-	// otherwise fails with an error that errors.Is compiler.ErrFull.
+	// otherwise fails with an error that errors.Is artifact.ErrFull.
 	Capacity Capability = "capacity"
 	// TenantQuota: TenantMaxBytes is honoured; a tenant over it evicts its
 	// own least recently seen artifacts outside retention, then gets
-	// compiler.ErrFull, and other tenants are unaffected.
+	// artifact.ErrFull, and other tenants are unaffected.
 	TenantQuota Capability = "tenant quota"
 	// LineageTTL: lineage nodes expire after Retention (wall clock).
 	LineageTTL Capability = "lineage TTL"

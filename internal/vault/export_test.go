@@ -1,7 +1,0 @@
-package vault
-
-import "time"
-
-// SetClock makes the store opened with cfg read time from now (last-seen
-// times and retention), for the conformance suite in package vault_test.
-func SetClock(cfg *Config, now func() time.Time) { cfg.now = now }
