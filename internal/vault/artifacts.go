@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/seal"
 )
 
 const (
@@ -199,7 +200,7 @@ func (s *Store) verifyRead(ctx context.Context, tenant string, arts []*compiler.
 				known = append(known, seenDigest{a.Digest, seen})
 				continue
 			}
-			why := readable(txn, tenant, a.Digest)
+			why := readable(txn, tenant, a.Digest, seal.FromContext(ctx))
 			if why == nil {
 				fresh = append(fresh, seenDigest{a.Digest, seen})
 				continue
@@ -298,6 +299,11 @@ func (s *Store) write(ctx context.Context, tenant string, arts []*compiler.Artif
 	enc, err := encodeAll(arts)
 	if err != nil {
 		return err
+	}
+	if k := seal.FromContext(ctx); k != nil { // encryption at rest (sealed.go)
+		for i, a := range arts {
+			enc[i] = sealContent(k, tenant, a.Digest, enc[i])
+		}
 	}
 	// ours lists artifacts this call wrote; others were stored by a
 	// concurrent Persist between verify and write, so only their presence is
@@ -736,7 +742,13 @@ func (s *Store) Get(ctx context.Context, tenant string, d compiler.Digest) (comp
 		if err != nil {
 			return err
 		}
-		if err := item.Value(func(v []byte) error { return decodeContent(v, &a) }); err != nil {
+		if err := item.Value(func(v []byte) error {
+			plain, err := openContent(seal.FromContext(ctx), tenant, d, v)
+			if err != nil {
+				return err
+			}
+			return decodeContent(plain, &a)
+		}); err != nil {
 			return err
 		}
 		if item, err = txn.Get(metaKey(tenant, d)); err != nil {

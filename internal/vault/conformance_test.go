@@ -29,3 +29,25 @@ func TestBadgerConformance(t *testing.T) {
 		return s
 	}, storetest.Capacity, storetest.TenantQuota, storetest.LineageTTL, storetest.Persistent, storetest.Recovery, storetest.TenantRate)
 }
+
+// Badger with encryption at rest on passes the same suite.
+func TestBadgerConformanceSealed(t *testing.T) {
+	dirs := map[*testing.T]string{}
+	storetest.Run(t, storetest.Sealed(func(t *testing.T, cfg storetest.Config) vault.Backend {
+		dir, ok := dirs[t]
+		if !ok {
+			dir = t.TempDir()
+			dirs[t] = dir
+		}
+		vc := vault.Config{Dir: dir, MaxBytes: cfg.MaxBytes, TenantMaxBytes: cfg.TenantMaxBytes, Retention: cfg.Retention}
+		if cfg.Now != nil {
+			vault.SetClock(&vc, cfg.Now)
+		}
+		s, err := vault.Open(vc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}), storetest.Capacity, storetest.TenantQuota, storetest.LineageTTL, storetest.Persistent, storetest.Recovery, storetest.TenantRate)
+}

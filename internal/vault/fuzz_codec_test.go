@@ -42,7 +42,7 @@ func FuzzCheckContent(f *testing.F) {
 	f.Add(encodeContent(&a))
 	f.Add([]byte{contentV2, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if checkContent(b, a.Digest) == nil {
+		if checkContent(b, "t", a.Digest, nil) == nil {
 			var got compiler.Artifact
 			if err := decodeContent(b, &got); err != nil || got.Text != a.Text {
 				t.Fatalf("checkContent accepted content that is not the artifact: %v", err)

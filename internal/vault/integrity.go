@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/seal"
 )
 
 // A receipt may only name content that reads back. A record found by key is
@@ -147,8 +148,22 @@ func (v *verifiedSet) remove(tenant string, d compiler.Digest) {
 }
 
 // checkContent reports whether stored content decodes, passes its CRC and
-// is the artifact d (NamesStored).
-func checkContent(v []byte, d compiler.Digest) error {
+// is the artifact d (NamesStored). A sealed record is opened with k; without
+// keys (the scrub) only its form is checked, and a request with the keys
+// finds any other damage by its tag.
+func checkContent(v []byte, tenant string, d compiler.Digest, k *seal.Keys) error {
+	if k == nil && isSealed(v) {
+		return nil
+	}
+	if k != nil && !isSealed(v) {
+		// Written in plain text before encryption was on: dropped and
+		// written again sealed, as a record that no longer reads intact.
+		return errPlain
+	}
+	v, err := openContent(k, tenant, d, v)
+	if err != nil {
+		return err
+	}
 	c, err := contentFields(v)
 	if err != nil {
 		return err
@@ -161,12 +176,12 @@ func checkContent(v []byte, d compiler.Digest) error {
 
 // readable reads the content record of tenant's d in txn. Any failure to
 // read it (a Badger read error included) means no receipt may name it.
-func readable(txn *badger.Txn, tenant string, d compiler.Digest) error {
+func readable(txn *badger.Txn, tenant string, d compiler.Digest, k *seal.Keys) error {
 	item, err := txn.Get(artKey(tenant, d))
 	if err != nil {
 		return err
 	}
-	return item.Value(func(v []byte) error { return checkContent(v, d) })
+	return item.Value(func(v []byte) error { return checkContent(v, tenant, d, k) })
 }
 
 // dropRecord deletes tenant's artifact d (content and metadata) in txn and
@@ -248,7 +263,7 @@ func (s *Store) scrub() {
 					continue
 				}
 				read += item.ValueSize()
-				if err := item.Value(func(v []byte) error { return checkContent(v, d) }); err != nil {
+				if err := item.Value(func(v []byte) error { return checkContent(v, tenant, d, nil) }); err != nil {
 					bad = append(bad, verifiedKey{tenant, d})
 					why = append(why, err)
 				}
@@ -286,7 +301,7 @@ func (s *Store) dropIfUnreadable(tenant string, d compiler.Digest, why error) {
 	err := s.deleting(func() (bool, error) {
 		err := s.update(context.Background(), func(txn *badger.Txn) error {
 			drop = false
-			if err := readable(txn, tenant, d); err == nil || errors.Is(err, badger.ErrKeyNotFound) {
+			if err := readable(txn, tenant, d, nil); err == nil || errors.Is(err, badger.ErrKeyNotFound) {
 				return nil
 			}
 			drop = true

@@ -85,7 +85,7 @@ func TestContentV3(t *testing.T) {
 			if !sameContent(b, &a) {
 				t.Fatal("sameContent is false for its own encoding")
 			}
-			if err := checkContent(b, a.Digest); err != nil {
+			if err := checkContent(b, "t", a.Digest, nil); err != nil {
 				t.Fatalf("checkContent: %v", err)
 			}
 		})

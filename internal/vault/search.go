@@ -12,6 +12,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/seal"
 )
 
 // Recovery reads the vault by public artifact id and by search; neither is
@@ -116,6 +117,7 @@ func (s *Store) Search(ctx context.Context, tenant, query string, limit int) ([]
 		return nil, err
 	}
 	base := tenantMetaPrefix(tenant)
+	keys := seal.FromContext(ctx)
 	var out []compiler.Artifact
 	err = s.db.View(func(txn *badger.Txn) error {
 		var metas []meta
@@ -152,6 +154,10 @@ func (s *Store) Search(ctx context.Context, tenant, query string, limit int) ([]
 			match := false
 			var gone error // the caller went away during the scan
 			_ = item.Value(func(v []byte) error {
+				v, err := openContent(keys, tenant, m.Digest, v)
+				if err != nil {
+					return err // skipped: Get reports it
+				}
 				c, err := contentFields(v)
 				if err != nil {
 					return err // skipped: Get reports it

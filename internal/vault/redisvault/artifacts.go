@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/seal"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
@@ -55,6 +56,11 @@ func (s *Store) Persist(ctx context.Context, scope compiler.Scope, arts []compil
 	enc, err := vault.EncodeAll(missing)
 	if err != nil {
 		return err
+	}
+	if k := seal.FromContext(ctx); k != nil { // encryption at rest (vault/sealed.go)
+		for i, a := range missing {
+			enc[i] = vault.SealContent(k, scope.Tenant, a.Digest, enc[i])
+		}
 	}
 	return s.write(ctx, tk, missing, enc, now)
 }
@@ -112,7 +118,11 @@ func (s *Store) Get(ctx context.Context, tenant string, d compiler.Digest) (comp
 	}
 	a := compiler.Artifact{Digest: d}
 	b, _ := content.Bytes()
-	if err := vault.DecodeContent(b, &a); err != nil {
+	b, err = vault.OpenContent(seal.FromContext(ctx), tenant, d, b)
+	if err == nil {
+		err = vault.DecodeContent(b, &a)
+	}
+	if err != nil {
 		return compiler.Artifact{}, false, fmt.Errorf("redisvault: get %x: %w", d[:8], err)
 	}
 	if _, a.Chars, err = parseMeta(meta.Val()); err != nil {

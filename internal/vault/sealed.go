@@ -1,0 +1,80 @@
+package vault
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/seal"
+)
+
+// Encryption at rest (package seal). With the tenant's data keys in the
+// request's context, a content record is stored as contentSealed followed
+// by the sealed v2/v3 record, bound to its tenant and digest, so a value
+// copied to another key or tenant does not open. Records written without
+// keys (encrypt off, or a vault from before encryption) stay readable as
+// they are until they age out: they are filed under their content digests,
+// and nothing new is written in plain text while keys are present.
+
+// contentSealed marks a sealed content record.
+const contentSealed = 0x20
+
+// ErrSealed means a sealed record was read without the tenant's keys.
+var ErrSealed = errors.New("vault: record is encrypted and the request carries no key for it")
+
+// errPlain is a plain-text record read with keys: the caller writes it
+// again sealed (a migration on use; unused records age out as they are).
+var errPlain = errors.New("vault: record stored in plain text")
+
+// contentAD is what a sealed record is bound to: its tenant and digest.
+func contentAD(tenant string, d compiler.Digest) []byte {
+	ad := make([]byte, 0, 32+len(tenant)+len(d))
+	ad = append(ad, "token-terminator/artifact/v1\x00"...)
+	ad = append(ad, tenant...)
+	ad = append(ad, 0)
+	return append(ad, d[:]...)
+}
+
+// sealContent returns enc (an encoded content record of tenant's d) sealed
+// under k; with no keys, enc itself.
+func sealContent(k *seal.Keys, tenant string, d compiler.Digest, enc []byte) []byte {
+	if k == nil {
+		return enc
+	}
+	out := make([]byte, 1, 1+len(enc)+seal.Overhead)
+	out[0] = contentSealed
+	return k.Seal(out, enc, contentAD(tenant, d))
+}
+
+// openContent returns the encoded content record stored as v for tenant's
+// d: v itself when it was written in plain text, else its opened form. A
+// sealed record that does not authenticate is an error (errCodec wrapped),
+// never other content.
+func openContent(k *seal.Keys, tenant string, d compiler.Digest, v []byte) ([]byte, error) {
+	if len(v) == 0 || v[0] != contentSealed {
+		return v, nil
+	}
+	if k == nil {
+		return nil, ErrSealed
+	}
+	plain, err := k.Open(nil, v[1:], contentAD(tenant, d))
+	if err != nil {
+		return nil, fmt.Errorf("%w: artifact %x: %v", errCodec, d[:8], err)
+	}
+	return plain, nil
+}
+
+// isSealed reports whether v is a sealed record of plausible size: what a
+// reader without keys (the background scrub) can check of it. The tag is
+// checked when a request with the keys reads it.
+func isSealed(v []byte) bool { return len(v) >= 1+seal.Overhead && v[0] == contentSealed }
+
+// SealContent is sealContent for the other backends.
+func SealContent(k *seal.Keys, tenant string, d compiler.Digest, enc []byte) []byte {
+	return sealContent(k, tenant, d, enc)
+}
+
+// OpenContent is openContent for the other backends.
+func OpenContent(k *seal.Keys, tenant string, d compiler.Digest, v []byte) ([]byte, error) {
+	return openContent(k, tenant, d, v)
+}
