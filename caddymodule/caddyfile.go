@@ -245,6 +245,7 @@ var subdirectives = map[string]func(t *Handler, v string) error{
 	},
 	"context_compaction": func(t *Handler, v string) error { return setOnOff(&t.ContextCompaction, v) },
 	"require_vault":      func(t *Handler, v string) error { return setOnOff(&t.RequireVault, v) },
+	"encrypt":            func(t *Handler, v string) error { return setOnOff(&t.Encrypt, v) },
 }
 
 func setInt(dst **int, v string, min int) error {

@@ -29,6 +29,7 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/cost"
 	"github.com/tokenterminator/caddy-token-terminator/internal/response"
+	"github.com/tokenterminator/caddy-token-terminator/internal/seal"
 	"github.com/tokenterminator/caddy-token-terminator/internal/tokens"
 )
 
@@ -42,6 +43,7 @@ type handlerState struct {
 	comp      compileFunc
 	observe   func(compiler.Result, response.Usage) // the compiler's usage calibration; nil in tests
 	tenants   tenantFunc
+	sealKey   func() []byte // the tenant key, for data keys (seal.go); nil when not readable yet
 	formatFor func(method, path string) (string, bool)
 	buffered  *atomic.Int64 // bytes of bodies held now
 	reading   *atomic.Int64 // of them, bodies being read (admission.go)
@@ -148,8 +150,10 @@ func (h *Handler) provision(ctx caddy.Context, app *App) error {
 		h.gate = newTenantGate(ov.backend, *h.MaxNewTenantsPerMinute, h.logger)
 		if operatorKey == nil {
 			h.tenants, h.tenantKeyPending = h.backendTenants(ov, backend.VaultKey())
+			h.sealKey = cachedKey(ov)
 		} else {
 			h.tenants = tenantHasher(operatorKey)
+			h.sealKey = func() []byte { return operatorKey }
 		}
 		h.provisionRecovery(ov.backend)
 		comp, release, err := app.compiler(backend.VaultKey(), counterKey(tcfg), h.compilerOptions(), ov.backend, counter)
@@ -307,6 +311,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		}
 		return next.ServeHTTP(w, r)
 	}
+	r = h.sealed(r, format) // the tenant's data keys, for the vault (seal.go)
 	ex := &exchange{start: time.Now(), rep: report{format: format, path: r.URL.Path, rawBytes: r.ContentLength, sentBytes: r.ContentLength}}
 	if h.bypassed(r) {
 		ex.rep.passthrough(compiler.ReasonBypass)
@@ -407,6 +412,10 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 	}
 	if unverified != "" {
 		return passOn(unverified, unverifiedDetail)
+	}
+	if tenant != "" && h.sealKey != nil && h.encrypting() && seal.FromContext(r.Context()) == nil {
+		// Nothing is ever stored in plain text while encrypt is on.
+		return passOn(compiler.ReasonVaultError, "the request's data keys could not be derived")
 	}
 	if tenant == "" {
 		// No credential and no configured identity: no cross-request state.
