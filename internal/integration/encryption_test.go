@@ -1,0 +1,76 @@
+package integration
+
+import (
+	"bytes"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+)
+
+// Encryption at rest through Caddy: a marker planted in a tool result, in
+// each format, is in no file of the vault after its artifact was stored;
+// the artifact API with the conversation's credential returns it, another
+// credential reads nothing.
+func TestEncryptedAtRest(t *testing.T) {
+	const marker = "PLANTED-MARKER-PROD_DB_PASSWORD-7f3a9c"
+	up := newUpstream(t)
+	g := startGateway(t, `
+	token_terminator {
+		vault_dir $VAULT
+	}
+	reverse_proxy $UPSTREAM
+`, up)
+	cases := []struct {
+		path, key string
+		seed      int
+		body      func([]compilertest.ChatTurn) []byte
+	}{
+		{"/v1/chat/completions", "Authorization: Bearer sk-chat-key", 7300, func(ts []compilertest.ChatTurn) []byte {
+			return compilertest.ChatBody("gpt-4o", ts, "")
+		}},
+		{"/v1/responses", "Authorization: Bearer sk-responses-key", 7400, func(ts []compilertest.ChatTurn) []byte {
+			return compilertest.ResponsesBody("gpt-4o", ts, "", compilertest.ResponsesOptions{})
+		}},
+		{"/v1/messages", "X-Api-Key: sk-ant-messages-key", 7500, func(ts []compilertest.ChatTurn) []byte {
+			return compilertest.AnthropicBody("claude-sonnet-4-5", ts, "", compilertest.AnthropicOptions{})
+		}},
+	}
+	for _, c := range cases {
+		turns := compilertest.Turns(c.seed, 2, 9000)
+		turns[0].Output = turns[0].Output[:4000] + marker + turns[0].Output[4000:]
+		for i := 1; i <= 2; i++ {
+			logged := requestLines(g)
+			if r := g.post(c.path, c.body(turns[:i]), c.key); r.Status != 200 {
+				t.Fatalf("%s step %d: %d %s", c.path, i, r.Status, r.Body)
+			}
+			waitLogged(t, g, logged+1)
+		}
+		id := "a_" + artifactID(turns[0].Output)
+		if r := g.do(http.MethodGet, "/token-terminator/artifacts/"+id, nil, 0, c.key); r.Status != 200 || !bytes.Contains(r.Body, []byte(marker)) {
+			t.Fatalf("%s: the artifact API with the conversation's key: %d", c.path, r.Status)
+		}
+		if r := g.do(http.MethodGet, "/token-terminator/artifacts/"+id, nil, 0, "Authorization: Bearer sk-another-key"); r.Status == 200 || bytes.Contains(r.Body, []byte(marker)) {
+			t.Fatalf("%s: another key read the artifact: %d", c.path, r.Status)
+		}
+	}
+	err := filepath.WalkDir(g.VaultDir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if bytes.Contains(b, []byte(marker)) {
+			t.Errorf("vault file %s holds the marker", filepath.Base(p))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
