@@ -49,12 +49,14 @@ var ErrOpen = errors.New("seal: value does not authenticate")
 const (
 	infoAEAD  = "token-terminator/seal/v1/aead"
 	infoNonce = "token-terminator/seal/v1/nonce"
+	infoID    = "token-terminator/seal/v1/id"
 )
 
 // Keys are one tenant's data keys. They are safe for concurrent use.
 type Keys struct {
 	aead  cipher.AEAD
 	nonce sync.Pool // of hash.Hash: HMAC-SHA-256 under the nonce key
+	id    sync.Pool // of hash.Hash: HMAC-SHA-256 under the id key
 }
 
 // Derive returns the data keys of the tenant whose secret is secret, under
@@ -76,6 +78,10 @@ func Derive(tenantKey []byte, secret string) (*Keys, error) {
 	if err != nil {
 		return nil, err
 	}
+	ik, err := hkdf.Expand(sha256.New, prk, infoID, 32)
+	if err != nil {
+		return nil, err
+	}
 	block, err := aes.NewCipher(ak)
 	if err != nil {
 		return nil, err
@@ -86,7 +92,24 @@ func Derive(tenantKey []byte, secret string) (*Keys, error) {
 	}
 	k := &Keys{aead: aead}
 	k.nonce.New = func() any { return hmac.New(sha256.New, nk) }
+	k.id.New = func() any { return hmac.New(sha256.New, ik) }
 	return k, nil
+}
+
+// ID returns the keyed identity of content whose unkeyed identity (a
+// SHA-256 of it) is d: HMAC-SHA-256 under the tenant's id key. The same
+// content gets the same id within a tenant, so receipts stay byte-stable
+// for prompt caches, and unrelated ids in two tenants; without the key an
+// id confirms nothing about a guessed content.
+func (k *Keys) ID(d [32]byte) [32]byte {
+	h := k.id.Get().(hash.Hash)
+	h.Reset()
+	h.Write([]byte("token-terminator/id/v1\x00"))
+	h.Write(d[:])
+	var out [32]byte
+	h.Sum(out[:0])
+	k.id.Put(h)
+	return out
 }
 
 // Seal appends to dst the sealed form of plain bound to ad: a synthetic

@@ -296,11 +296,12 @@ func (s *Store) write(ctx context.Context, tenant string, arts []*compiler.Artif
 
 	// Content is checked and encoded (compressed) before the transactions,
 	// on every core, so a retried transaction does not encode again.
-	enc, err := encodeAll(arts)
+	k := seal.FromContext(ctx)
+	enc, err := encodeAll(k, arts)
 	if err != nil {
 		return err
 	}
-	if k := seal.FromContext(ctx); k != nil { // encryption at rest (sealed.go)
+	if k != nil { // encryption at rest (sealed.go)
 		for i, a := range arts {
 			enc[i] = sealContent(k, tenant, a.Digest, enc[i])
 		}
@@ -469,7 +470,7 @@ func (s *Store) readBack(tenant string, ours []*compiler.Artifact, enc [][]byte,
 // parallel when there is enough of it to pay for the goroutines. An
 // artifact's check and encoding run back to back on one core, so its bytes
 // are read from memory once and stay in cache for the passes that follow.
-func encodeAll(arts []*compiler.Artifact) ([][]byte, error) {
+func encodeAll(k *seal.Keys, arts []*compiler.Artifact) ([][]byte, error) {
 	enc := make([][]byte, len(arts))
 	var total int64
 	for _, a := range arts {
@@ -478,7 +479,7 @@ func encodeAll(arts []*compiler.Artifact) ([][]byte, error) {
 	workers := min(runtime.GOMAXPROCS(0), len(arts))
 	if total < parallelEncodeBytes || workers < 2 {
 		for i, a := range arts {
-			if !NamesNew(a.Digest, a.Text, a.Raw) {
+			if !namesNew(k, a.Digest, a.Text, a.Raw) {
 				return nil, errNotIdentity(a)
 			}
 			enc[i] = encodeContent(a)
@@ -492,7 +493,7 @@ func encodeAll(arts []*compiler.Artifact) ([][]byte, error) {
 		go func() {
 			defer wg.Done()
 			for i := int(next.Add(1) - 1); i < len(arts); i = int(next.Add(1) - 1) {
-				if NamesNew(arts[i].Digest, arts[i].Text, arts[i].Raw) {
+				if namesNew(k, arts[i].Digest, arts[i].Text, arts[i].Raw) {
 					enc[i] = encodeContent(arts[i])
 				}
 			}
@@ -733,7 +734,7 @@ func (s *Store) Get(ctx context.Context, tenant string, d compiler.Digest) (comp
 		return compiler.Artifact{}, false, err
 	}
 	a := compiler.Artifact{Digest: d}
-	found := false
+	found, sealed := false, false
 	err = s.db.View(func(txn *badger.Txn) error {
 		item, err := txn.Get(artKey(tenant, d))
 		if errors.Is(err, badger.ErrKeyNotFound) {
@@ -743,6 +744,7 @@ func (s *Store) Get(ctx context.Context, tenant string, d compiler.Digest) (comp
 			return err
 		}
 		if err := item.Value(func(v []byte) error {
+			sealed = isSealed(v)
 			plain, err := openContent(seal.FromContext(ctx), tenant, d, v)
 			if err != nil {
 				return err
@@ -768,7 +770,7 @@ func (s *Store) Get(ctx context.Context, tenant string, d compiler.Digest) (comp
 	if !found {
 		return compiler.Artifact{}, false, nil
 	}
-	if !NamesStored(d, StringBytes(a.Text), a.Raw) {
+	if !namesStored(seal.FromContext(ctx), sealed, d, StringBytes(a.Text), a.Raw) {
 		return compiler.Artifact{}, false, fmt.Errorf("%w: stored artifact %x", ErrDigest, d[:8])
 	}
 	return a, true, nil

@@ -21,7 +21,7 @@ func TestEncodeAllMatchesEncodeContent(t *testing.T) {
 			a := mkArt(text(fmt.Sprint("enc", n, "-", i), 20_000))
 			arts = append(arts, &a)
 		}
-		enc, err := encodeAll(arts)
+		enc, err := encodeAll(nil, arts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,7 +50,7 @@ func TestEncodeAllRefusesWrongDigest(t *testing.T) {
 			arts = append(arts, &a)
 		}
 		arts[tt.bad].Digest[0] ^= 1
-		if enc, err := encodeAll(arts); !errors.Is(err, ErrDigest) || enc != nil {
+		if enc, err := encodeAll(nil, arts); !errors.Is(err, ErrDigest) || enc != nil {
 			t.Errorf("%d artifacts, #%d wrong: err %v, %d encodings", tt.n, tt.bad, err, len(enc))
 		}
 	}

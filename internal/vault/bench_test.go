@@ -171,7 +171,7 @@ func BenchmarkEncodeToolResults(b *testing.B) {
 		b.SetBytes(size)
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := encodeAll(arts); err != nil {
+			if _, err := encodeAll(nil, arts); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -13,7 +13,7 @@ func EncodeContent(a *compiler.Artifact) []byte { return encodeContent(a) }
 // EncodeAll checks that each artifact is named by its digest (NamesNew) and
 // returns the stored forms, in order, using every core for large batches;
 // a wrong digest fails the batch with ErrDigest.
-func EncodeAll(arts []*compiler.Artifact) ([][]byte, error) { return encodeAll(arts) }
+func EncodeAll(arts []*compiler.Artifact) ([][]byte, error) { return encodeAll(nil, arts) }
 
 // DecodeContent fills a's Text, Raw, Tool and Args from stored content. A
 // record that fails its checksum is an error.

@@ -160,6 +160,7 @@ func checkContent(v []byte, tenant string, d compiler.Digest, k *seal.Keys) erro
 		// written again sealed, as a record that no longer reads intact.
 		return errPlain
 	}
+	sealed := isSealed(v)
 	v, err := openContent(k, tenant, d, v)
 	if err != nil {
 		return err
@@ -168,7 +169,7 @@ func checkContent(v []byte, tenant string, d compiler.Digest, k *seal.Keys) erro
 	if err != nil {
 		return err
 	}
-	if !NamesStored(d, c.text, c.raw) {
+	if !namesStored(k, sealed, d, c.text, c.raw) {
 		return ErrDigest
 	}
 	return nil

@@ -3,6 +3,7 @@ package vault
 import (
 	"errors"
 	"fmt"
+	"unsafe"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/seal"
@@ -68,6 +69,45 @@ func openContent(k *seal.Keys, tenant string, d compiler.Digest, v []byte) ([]by
 // reader without keys (the background scrub) can check of it. The tag is
 // checked when a request with the keys reads it.
 func isSealed(v []byte) bool { return len(v) >= 1+seal.Overhead && v[0] == contentSealed }
+
+// Keyed identities: with keys, an artifact is filed under k.ID of its
+// content identity (compiler.Request.KeyID), so its key in the store, its
+// metadata and its receipt confirm nothing about its content.
+
+// namesNew is NamesNew for an artifact written with k: only the keyed
+// identity is accepted, so nothing is filed under a content hash.
+func namesNew(k *seal.Keys, d compiler.Digest, text string, raw []byte) bool {
+	if k == nil {
+		return NamesNew(d, text, raw)
+	}
+	return k.ID(compiler.ArtifactDigest(text, raw)) == d
+}
+
+// namesStored is NamesStored for a record read with k: a sealed record
+// must carry its keyed identity, a plain one (written without keys) its
+// content identity.
+func namesStored(k *seal.Keys, sealed bool, d compiler.Digest, text, raw []byte) bool {
+	if !sealed {
+		return NamesStored(d, text, raw)
+	}
+	return k != nil && k.ID(compiler.ArtifactDigest(unsafe.String(unsafe.SliceData(text), len(text)), raw)) == d
+}
+
+// NamesStoredFor is namesStored for the other backends; sealed is whether
+// the record read was sealed (its first byte, see IsSealed).
+func NamesStoredFor(k *seal.Keys, sealed bool, d compiler.Digest, text, raw []byte) bool {
+	return namesStored(k, sealed, d, text, raw)
+}
+
+// IsSealed reports whether a stored content record is sealed.
+func IsSealed(v []byte) bool { return isSealed(v) }
+
+// EncodeAllFor is EncodeAll for artifacts written with k (nil: EncodeAll):
+// each must be named by its keyed identity. The forms returned are not
+// sealed yet (SealContent).
+func EncodeAllFor(k *seal.Keys, arts []*compiler.Artifact) ([][]byte, error) {
+	return encodeAll(k, arts)
+}
 
 // SealContent is sealContent for the other backends.
 func SealContent(k *seal.Keys, tenant string, d compiler.Digest, enc []byte) []byte {

@@ -32,6 +32,13 @@ func markedArt(seed string) compiler.Artifact {
 	return mkArt(s[:3000] + sealMarker + s[3000:])
 }
 
+// keyed returns a filed under its keyed identity, as the compiler names
+// it with k.
+func keyed(k *seal.Keys, a compiler.Artifact) compiler.Artifact {
+	a.Digest = k.ID(a.Digest)
+	return a
+}
+
 // dirHolds reports whether any file under dir contains b.
 func dirHolds(t *testing.T, dir string, b []byte) bool {
 	t.Helper()
@@ -64,6 +71,9 @@ func TestSealedAtRestBadger(t *testing.T) {
 			ctx = seal.NewContext(ctx, sealKeys(t, "sk-alice"))
 		}
 		a := markedArt("sealed")
+		if sealed {
+			a = keyed(sealKeys(t, "sk-alice"), a)
+		}
 		must(t, s.Persist(ctx, compiler.Scope{Tenant: "t"}, []compiler.Artifact{a}))
 		must(t, s.Close())
 		if got := dirHolds(t, dir, []byte(sealMarker)); got == sealed {
@@ -123,7 +133,7 @@ func rewriteValue(t *testing.T, s *Store, tenant string, d compiler.Digest, f fu
 func TestSealedTamper(t *testing.T) {
 	s := openTest(t, Config{})
 	ctx := seal.NewContext(context.Background(), sealKeys(t, "sk-alice"))
-	a, b := markedArt("tamper a"), markedArt("tamper b")
+	a, b := keyed(sealKeys(t, "sk-alice"), markedArt("tamper a")), keyed(sealKeys(t, "sk-alice"), markedArt("tamper b"))
 	must(t, s.Persist(ctx, compiler.Scope{Tenant: "t"}, []compiler.Artifact{a, b}))
 	var size int
 	rewriteValue(t, s, "t", a.Digest, func(v []byte) []byte { size = len(v); return v })
@@ -159,39 +169,46 @@ func TestSealedTamper(t *testing.T) {
 	}
 }
 
-// A vault written in plain text stays readable with keys; a record the
-// gateway uses again is rewritten sealed (Missing or Persist confirm it
-// once per process), and the others age out as they are.
-func TestPlainVaultMigratesOnUse(t *testing.T) {
+// A vault written in plain text stays readable with keys, by the ids its
+// receipts carry. With keys the same content is filed anew, sealed, under
+// its keyed id; the plain record is not refreshed and ages out as it is.
+// Nothing is filed under a content id with keys.
+func TestPlainVaultReadableUntilItAgesOut(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "vault")
 	s, err := Open(Config{Dir: dir})
 	must(t, err)
-	a, b := markedArt("plain a"), markedArt("plain b")
-	must(t, s.Persist(context.Background(), compiler.Scope{Tenant: "t"}, []compiler.Artifact{a, b}))
+	a := markedArt("plain a")
+	must(t, s.Persist(context.Background(), compiler.Scope{Tenant: "t"}, []compiler.Artifact{a}))
 	must(t, s.Close())
 
 	s = openTest(t, Config{Dir: dir})
-	ctx := seal.NewContext(context.Background(), sealKeys(t, "sk-alice"))
-	for _, x := range []compiler.Artifact{a, b} {
-		if got, ok, err := s.Get(ctx, "t", x.Digest); err != nil || !ok || got.Text != x.Text {
-			t.Fatalf("plain record read with keys: %v, %v", ok, err)
-		}
+	k := sealKeys(t, "sk-alice")
+	ctx := seal.NewContext(context.Background(), k)
+	if got, ok, err := s.Get(ctx, "t", a.Digest); err != nil || !ok || got.Text != a.Text {
+		t.Fatalf("plain record read with keys: %v, %v", ok, err)
 	}
-	must(t, s.Persist(ctx, compiler.Scope{Tenant: "t"}, []compiler.Artifact{a}))
+	if err := s.Persist(ctx, compiler.Scope{Tenant: "t"}, []compiler.Artifact{markedArt("plain b")}); !errors.Is(err, ErrDigest) {
+		t.Fatalf("Persist with keys under a content id: %v", err)
+	}
+	ka := keyed(k, a)
+	must(t, s.Persist(ctx, compiler.Scope{Tenant: "t"}, []compiler.Artifact{ka}))
 	stored := func(d compiler.Digest) (v []byte) {
 		rewriteValue(t, s, "t", d, func(x []byte) []byte { v = bytes.Clone(x); return x })
 		return v
 	}
-	if v := stored(a.Digest); !isSealed(v) {
-		t.Fatalf("an artifact used again is still plain text")
+	if !isSealed(stored(ka.Digest)) || isSealed(stored(a.Digest)) {
+		t.Fatal("want the keyed record sealed and the plain one as it was")
 	}
-	if v := stored(b.Digest); isSealed(v) {
-		t.Fatalf("an unused plain record was rewritten")
+	if got, ok, err := s.Get(ctx, "t", ka.Digest); err != nil || !ok || got.Text != a.Text {
+		t.Fatalf("keyed record: %v, %v", ok, err)
 	}
-	if got, ok, err := s.Get(ctx, "t", a.Digest); err != nil || !ok || got.Text != a.Text {
-		t.Fatalf("migrated record: %v, %v", ok, err)
+	if _, _, err := s.Get(context.Background(), "t", ka.Digest); !errors.Is(err, ErrSealed) {
+		t.Fatalf("sealed record read without keys: %v", err)
 	}
-	if _, _, err := s.Get(context.Background(), "t", a.Digest); !errors.Is(err, ErrSealed) {
-		t.Fatalf("migrated record read without keys: %v", err)
+	// A plain record planted under a keyed id is never confirmed.
+	rewriteValue(t, s, "t", ka.Digest, func([]byte) []byte { return stored(a.Digest) })
+	s.checked.remove("t", ka.Digest)
+	if m, err := s.Missing(ctx, compiler.Scope{Tenant: "t"}, []compiler.Digest{ka.Digest}); err != nil || len(m) != 1 {
+		t.Fatalf("Missing of a plain record under a keyed id = %v, %v", m, err)
 	}
 }

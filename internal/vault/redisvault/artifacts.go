@@ -53,11 +53,12 @@ func (s *Store) Persist(ctx context.Context, scope compiler.Scope, arts []compil
 	}
 	// Only what is written needs the digest check (EncodeAll): an artifact
 	// stored under its digest was checked when it was written.
-	enc, err := vault.EncodeAll(missing)
+	k := seal.FromContext(ctx)
+	enc, err := vault.EncodeAllFor(k, missing)
 	if err != nil {
 		return err
 	}
-	if k := seal.FromContext(ctx); k != nil { // encryption at rest (vault/sealed.go)
+	if k != nil { // encryption at rest (vault/sealed.go)
 		for i, a := range missing {
 			enc[i] = vault.SealContent(k, scope.Tenant, a.Digest, enc[i])
 		}
@@ -118,6 +119,7 @@ func (s *Store) Get(ctx context.Context, tenant string, d compiler.Digest) (comp
 	}
 	a := compiler.Artifact{Digest: d}
 	b, _ := content.Bytes()
+	sealed := vault.IsSealed(b)
 	b, err = vault.OpenContent(seal.FromContext(ctx), tenant, d, b)
 	if err == nil {
 		err = vault.DecodeContent(b, &a)
@@ -128,7 +130,7 @@ func (s *Store) Get(ctx context.Context, tenant string, d compiler.Digest) (comp
 	if _, a.Chars, err = parseMeta(meta.Val()); err != nil {
 		return compiler.Artifact{}, false, fmt.Errorf("redisvault: get %x: %w", d[:8], err)
 	}
-	if !vault.NamesStored(d, vault.StringBytes(a.Text), a.Raw) {
+	if !vault.NamesStoredFor(seal.FromContext(ctx), sealed, d, vault.StringBytes(a.Text), a.Raw) {
 		return compiler.Artifact{}, false, fmt.Errorf("%w: stored artifact %x", vault.ErrDigest, d[:8])
 	}
 	return a, true, nil

@@ -2,6 +2,8 @@ package storetest
 
 import (
 	"context"
+	"encoding/hex"
+	"sync"
 	"testing"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
@@ -9,15 +11,18 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
-// Sealed returns open with encryption at rest on: every call reaches the
-// backend with the data keys of its tenant in its context, as the gateway
-// passes them (each tenant's secret is its name under a fixed test tenant
-// key). Run(t, Sealed(open), ...) holds a backend to every rule with its
-// content sealed.
+// Sealed returns open with encryption at rest on, as the gateway runs it:
+// every call reaches the backend with the data keys of its tenant in its
+// context (each tenant's secret is its name under a fixed test tenant key),
+// and artifacts are filed under their keyed identities (seal.Keys.ID), as
+// the compiler names them with compiler.Request.KeyID. The cases keep
+// speaking content identities: the wrapper maps them to keyed ones on the
+// way in and back on the way out. Run(t, Sealed(open), ...) holds a backend
+// to every rule with its content sealed and its ids keyed.
 func Sealed(open Opener) Opener {
 	return func(t *testing.T, cfg Config) vault.Backend {
 		b := open(t, cfg)
-		s := &sealed{Backend: b}
+		s := &sealed{Backend: b, plain: map[compiler.Digest]compiler.Digest{}, byID: map[string]compiler.Digest{}}
 		if r, ok := b.(Reader); ok {
 			return &sealedReader{sealed: s, r: r}
 		}
@@ -36,30 +41,89 @@ func SealKeys(tenant string) *seal.Keys {
 
 type sealed struct {
 	vault.Backend
+	mu    sync.Mutex
+	plain map[compiler.Digest]compiler.Digest // keyed -> content identity
+	byID  map[string]compiler.Digest          // tenant + content id -> keyed
 }
 
 func (s *sealed) ctx(ctx context.Context, tenant string) context.Context {
 	return seal.NewContext(ctx, SealKeys(tenant))
 }
 
+// key maps tenant's content identity d to its keyed identity.
+func (s *sealed) key(tenant string, d compiler.Digest) compiler.Digest {
+	k := compiler.Digest(SealKeys(tenant).ID(d))
+	s.mu.Lock()
+	s.plain[k] = d
+	s.byID[tenant+"\x00"+compiler.ArtifactID(d)] = k
+	s.mu.Unlock()
+	return k
+}
+
+// unkey maps a keyed identity back (unknown ones, e.g. lineage chain
+// hashes, are returned as they are).
+func (s *sealed) unkey(k compiler.Digest) compiler.Digest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d, ok := s.plain[k]; ok {
+		return d
+	}
+	return k
+}
+
+func (s *sealed) keyAll(tenant string, ds []compiler.Digest) []compiler.Digest {
+	out := make([]compiler.Digest, len(ds))
+	for i, d := range ds {
+		out[i] = s.key(tenant, d)
+	}
+	return out
+}
+
 func (s *sealed) Ancestor(ctx context.Context, sc compiler.Scope, chain []compiler.Digest) (compiler.Lineage, error) {
-	return s.Backend.Ancestor(s.ctx(ctx, sc.Tenant), sc, chain)
+	l, err := s.Backend.Ancestor(s.ctx(ctx, sc.Tenant), sc, chain)
+	if l.Exposures != nil {
+		m := make(map[compiler.Digest]int, len(l.Exposures))
+		for k, n := range l.Exposures {
+			m[s.unkey(k)] = n
+		}
+		l.Exposures = m
+	}
+	return l, err
 }
 
 func (s *sealed) Missing(ctx context.Context, sc compiler.Scope, ds []compiler.Digest) ([]compiler.Digest, error) {
-	return s.Backend.Missing(s.ctx(ctx, sc.Tenant), sc, ds)
+	out, err := s.Backend.Missing(s.ctx(ctx, sc.Tenant), sc, s.keyAll(sc.Tenant, ds))
+	for i, k := range out {
+		out[i] = s.unkey(k)
+	}
+	return out, err
 }
 
 func (s *sealed) Persist(ctx context.Context, sc compiler.Scope, arts []compiler.Artifact) error {
-	return s.Backend.Persist(s.ctx(ctx, sc.Tenant), sc, arts)
+	keyed := make([]compiler.Artifact, len(arts))
+	for i, a := range arts {
+		a.Digest = s.key(sc.Tenant, a.Digest)
+		keyed[i] = a
+	}
+	return s.Backend.Persist(s.ctx(ctx, sc.Tenant), sc, keyed)
 }
 
 func (s *sealed) Record(ctx context.Context, sc compiler.Scope, rec compiler.Record) error {
+	if rec.Exposures != nil {
+		m := make(map[compiler.Digest]int, len(rec.Exposures))
+		for d, n := range rec.Exposures {
+			m[s.key(sc.Tenant, d)] = n
+		}
+		rec.Exposures = m
+	}
+	rec.Referenced = s.keyAll(sc.Tenant, rec.Referenced)
 	return s.Backend.Record(s.ctx(ctx, sc.Tenant), sc, rec)
 }
 
 func (s *sealed) Get(ctx context.Context, tenant string, d compiler.Digest) (compiler.Artifact, bool, error) {
-	return s.Backend.Get(s.ctx(ctx, tenant), tenant, d)
+	a, ok, err := s.Backend.Get(s.ctx(ctx, tenant), tenant, s.key(tenant, d))
+	a.Digest = s.unkey(a.Digest)
+	return a, ok, err
 }
 
 type sealedReader struct {
@@ -67,10 +131,23 @@ type sealedReader struct {
 	r Reader
 }
 
+// Resolve resolves the keyed id of the content id asked for; an id the
+// wrapper never keyed (malformed, unknown) is passed on as it is.
 func (s *sealedReader) Resolve(ctx context.Context, tenant, id string) (compiler.Digest, bool, error) {
-	return s.r.Resolve(s.ctx(ctx, tenant), tenant, id)
+	s.mu.Lock()
+	k, ok := s.byID[tenant+"\x00"+id]
+	s.mu.Unlock()
+	if ok {
+		id = "a_" + hex.EncodeToString(k[:16])
+	}
+	d, found, err := s.r.Resolve(s.ctx(ctx, tenant), tenant, id)
+	return s.unkey(d), found, err
 }
 
 func (s *sealedReader) Search(ctx context.Context, tenant, query string, limit int) ([]compiler.Artifact, error) {
-	return s.r.Search(s.ctx(ctx, tenant), tenant, query, limit)
+	out, err := s.r.Search(s.ctx(ctx, tenant), tenant, query, limit)
+	for i := range out {
+		out[i].Digest = s.unkey(out[i].Digest)
+	}
+	return out, err
 }
