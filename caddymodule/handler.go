@@ -438,6 +438,7 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 		Mode:        mode,
 		DeferCommit: true,
 		Scratch:     ex.body.scratch(),
+		KeyID:       keyID(seal.FromContext(r.Context())),
 	}
 	// compile_timeout bounds the wait for a slot and the compile together.
 	// A waiting request holds its body and the reservation of its compile's

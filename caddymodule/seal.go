@@ -7,6 +7,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/seal"
 )
 
@@ -73,4 +74,13 @@ func cachedKey(ov *openVault) func() []byte {
 		key.Store(&k)
 		return k
 	}
+}
+
+// keyID is the compiler's keyed naming under k (nil without keys): the
+// vault accepts only keyed ids from a request that carries keys.
+func keyID(k *seal.Keys) func(compiler.Digest) compiler.Digest {
+	if k == nil {
+		return nil
+	}
+	return func(d compiler.Digest) compiler.Digest { return k.ID(d) }
 }

@@ -378,6 +378,7 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, trees *js
 	}
 	res.Model = d.model
 	d.hold = req.Hold
+	keyIDs(d.doc, req.KeyID)
 	p := &plan{d: d.doc, recovery: c.opts.Recovery.forDoc(d.doc)}
 	minChars := c.opts.MinArtifactChars
 	if !c.opts.Cost.Off {

@@ -49,13 +49,23 @@ func TestEncryptedAtRest(t *testing.T) {
 			}
 			waitLogged(t, g, logged+1)
 		}
-		id := "a_" + artifactID(turns[0].Output)
+		m := receiptIDRE.FindSubmatch(up.last(t).Body)
+		if m == nil {
+			t.Fatalf("%s: no receipt went upstream", c.path)
+		}
+		id := string(m[1])
+		if id == "a_"+artifactID(turns[0].Output) {
+			t.Fatalf("%s: the receipt names the content hash, not a keyed id", c.path)
+		}
 		if r := g.do(http.MethodGet, "/token-terminator/artifacts/"+id, nil, 0, c.key); r.Status != 200 || !bytes.Contains(r.Body, []byte(marker)) {
 			t.Fatalf("%s: the artifact API with the conversation's key: %d", c.path, r.Status)
 		}
 		if r := g.do(http.MethodGet, "/token-terminator/artifacts/"+id, nil, 0, "Authorization: Bearer sk-another-key"); r.Status == 200 || bytes.Contains(r.Body, []byte(marker)) {
 			t.Fatalf("%s: another key read the artifact: %d", c.path, r.Status)
 		}
+	}
+	if t.Failed() {
+		return
 	}
 	err := filepath.WalkDir(g.VaultDir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
@@ -72,5 +82,44 @@ func TestEncryptedAtRest(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Keyed ids: the same tool output gets one id in every conversation of one
+// credential (receipts stay byte-stable for prompt caches) and unrelated
+// ids under two credentials.
+func TestKeyedReceiptIDs(t *testing.T) {
+	up := newUpstream(t)
+	g := startGateway(t, defaultSnippet, up)
+	turns := compilertest.Turns(7600, 2, 9000)
+	idOf := func(key, opening string) string {
+		t.Helper()
+		body := func(n int) []byte {
+			return bytes.Replace(compilertest.ChatBody("gpt-4o", turns[:n], ""), []byte("Fix the failing test."), []byte(opening), 1)
+		}
+		for i := 1; i <= 2; i++ {
+			logged := requestLines(g)
+			if r := g.post("/v1/chat/completions", body(i), key); r.Status != 200 {
+				t.Fatalf("step %d: %d %s", i, r.Status, r.Body)
+			}
+			waitLogged(t, g, logged+1)
+		}
+		m := receiptIDRE.FindSubmatch(up.last(t).Body)
+		if m == nil {
+			t.Fatalf("%s: no receipt went upstream", key)
+		}
+		return string(m[1])
+	}
+	a1 := idOf("Authorization: Bearer sk-team-a", "Fix the failing test.")
+	a2 := idOf("Authorization: Bearer sk-team-a", "Summarise the release notes.")
+	b := idOf("Authorization: Bearer sk-team-b", "Fix the failing test.")
+	if a1 != a2 {
+		t.Errorf("one credential, one content, two ids: %s, %s", a1, a2)
+	}
+	if a1 == b {
+		t.Errorf("two credentials share an id: %s, %s", a1, b)
+	}
+	if plain := "a_" + artifactID(turns[0].Output); a1 == plain || b == plain {
+		t.Errorf("an id is the content hash %s", plain)
 	}
 }
