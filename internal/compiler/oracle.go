@@ -16,13 +16,15 @@ import (
 // before forwarding (structure, the format's provider rules). It recovers
 // which values were replaced, and the alignment of the history, from the
 // two bodies alone.
-func CheckCompacted(path string, orig, out []byte) error { return check(path, orig, out, true) }
+func CheckCompacted(path string, orig, out []byte) error { return check(path, orig, out, true, nil) }
 
 // CheckRewrite is CheckCompacted for a rewrite that may only replace slot
 // values with receipts: a folded turn is an error.
-func CheckRewrite(path string, orig, out []byte) error { return check(path, orig, out, false) }
+func CheckRewrite(path string, orig, out []byte) error { return check(path, orig, out, false, nil) }
 
-func check(path string, orig, out []byte, folding bool) error {
+// check is the oracle; ids, when set, accepts keyed receipt ids
+// (oracle_keyed.go), else every id must be its content identity.
+func check(path string, orig, out []byte, folding bool, ids *oracleIDs) error {
 	out = WithoutRecovery(orig, out) // the tool edit is checked by the compiler itself
 	if bytes.Equal(orig, out) {
 		return nil
@@ -112,7 +114,7 @@ func check(path string, orig, out []byte, folding bool) error {
 			if b == nil || bytes.Equal(s.value.Raw(orig), b.Raw(out)) {
 				continue
 			}
-			if err := oracleReceipt(s.value.Raw(orig), b.Raw(out)); err != nil {
+			if err := oracleReceipt(s.value.Raw(orig), b.Raw(out), ids); err != nil {
 				return fmt.Errorf("slot at %d: %w", s.value.Start, err)
 			}
 			edits = append(edits, edit{start: s.value.Start, end: s.value.End, at: s.value.Start})

@@ -2,13 +2,16 @@ package integration
 
 import (
 	"bytes"
+	"encoding/json"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
 )
 
 // Encryption at rest through Caddy: a marker planted in a tool result, in
@@ -122,4 +125,27 @@ func TestKeyedReceiptIDs(t *testing.T) {
 	if plain := "a_" + artifactID(turns[0].Output); a1 == plain || b == plain {
 		t.Errorf("an id is the content hash %s", plain)
 	}
+}
+
+// firstReceiptID is the id of body's first receipt: artifact ids are keyed
+// under the tenant's key, so tests read them from what went upstream.
+func firstReceiptID(t testing.TB, body []byte) string {
+	t.Helper()
+	m := receiptIDRE.FindSubmatch(body)
+	if m == nil {
+		t.Fatalf("no receipt in %.300s", body)
+	}
+	return string(m[1])
+}
+
+// vaultID is the id of the tenant's artifact whose text contains part,
+// found through the artifact API's search.
+func vaultID(t testing.TB, g *gateway, part string, headers ...string) string {
+	t.Helper()
+	r := g.do(http.MethodGet, "/token-terminator/artifacts?q="+url.QueryEscape(part), nil, 0, headers...)
+	var hits recovery.Hits
+	if r.Status != 200 || json.Unmarshal(r.Body, &hits) != nil || len(hits.Results) != 1 {
+		t.Fatalf("search for the artifact: %d %.300s", r.Status, r.Body)
+	}
+	return hits.Results[0].ArtifactID
 }
