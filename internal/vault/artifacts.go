@@ -765,6 +765,9 @@ func (s *Store) Get(ctx context.Context, tenant string, d compiler.Digest) (comp
 		return nil
 	})
 	if err != nil {
+		if Unreadable(err) {
+			s.log.Warn("vault artifact unreadable", zap.String("artifact", fmt.Sprintf("%x", d[:8])), zap.Error(err))
+		}
 		return compiler.Artifact{}, false, fmt.Errorf("vault: get: %w", err)
 	}
 	if !found {

@@ -23,6 +23,14 @@ const contentSealed = 0x20
 // ErrSealed means a sealed record was read without the tenant's keys.
 var ErrSealed = errors.New("vault: record is encrypted and the request carries no key for it")
 
+// Unreadable reports whether err, from Get, means the stored record did
+// not read back intact (checksum, tag or identity) or could not be opened
+// with the request's keys: an answer for that artifact (vault_error), not
+// an outage of the store.
+func Unreadable(err error) bool {
+	return errors.Is(err, errCodec) || errors.Is(err, ErrDigest) || errors.Is(err, ErrSealed)
+}
+
 // errPlain is a plain-text record read with keys: the caller writes it
 // again sealed (a migration on use; unused records age out as they are).
 var errPlain = errors.New("vault: record stored in plain text")

@@ -125,6 +125,7 @@ func (s *Store) Get(ctx context.Context, tenant string, d compiler.Digest) (comp
 		err = vault.DecodeContent(b, &a)
 	}
 	if err != nil {
+		s.log.Warn("redis vault artifact unreadable", zap.String("artifact", fmt.Sprintf("%x", d[:8])), zap.Error(err))
 		return compiler.Artifact{}, false, fmt.Errorf("redisvault: get %x: %w", d[:8], err)
 	}
 	if _, a.Chars, err = parseMeta(meta.Val()); err != nil {
