@@ -137,6 +137,10 @@ func TestSealedTamper(t *testing.T) {
 	must(t, s.Persist(ctx, compiler.Scope{Tenant: "t"}, []compiler.Artifact{a, b}))
 	var size int
 	rewriteValue(t, s, "t", a.Digest, func(v []byte) []byte { size = len(v); return v })
+	// Sealing costs a fixed 29 bytes per artifact: marker, nonce, tag.
+	if plain := len(encodeContent(&a)); size != plain+1+seal.Overhead {
+		t.Fatalf("sealed record %d bytes, plain %d", size, plain)
+	}
 	for _, i := range []int{1, 1 + seal.NonceSize, size / 2, size - 1} {
 		rewriteValue(t, s, "t", a.Digest, func(v []byte) []byte { v[i] ^= 0x01; return v })
 		got, ok, err := s.Get(ctx, "t", a.Digest)
