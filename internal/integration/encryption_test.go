@@ -2,16 +2,20 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault/redisvault/redistest"
 )
 
 // Encryption at rest through Caddy: a marker planted in a tool result, in
@@ -19,14 +23,91 @@ import (
 // the artifact API with the conversation's credential returns it, another
 // credential reads nothing.
 func TestEncryptedAtRest(t *testing.T) {
-	const marker = "PLANTED-MARKER-PROD_DB_PASSWORD-7f3a9c"
-	up := newUpstream(t)
-	g := startGateway(t, `
+	t.Run("badger", func(t *testing.T) {
+		up := newUpstream(t)
+		g := startGateway(t, `
 	token_terminator {
 		vault_dir $VAULT
 	}
 	reverse_proxy $UPSTREAM
 `, up)
+		plantMarkers(t, g, up)
+		err := filepath.WalkDir(g.VaultDir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			if bytes.Contains(b, []byte(atRestMarker)) {
+				t.Errorf("vault file %s holds the marker", filepath.Base(p))
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("redis", func(t *testing.T) {
+		srv := redistest.Start(t)
+		up := newUpstream(t)
+		g := startGateway(t, fmt.Sprintf(`
+	token_terminator {
+		vault redis {
+			url %s
+		}
+	}
+	reverse_proxy $UPSTREAM
+`, srv.URL()), up)
+		plantMarkers(t, g, up)
+		ctx := context.Background()
+		c := srv.Client()
+		keys, err := c.Keys(ctx, "*").Result()
+		if err != nil || len(keys) == 0 {
+			t.Fatalf("keys: %d, %v", len(keys), err)
+		}
+		for _, k := range keys {
+			vals := []string{k}
+			if d, err := c.Dump(ctx, k).Result(); err == nil {
+				vals = append(vals, d)
+			}
+			switch typ, _ := c.Type(ctx, k).Result(); typ {
+			case "string":
+				v, _ := c.Get(ctx, k).Result()
+				vals = append(vals, v)
+			case "hash":
+				m, _ := c.HGetAll(ctx, k).Result()
+				for f, v := range m {
+					vals = append(vals, f, v)
+				}
+			case "zset":
+				m, _ := c.ZRange(ctx, k, 0, -1).Result()
+				vals = append(vals, m...)
+			case "set":
+				m, _ := c.SMembers(ctx, k).Result()
+				vals = append(vals, m...)
+			case "list":
+				m, _ := c.LRange(ctx, k, 0, -1).Result()
+				vals = append(vals, m...)
+			}
+			for _, v := range vals {
+				if strings.Contains(v, atRestMarker) {
+					t.Errorf("redis key %q holds the marker", k)
+				}
+			}
+		}
+	})
+}
+
+const atRestMarker = "PLANTED-MARKER-PROD_DB_PASSWORD-7f3a9c"
+
+// plantMarkers sends a two-step conversation in each format whose first
+// tool result carries atRestMarker, so the second step vaults it, and
+// checks the API serves it to the conversation's key only.
+func plantMarkers(t *testing.T, g *gateway, up *upstream) {
+	t.Helper()
+	const marker = atRestMarker
 	cases := []struct {
 		path, key string
 		seed      int
@@ -66,25 +147,6 @@ func TestEncryptedAtRest(t *testing.T) {
 		if r := g.do(http.MethodGet, "/token-terminator/artifacts/"+id, nil, 0, "Authorization: Bearer sk-another-key"); r.Status == 200 || bytes.Contains(r.Body, []byte(marker)) {
 			t.Fatalf("%s: another key read the artifact: %d", c.path, r.Status)
 		}
-	}
-	if t.Failed() {
-		return
-	}
-	err := filepath.WalkDir(g.VaultDir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		if bytes.Contains(b, []byte(marker)) {
-			t.Errorf("vault file %s holds the marker", filepath.Base(p))
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 }
 
