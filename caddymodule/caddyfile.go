@@ -278,6 +278,8 @@ var subdirectives = map[string]func(t *Handler, v string) error{
 		t.CostCurrency = v
 		return nil
 	},
+	// Encryption at rest (seal.go).
+	"encrypt": func(t *Handler, v string) error { return setOnOff(&t.Encrypt, v) },
 }
 
 func setInt(dst **int, v string, min int) error {

@@ -176,6 +176,12 @@ type Handler struct {
 	// the same tenants. Default: the vault backend's own persistent key.
 	TenantKey string `json:"tenant_key,omitempty"`
 
+	// Encryption at rest of vaulted content: each artifact and folded turn
+	// is sealed (AES-256-GCM) under keys derived from the request's
+	// credential, or its configured tenant identity, and the tenant key;
+	// the vault holds neither. Default: on.
+	Encrypt *bool `json:"encrypt,omitempty"`
+
 	// Identity that decides a request's tenant, usually a placeholder set
 	// by an auth layer in front, e.g. {http.auth.user.id}. When set, it
 	// alone decides (the credential never overrides it; a request whose

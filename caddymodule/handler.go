@@ -116,6 +116,7 @@ func (h *Handler) newGateway(app *App) *gateway.Gateway {
 		Tenant:                h.Tenant,
 		Session:               h.Session,
 		TenantLabels:          h.TenantLabels,
+		Encrypt:               h.Encrypt == nil || *h.Encrypt,
 	}, h.logger)
 	if cfg, err := h.costConfig(); err == nil { // checked by Validate
 		gw.Prices = &cfg
@@ -177,8 +178,11 @@ func (h *Handler) attach(wr *wiring, ov *openVault, release func()) error {
 	gw.Gate = gateway.NewTenantGate(ov.backend, *h.MaxNewTenantsPerMinute, h.logger)
 	if wr.operatorKey == nil {
 		gw.Tenants, gw.TenantKeyPending = h.backendTenants(ov, wr.backend.VaultKey())
+		gw.SealKey = cachedKey(ov)
 	} else {
 		gw.Tenants = gateway.TenantHasher(wr.operatorKey)
+		key := wr.operatorKey
+		gw.SealKey = func() []byte { return key }
 	}
 	gw.EnableRecovery(h.Recovery, h.recoveryConfig(), ov.backend)
 	comp, release, err := wr.app.compiler(wr.backend.VaultKey(), counterKey(wr.tcfg), h.compilerOptions(), ov.backend, wr.counter)

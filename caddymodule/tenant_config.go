@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
@@ -80,4 +81,22 @@ func (h *Handler) resolveTenantKey(ov *openVault) ([]byte, error) {
 		return nil, fmt.Errorf("tenant_key '%s' resolves to %d bytes, want at least %d", h.TenantKey, len(v), minTenantKeyBytes)
 	}
 	return []byte(v), nil
+}
+
+// cachedKey returns the vault backend's tenant key once it has been read
+// (nil until then), for the data keys of encryption at rest; the read is
+// never waited for on the request path.
+func cachedKey(ov *openVault) func() []byte {
+	var key atomic.Pointer[[]byte]
+	return func() []byte {
+		if k := key.Load(); k != nil {
+			return *k
+		}
+		k, ok := ov.tryTenantKey()
+		if !ok {
+			return nil
+		}
+		key.Store(&k)
+		return k
+	}
 }

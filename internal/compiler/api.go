@@ -150,6 +150,12 @@ type Request struct {
 	// Compile: the token counter's workers, which finish counting past the
 	// budget (nil: they copy what they read).
 	Hold artifact.Hold
+	// KeyID, when set, names every artifact of the request by
+	// KeyID(content identity) instead of its content identity: receipts,
+	// the working state, the recovery tool and the Store all see the keyed
+	// ids. It must be deterministic per tenant (prompt caches, retries)
+	// and is the gateway's HMAC under the tenant's key (internal/seal).
+	KeyID func(artifact.Digest) artifact.Digest
 }
 
 // Scratch is memory that serves one compile after another: the parse

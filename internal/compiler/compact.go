@@ -321,6 +321,7 @@ func (c *Compiler) foldTurn(d *doc, list *jsonv.Node, infos []msgInfo, t turn) f
 	first, last := list.Elems[t.first], list.Elems[t.last]
 	raw := d.src[first.Start:last.End]
 	t0 := c.texts.rawText(raw)
+	t0.digest = d.keyedID(t0.digest)
 	art := artifact.Artifact{Digest: t0.digest, Text: t0.s, Raw: raw, Tool: "turn", Chars: t0.chars}
 
 	line := foldSummary(d, infos, t, art.Digest)

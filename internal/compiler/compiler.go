@@ -364,6 +364,7 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, trees *js
 	}
 	res.Model = d.model
 	d.hold = req.Hold
+	keyIDs(d.doc, req.KeyID)
 	p := &plan{d: d.doc, recovery: c.opts.Recovery.forDoc(d.doc)}
 	c.markEligible(p, res)
 	if len(d.units) == 0 {

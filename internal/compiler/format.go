@@ -30,6 +30,7 @@ type doc struct {
 	// reused).
 	bare    bool
 	scratch msgInfo
+	keyID   func(artifact.Digest) artifact.Digest // Request.KeyID (keyed.go); nil: content identities
 }
 
 // slot is one tool result that may be replaced by a receipt.

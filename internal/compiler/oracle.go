@@ -17,13 +17,15 @@ import (
 // before forwarding (structure, the format's provider rules). It recovers
 // which values were replaced, and the alignment of the history, from the
 // two bodies alone.
-func CheckCompacted(path string, orig, out []byte) error { return check(path, orig, out, true) }
+func CheckCompacted(path string, orig, out []byte) error { return check(path, orig, out, true, nil) }
 
 // CheckRewrite is CheckCompacted for a rewrite that may only replace slot
 // values with receipts: a folded turn is an error.
-func CheckRewrite(path string, orig, out []byte) error { return check(path, orig, out, false) }
+func CheckRewrite(path string, orig, out []byte) error { return check(path, orig, out, false, nil) }
 
-func check(path string, orig, out []byte, folding bool) error {
+// check is the oracle; ids, when set, accepts keyed receipt ids
+// (oracle_keyed.go), else every id must be its content identity.
+func check(path string, orig, out []byte, folding bool, ids *oracleIDs) error {
 	out = WithoutRecovery(orig, out) // the tool edit is checked by the compiler itself
 	if bytes.Equal(orig, out) {
 		return nil
@@ -58,7 +60,7 @@ func check(path string, orig, out []byte, folding bool) error {
 	if err != nil {
 		return err
 	}
-	edits, err := oracleReceiptEdits(d.doc, list, outList, keep, orig, out)
+	edits, err := oracleReceiptEdits(d.doc, list, outList, keep, orig, out, ids)
 	if err != nil {
 		return err
 	}
@@ -134,7 +136,7 @@ func alignHistory(f format, d *doc, list, outList *jsonv.Node, orig, out []byte,
 // oracleReceiptEdits checks that every slot value that changed is now a
 // receipt of exactly its stable body, with the client's wrapper parts
 // around it unchanged, and returns an edit per such slot.
-func oracleReceiptEdits(d *doc, list, outList *jsonv.Node, keep []int, orig, out []byte) ([]edit, error) {
+func oracleReceiptEdits(d *doc, list, outList *jsonv.Node, keep []int, orig, out []byte, ids *oracleIDs) ([]edit, error) {
 	var edits []edit
 	for _, s := range d.slots {
 		for j, k := range keep {
@@ -145,7 +147,7 @@ func oracleReceiptEdits(d *doc, list, outList *jsonv.Node, keep []int, orig, out
 			if b == nil || bytes.Equal(s.value.Raw(orig), b.Raw(out)) {
 				continue
 			}
-			if err := oracleReceipt(s.value.Raw(orig), b.Raw(out)); err != nil {
+			if err := oracleReceipt(s.value.Raw(orig), b.Raw(out), ids); err != nil {
 				return nil, fmt.Errorf("slot at %d: %w", s.value.Start, err)
 			}
 			edits = append(edits, edit{start: s.value.Start, end: s.value.End, at: s.value.Start})

@@ -32,7 +32,7 @@ const oracleSpace = " \t\r\n"
 // made of a receipt, with before and after it exactly the original's
 // leading and trailing client wrapper parts (decoded and raw bytes alike),
 // and the receipt must name the remaining body: its SHA-256 and size.
-func oracleReceipt(origRaw, outRaw []byte) error {
+func oracleReceipt(origRaw, outRaw []byte, ids *oracleIDs) error {
 	outRaw = oracleUnblock(outRaw)
 	var q string
 	if json.Unmarshal(outRaw, &q) != nil {
@@ -62,7 +62,7 @@ func oracleReceipt(origRaw, outRaw []byte) error {
 		return fmt.Errorf("a client wrapper part was vaulted")
 	}
 	if pre == "" && post == "" { // the whole value was replaced
-		return oracleNames(rec, body, origRaw)
+		return ids.names(rec, body, origRaw)
 	}
 	var eb bytes.Buffer
 	enc := json.NewEncoder(&eb)
@@ -80,7 +80,7 @@ func oracleReceipt(origRaw, outRaw []byte) error {
 	if len(a)+len(b) > len(origRaw) || !bytes.HasPrefix(origRaw, a) || !bytes.HasSuffix(origRaw, b) {
 		return fmt.Errorf("wrapper bytes changed")
 	}
-	return oracleNames(rec, body, origRaw[len(a):len(origRaw)-len(b)])
+	return ids.names(rec, body, origRaw[len(a):len(origRaw)-len(b)])
 }
 
 // oracleUnblock returns the quoted string S of an Anthropic receipt block

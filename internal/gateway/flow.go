@@ -13,6 +13,7 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
+	"github.com/tokenterminator/caddy-token-terminator/internal/seal"
 )
 
 // exchange is one candidate request on its way through the gateway.
@@ -72,6 +73,7 @@ type candidate struct {
 	tenant   string
 	reserved *reservation
 	release  func() // the body's share of max_buffered_bytes, due when the upstream is done
+	keyed    bool   // the request carries its tenant's data keys (seal.go)
 }
 
 // prepare reads the body, compiles it and sets what goes upstream. It
@@ -84,7 +86,7 @@ func (g *Gateway) prepare(r *http.Request, ex *exchange) (release func()) {
 	}
 	tenant, unverified, detail := g.admitTenant(r, ex)
 	buf, reason, reserved := g.readBody(r, ex, tenant != "")
-	c := &candidate{buf: buf, tenant: tenant, reserved: reserved, release: reserved.release}
+	c := &candidate{buf: buf, tenant: tenant, reserved: reserved, release: reserved.release, keyed: seal.FromContext(r.Context()) != nil}
 	if o := ex.body; o != nil {
 		c.release = func() { reserved.release(); o.release() } // the gateway's own reference
 	}
@@ -133,6 +135,9 @@ func (g *Gateway) refuseCompile(c *candidate) (compiler.Reason, string) {
 	case c.tenant == "":
 		// No credential and no configured identity: no cross-request state.
 		return ReasonNoTenant, ""
+	case g.encrypting() && !c.keyed:
+		// Nothing is ever stored in plain text while encrypt is on.
+		return compiler.ReasonVaultError, "the request's data keys could not be derived"
 	case !c.reserved.admitWork(len(c.buf)):
 		return ReasonBusy, "no room in max_buffered_bytes for the compile's working memory"
 	}
@@ -162,6 +167,7 @@ func (g *Gateway) compileCandidate(r *http.Request, ex *exchange, c *candidate) 
 		Mode:        g.Mode,
 		DeferCommit: true,
 		Scratch:     ex.body.scratch(),
+		KeyID:       keyID(seal.FromContext(r.Context())),
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), g.CompileTimeout)
 	defer cancel()

@@ -57,6 +57,10 @@ type Config struct {
 	Tenant                string            // the configured identity placeholder; "" uses the credential
 	Session               string            // the session placeholder; "" for none
 	TenantLabels          map[string]string // tenant id -> the operator's label
+	// Encrypt seals vaulted content under keys derived from the request's
+	// secret and the tenant key (seal.go); it takes effect once SealKey is
+	// set.
+	Encrypt bool
 }
 
 // Gateway is one handler's runtime. Caddy's provisioning sets its fields
@@ -65,10 +69,13 @@ type Config struct {
 type Gateway struct {
 	Config
 
-	Logger    *zap.Logger
-	Compile   CompileFunc                           // the compiler; nil until the vault is open
-	Observe   func(compiler.Result, provider.Usage) // the compiler's usage calibration; may be nil
-	Tenants   TenantFunc                            // keyed hash of an identity
+	Logger  *zap.Logger
+	Compile CompileFunc                           // the compiler; nil until the vault is open
+	Observe func(compiler.Result, provider.Usage) // the compiler's usage calibration; may be nil
+	Tenants TenantFunc                            // keyed hash of an identity
+	// SealKey returns the tenant key data keys derive from, nil while it
+	// is not readable yet (seal.go); nil when there is no vault.
+	SealKey   func() []byte
 	FormatFor func(method, path string) (provider.Format, bool)
 	Buffered  *atomic.Int64 // bytes of bodies held now (max_buffered_bytes)
 	Reading   *atomic.Int64 // of them, bodies being read (admission.go)
@@ -139,6 +146,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next Next) e
 		}
 		return next(w, r)
 	}
+	r = g.sealed(r, format) // the tenant's data keys, for the vault (seal.go)
 	ex := newExchange(format, r)
 	if g.bypassed(r) {
 		g.bypass(r, ex)

@@ -86,7 +86,7 @@ func (g *Gateway) serveRecoveryAPI(w http.ResponseWriter, r *http.Request) bool 
 		return false
 	}
 	sw := &statusWriter{ResponseWriter: w}
-	rt.api.ServeHTTP(sw, r)
+	rt.api.ServeHTTP(sw, g.sealed(r, ""))
 	// The path names only an opaque id; the query (search text) is never
 	// logged.
 	g.Logger.Info("recovery api", zap.String("method", r.Method), zap.Int("status", sw.status),

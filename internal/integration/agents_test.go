@@ -512,9 +512,9 @@ func checkAgentSession(t *testing.T, what string, taps []tapped, fwd map[int]for
 			t.Errorf("%s: request %d %s never reached the provider", what, r.Seq, r.Path)
 			continue
 		}
-		check := compiler.CheckRewrite
+		check := compiler.CheckRewriteKeyed
 		if folding {
-			check = compiler.CheckCompacted
+			check = compiler.CheckCompactedKeyed
 		}
 		if err := check(r.Path, r.Body, out.Body); err != nil {
 			t.Errorf("%s: request %d %s: forwarded body fails the checker: %v", what, r.Seq, r.Path, err)

@@ -580,6 +580,13 @@ func BenchmarkGateway1MBCold(b *testing.B) { benchGateway1MB(b, true) }
 func benchGateway1MB(b *testing.B, cold bool) {
 	for _, cfg := range []struct{ name, snippet string }{
 		{"default", defaultSnippet},
+		{"encrypt=off", `
+	token_terminator {
+		vault_dir $VAULT
+		encrypt off
+	}
+	reverse_proxy $UPSTREAM
+`},
 		{"tokenizer=off,compaction=off", `
 	token_terminator {
 		vault_dir $VAULT

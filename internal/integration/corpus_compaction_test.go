@@ -44,7 +44,7 @@ func TestCorpusCompactedThroughCaddy(t *testing.T) {
 				t.Fatalf("%s step %d: status %d", f.Name, si, resp.Status)
 			}
 			got := up.last(t).Body
-			if err := compiler.CheckCompacted(r.Path, r.Body, got); err != nil {
+			if err := compiler.CheckCompactedKeyed(r.Path, r.Body, got); err != nil {
 				t.Fatalf("%s step %d: forwarded body fails the validity oracle: %v", f.Name, si, err)
 			}
 			m := ttHeaderRE.FindStringSubmatch(resp.TT)

@@ -93,7 +93,7 @@ func checkForwarded(t testing.TB, what, path string, sent, got []byte, header st
 	if sb, _ := strconv.Atoi(m[3]); sb != len(got) || len(got) >= len(sent) {
 		t.Fatalf("%s: header %q, forwarded %d of %d bytes", what, header, len(got), len(sent))
 	}
-	if err := compiler.CheckRewrite(path, sent, got); err != nil {
+	if err := compiler.CheckRewriteKeyed(path, sent, got); err != nil {
 		t.Fatalf("%s: forwarded body fails the validity check: %v", what, err)
 	}
 	n := splicedReceipts(t, what, sent, got)

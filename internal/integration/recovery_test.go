@@ -324,7 +324,7 @@ func TestRecoveryRound(t *testing.T) {
 			// inline again rather than as a receipt.
 			n3 := p.up.count()
 			r3 := g.post(c.path, c.body(append(turns, fixtures.Turns(1500+10*i, 1, 9000)...)), fmt.Sprintf("Authorization: Bearer sk-round-%d", i))
-			id := "a_" + artifactID(turns[0].Output)
+			id := firstReceiptID(t, fwd)
 			if step3 := p.up.all()[n3].Body; bytes.Contains(step3, []byte(id)) {
 				t.Fatalf("step 3 carries the recovered artifact %s as a receipt again (%s)", id, r3.TT)
 			}
@@ -466,8 +466,8 @@ func TestRecoveryAPIThroughCaddy(t *testing.T) {
 	p := newRecoveryProvider(t)
 	g := startGateway(t, recoverySnippet, p.up)
 	c := recoveryCases()[0]
-	_, turns, _ := step2(t, g, p, c, 4000, "Bearer sk-api-owner")
-	id := "a_" + artifactID(turns[0].Output)
+	_, turns, n0 := step2(t, g, p, c, 4000, "Bearer sk-api-owner")
+	id := firstReceiptID(t, p.up.all()[n0].Body)
 	before := p.up.count()
 	get := func(path, cred string) response {
 		return g.do(http.MethodGet, path, nil, 0, "Authorization: "+cred)
@@ -566,7 +566,7 @@ func TestRecoveredArtifactInlineAgain(t *testing.T) {
 			// model recovers the first result at step 10: re-inlining it
 			// re-writes the whole cached prompt after it.
 			turns := fixtures.Turns(4000+20*i, 11, 9000)
-			id := "a_" + artifactID(turns[0].Output)
+			id := ""
 			logged := requestLines(g)
 			for step := 1; step <= 11; step++ {
 				p.mu.Lock()
@@ -579,6 +579,9 @@ func TestRecoveredArtifactInlineAgain(t *testing.T) {
 				}
 				waitLogged(t, g, logged+step)
 				fwd := p.up.all()[n].Body
+				if step == 10 {
+					id = vaultID(t, g, turns[0].Output[100:160], cred)
+				}
 				switch step {
 				case 10:
 					if !bytes.Contains(fwd, []byte(id)) || p.up.count() != n+2 {

@@ -119,7 +119,7 @@ func checkLoadForwarded(t *testing.T, up *upstream, res *loadResult) {
 		if !ok {
 			t.Fatalf("upstream got a request no client sent (%q)", id)
 		}
-		if err := compiler.CheckCompacted(chatPath, sent, got.Body); err != nil {
+		if err := compiler.CheckCompactedKeyed(chatPath, sent, got.Body); err != nil {
 			t.Fatalf("forwarded body of %s: %v", id, err)
 		}
 		if err := compiler.CheckRules(chatPath, got.Body); err != nil {

@@ -64,7 +64,7 @@ func TestRecoveryToolStaysInItsConversation(t *testing.T) {
 		}
 		waitLogged(t, g, logged+1)
 	}
-	id1 := "a_" + artifactID(c1[0].Output)
+	id1 := firstReceiptID(t, up.last(t).Body)
 	if r := g.do(http.MethodGet, "/token-terminator/artifacts/"+id1, nil, 0, key); r.Status != 200 || !bytes.Contains(r.Body, []byte(secret)) {
 		t.Fatalf("conversation 1's artifact is not in the vault (%d): the test proves nothing", r.Status)
 	}
@@ -73,7 +73,6 @@ func TestRecoveryToolStaysInItsConversation(t *testing.T) {
 		return bytes.Replace(fixtures.ChatBody("gpt-4o", turns, ""), []byte("Fix the failing test."), []byte("Summarise the release notes."), 1)
 	}
 	c2 := fixtures.Turns(7200, 2, 9000)
-	id2 := "a_" + artifactID(c2[0].Output)
 	model = recoverytest.Model{ID: id1, Rounds: 3, Args: []string{
 		`{"action":"artifact_search","query":"PROD_DB_PASSWORD"}`,
 		`{"action":"artifact_search","query":""}`,
@@ -93,6 +92,7 @@ func TestRecoveryToolStaysInItsConversation(t *testing.T) {
 	if len(reqs) != 4 {
 		t.Fatalf("upstream got %d requests for step 2, want the request and 3 follow-ups", len(reqs))
 	}
+	id2 := firstReceiptID(t, reqs[0].Body)
 	for i, rq := range reqs {
 		if bytes.Contains(rq.Body, []byte(secret)) {
 			t.Fatalf("upstream request %d of conversation 2 carries conversation 1's secret", i)
@@ -226,7 +226,7 @@ func TestConfiguredTenantSeparatesUsers(t *testing.T) {
 	if r := g.post("/v1/chat/completions", fixtures.ChatBody("gpt-4o", turns[:2], ""), dummy, "X-User: alice"); !strings.Contains(r.TT, "receipts=1") {
 		t.Fatalf("alice's conversation vaulted nothing (%q): the test proves nothing", r.TT)
 	}
-	id := "a_" + artifactID(turns[0].Output)
+	id := firstReceiptID(t, up.last(t).Body)
 	get := func(user, target string) response {
 		return g.do(http.MethodGet, target, nil, 0, dummy, "X-User: "+user)
 	}

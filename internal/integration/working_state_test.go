@@ -41,7 +41,7 @@ func TestWorkingState_EndToEnd(t *testing.T) {
 					t.Fatalf("step %d: status %d", i, resp.Status)
 				}
 				sent := up.last(t).Body
-				if err := compiler.CheckCompacted(r.Path, r.Body, sent); err != nil {
+				if err := compiler.CheckCompactedKeyed(r.Path, r.Body, sent); err != nil {
 					t.Fatalf("step %d: checker: %v", i, err)
 				}
 				n := bytes.Count(sent, []byte("<working_state>"))

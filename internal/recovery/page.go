@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
 // Page is one page of an artifact, as the API and the tool return it.
@@ -54,6 +55,11 @@ var errNotFound = &Error{Status: http.StatusNotFound, Type: "not_found", Message
 
 var errStore = &Error{Status: http.StatusServiceUnavailable, Type: "unavailable", Message: "the artifact store could not be read"}
 
+// errUnreadable answers for one artifact whose record did not read back
+// intact or did not open with the caller's keys (vault.Unreadable): never
+// other content.
+var errUnreadable = &Error{Status: http.StatusInternalServerError, Type: "vault_error", Message: "the artifact could not be read intact"}
+
 func badRequest(msg string) *Error {
 	return &Error{Status: http.StatusBadRequest, Type: "invalid_request", Message: msg}
 }
@@ -88,6 +94,9 @@ func (r reader) page(ctx context.Context, tenant, id string, offset, limit int) 
 	}
 	a, ok, err := r.arts.Get(ctx, tenant, d)
 	if err != nil {
+		if vault.Unreadable(err) {
+			return nil, errUnreadable
+		}
 		return nil, errStore
 	}
 	if !ok {

@@ -43,7 +43,7 @@ func FuzzCheckContent(f *testing.F) {
 	f.Add(EncodeContent(&a))
 	f.Add([]byte{contentV2, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if CheckContent(b, a.Digest) == nil {
+		if CheckSealedContent(b, "t", a.Digest, nil) == nil {
 			var got artifact.Artifact
 			if err := DecodeContent(b, &got); err != nil || got.Text != a.Text {
 				t.Fatalf("checkContent accepted content that is not the artifact: %v", err)

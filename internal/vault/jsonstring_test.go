@@ -85,7 +85,7 @@ func TestContentV3(t *testing.T) {
 			if !SameContent(b, &a) {
 				t.Fatal("sameContent is false for its own encoding")
 			}
-			if err := CheckContent(b, a.Digest); err != nil {
+			if err := CheckSealedContent(b, "t", a.Digest, nil); err != nil {
 				t.Fatalf("checkContent: %v", err)
 			}
 		})

@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
+	"github.com/tokenterminator/caddy-token-terminator/internal/seal"
 )
 
 // What every backend's Persist shares: the record of an artifact is
@@ -45,7 +46,12 @@ func Unique(arts []artifact.Artifact, maxArt int64) ([]*artifact.Artifact, error
 // parallel when there is enough of it to pay for the goroutines. An
 // artifact's check and encoding run back to back on one core, so its bytes
 // are read from memory once and stay in cache for the passes that follow.
-func EncodeAll(arts []*artifact.Artifact) ([][]byte, error) {
+func EncodeAll(arts []*artifact.Artifact) ([][]byte, error) { return EncodeAllFor(nil, arts) }
+
+// EncodeAllFor is EncodeAll for artifacts written with k (nil: EncodeAll):
+// each must be named by its keyed identity. The forms returned are not
+// sealed yet (SealContent).
+func EncodeAllFor(k *seal.Keys, arts []*artifact.Artifact) ([][]byte, error) {
 	enc := make([][]byte, len(arts))
 	var total int64
 	for _, a := range arts {
@@ -54,7 +60,7 @@ func EncodeAll(arts []*artifact.Artifact) ([][]byte, error) {
 	workers := min(runtime.GOMAXPROCS(0), len(arts))
 	if total < parallelEncodeBytes || workers < 2 {
 		for i, a := range arts {
-			if !NamesNew(a.Digest, a.Text, a.Raw) {
+			if !namesNew(k, a.Digest, a.Text, a.Raw) {
 				return nil, errNotIdentity(a)
 			}
 			enc[i] = EncodeContent(a)
@@ -68,7 +74,7 @@ func EncodeAll(arts []*artifact.Artifact) ([][]byte, error) {
 		go func() {
 			defer wg.Done()
 			for i := int(next.Add(1) - 1); i < len(arts); i = int(next.Add(1) - 1) {
-				if NamesNew(arts[i].Digest, arts[i].Text, arts[i].Raw) {
+				if namesNew(k, arts[i].Digest, arts[i].Text, arts[i].Raw) {
 					enc[i] = EncodeContent(arts[i])
 				}
 			}

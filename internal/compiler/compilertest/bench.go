@@ -10,6 +10,7 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
+	"github.com/tokenterminator/caddy-token-terminator/internal/seal"
 )
 
 // BenchCompile1MB measures compiling a ~1 MB chat request with 50 tool
@@ -27,6 +28,20 @@ func BenchCompile1MB(b *testing.B, store artifact.Store, cold bool) {
 // BenchCompile is BenchCompile1MB for any format: render turns the tool
 // rounds into a request body of the format served at path.
 func BenchCompile(b *testing.B, store artifact.Store, path string, render func([]fixtures.ChatTurn) []byte, cold bool) {
+	benchCompile(b, store, path, render, cold, false)
+}
+
+// BenchCompileSealed1MB is BenchCompile1MB with encryption at rest, as the
+// gateway runs it by default: each request derives its tenant's data keys
+// (inside the timing), the compiler names artifacts by keyed ids and the
+// store seals what it writes.
+func BenchCompileSealed1MB(b *testing.B, store artifact.Store, cold bool) {
+	benchCompile(b, store, "/v1/chat/completions", func(turns []fixtures.ChatTurn) []byte {
+		return fixtures.ChatBody("gpt-4o", turns, "")
+	}, cold, true)
+}
+
+func benchCompile(b *testing.B, store artifact.Store, path string, render func([]fixtures.ChatTurn) []byte, cold, sealed bool) {
 	// The next step of a session: the 50 results delivered before are
 	// answered (the model called another tool since), the newest is not.
 	turns := fixtures.Turns(1000, 51, 20000)
@@ -38,7 +53,17 @@ func BenchCompile(b *testing.B, store artifact.Store, path string, render func([
 	ctx := context.Background()
 	var scratch compiler.Scratch // reused as the gateway reuses a pooled body's
 	req := func(tenant string, body []byte) compiler.Result {
-		res := c.Compile(ctx, compiler.Request{Path: path, Body: body, Scope: artifact.Scope{Tenant: tenant}, Mode: compiler.ModeEnforce, Scratch: &scratch})
+		r := compiler.Request{Path: path, Body: body, Scope: artifact.Scope{Tenant: tenant}, Mode: compiler.ModeEnforce, Scratch: &scratch}
+		ctx := ctx
+		if sealed {
+			k, err := seal.Derive([]byte("bench tenant key, 32 bytes......"), "sk-"+tenant)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx = seal.NewContext(ctx, k)
+			r.KeyID = func(d artifact.Digest) artifact.Digest { return k.ID(d) }
+		}
+		res := c.Compile(ctx, r)
 		scratch.Reset(1 << 20)
 		return res
 	}

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
+	"github.com/tokenterminator/caddy-token-terminator/internal/seal"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
@@ -169,7 +170,7 @@ func (s *Store) verifyRead(ctx context.Context, tenant string, arts []*artifact.
 				known = append(known, seenDigest{a.Digest, seen})
 				continue
 			}
-			why := readable(txn, tenant, a.Digest)
+			why := readable(txn, tenant, a.Digest, seal.FromContext(ctx))
 			if why == nil {
 				fresh = append(fresh, seenDigest{a.Digest, seen})
 				continue
@@ -265,9 +266,15 @@ func (s *Store) write(ctx context.Context, tenant string, arts []*artifact.Artif
 
 	// Content is checked and encoded (compressed) before the transactions,
 	// on every core, so a retried transaction does not encode again.
-	enc, err := vault.EncodeAll(arts)
+	k := seal.FromContext(ctx)
+	enc, err := vault.EncodeAllFor(k, arts)
 	if err != nil {
 		return err
+	}
+	if k != nil { // encryption at rest (sealed.go)
+		for i, a := range arts {
+			enc[i] = vault.SealContent(k, tenant, a.Digest, enc[i])
+		}
 	}
 	// ours lists artifacts this call wrote; others were stored by a
 	// concurrent Persist between verify and write, so only their presence is
@@ -669,7 +676,7 @@ func (s *Store) Get(ctx context.Context, tenant string, d artifact.Digest) (arti
 		return artifact.Artifact{}, false, err
 	}
 	a := artifact.Artifact{Digest: d}
-	found := false
+	found, sealed := false, false
 	err = s.db.View(func(txn *badger.Txn) error {
 		item, err := txn.Get(vault.ArtKey(tenant, d))
 		if errors.Is(err, badger.ErrKeyNotFound) {
@@ -678,7 +685,14 @@ func (s *Store) Get(ctx context.Context, tenant string, d artifact.Digest) (arti
 		if err != nil {
 			return err
 		}
-		if err := item.Value(func(v []byte) error { return vault.DecodeContent(v, &a) }); err != nil {
+		if err := item.Value(func(v []byte) error {
+			sealed = vault.IsSealed(v)
+			plain, err := vault.OpenContent(seal.FromContext(ctx), tenant, d, v)
+			if err != nil {
+				return err
+			}
+			return vault.DecodeContent(plain, &a)
+		}); err != nil {
 			return err
 		}
 		if item, err = txn.Get(vault.MetaKey(tenant, d)); err != nil {
@@ -693,12 +707,15 @@ func (s *Store) Get(ctx context.Context, tenant string, d artifact.Digest) (arti
 		return nil
 	})
 	if err != nil {
+		if vault.Unreadable(err) {
+			s.log.Warn("vault artifact unreadable", zap.String("artifact", fmt.Sprintf("%x", d[:8])), zap.Error(err))
+		}
 		return artifact.Artifact{}, false, fmt.Errorf("vault: get: %w", err)
 	}
 	if !found {
 		return artifact.Artifact{}, false, nil
 	}
-	if !vault.NamesStored(d, vault.StringBytes(a.Text), a.Raw) {
+	if !vault.NamesStoredFor(seal.FromContext(ctx), sealed, d, vault.StringBytes(a.Text), a.Raw) {
 		return artifact.Artifact{}, false, fmt.Errorf("%w: stored artifact %x", vault.ErrDigest, d[:8])
 	}
 	return a, true, nil

@@ -14,6 +14,14 @@ import (
 func BenchmarkCompile1MBWarm(b *testing.B) { compilertest.BenchCompile1MB(b, openBench(b), false) }
 func BenchmarkCompile1MBCold(b *testing.B) { compilertest.BenchCompile1MB(b, openBench(b), true) }
 
+// The same with encryption at rest (keyed ids, sealed content).
+func BenchmarkCompile1MBWarmSealed(b *testing.B) {
+	compilertest.BenchCompileSealed1MB(b, openBench(b), false)
+}
+func BenchmarkCompile1MBColdSealed(b *testing.B) {
+	compilertest.BenchCompileSealed1MB(b, openBench(b), true)
+}
+
 func openBench(b *testing.B) *badgervault.Store {
 	s, err := badgervault.Open(badgervault.Config{Dir: b.TempDir(), MaxBytes: 8 << 30})
 	if err != nil {

@@ -30,3 +30,25 @@ func TestBadgerConformance(t *testing.T) {
 		return s
 	}, storetest.Capacity, storetest.TenantQuota, storetest.LineageTTL, storetest.Persistent, storetest.Recovery, storetest.TenantRate)
 }
+
+// Badger with encryption at rest on passes the same suite.
+func TestBadgerConformanceSealed(t *testing.T) {
+	dirs := map[*testing.T]string{}
+	storetest.Run(t, storetest.Sealed(func(t *testing.T, cfg storetest.Config) vault.Backend {
+		dir, ok := dirs[t]
+		if !ok {
+			dir = t.TempDir()
+			dirs[t] = dir
+		}
+		vc := badgervault.Config{Dir: dir, MaxBytes: cfg.MaxBytes, TenantMaxBytes: cfg.TenantMaxBytes, Retention: cfg.Retention}
+		if cfg.Now != nil {
+			badgervault.SetClock(&vc, cfg.Now)
+		}
+		s, err := badgervault.Open(vc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}), storetest.Capacity, storetest.TenantQuota, storetest.LineageTTL, storetest.Persistent, storetest.Recovery, storetest.TenantRate)
+}

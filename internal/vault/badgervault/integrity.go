@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
+	"github.com/tokenterminator/caddy-token-terminator/internal/seal"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
@@ -149,12 +150,12 @@ func (v *verifiedSet) remove(tenant string, d artifact.Digest) {
 
 // readable reads the content record of tenant's d in txn. Any failure to
 // read it (a Badger read error included) means no receipt may name it.
-func readable(txn *badger.Txn, tenant string, d artifact.Digest) error {
+func readable(txn *badger.Txn, tenant string, d artifact.Digest, k *seal.Keys) error {
 	item, err := txn.Get(vault.ArtKey(tenant, d))
 	if err != nil {
 		return err
 	}
-	return item.Value(func(v []byte) error { return vault.CheckContent(v, d) })
+	return item.Value(func(v []byte) error { return vault.CheckSealedContent(v, tenant, d, k) })
 }
 
 // dropRecord deletes tenant's artifact d (content and metadata) in txn and
@@ -236,7 +237,7 @@ func (s *Store) scrub() {
 					continue
 				}
 				read += item.ValueSize()
-				if err := item.Value(func(v []byte) error { return vault.CheckContent(v, d) }); err != nil {
+				if err := item.Value(func(v []byte) error { return vault.CheckSealedContent(v, tenant, d, nil) }); err != nil {
 					bad = append(bad, verifiedKey{tenant, d})
 					why = append(why, err)
 				}
@@ -274,7 +275,7 @@ func (s *Store) dropIfUnreadable(tenant string, d artifact.Digest, why error) {
 	err := s.deleting(func() (bool, error) {
 		err := s.update(context.Background(), func(txn *badger.Txn) error {
 			drop = false
-			if err := readable(txn, tenant, d); err == nil || errors.Is(err, badger.ErrKeyNotFound) {
+			if err := readable(txn, tenant, d, nil); err == nil || errors.Is(err, badger.ErrKeyNotFound) {
 				return nil
 			}
 			drop = true

@@ -11,6 +11,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
+	"github.com/tokenterminator/caddy-token-terminator/internal/seal"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
@@ -97,6 +98,7 @@ func (s *Store) Search(ctx context.Context, tenant, query string, limit int) ([]
 		return nil, err
 	}
 	base := tenantMetaPrefix(tenant)
+	keys := seal.FromContext(ctx)
 	var out []artifact.Artifact
 	err = s.db.View(func(txn *badger.Txn) error {
 		var metas []vault.Meta
@@ -133,6 +135,10 @@ func (s *Store) Search(ctx context.Context, tenant, query string, limit int) ([]
 			match := false
 			var gone error // the caller went away during the scan
 			_ = item.Value(func(v []byte) error {
+				v, err := vault.OpenContent(keys, tenant, m.Digest, v)
+				if err != nil {
+					return err // skipped: Get reports it
+				}
 				c, err := vault.ContentFields(v)
 				if err != nil {
 					return err // skipped: Get reports it

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
+	"github.com/tokenterminator/caddy-token-terminator/internal/seal"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
@@ -52,9 +53,15 @@ func (s *Store) Persist(ctx context.Context, scope artifact.Scope, arts []artifa
 	}
 	// Only what is written needs the digest check (EncodeAll): an artifact
 	// stored under its digest was checked when it was written.
-	enc, err := vault.EncodeAll(missing)
+	k := seal.FromContext(ctx)
+	enc, err := vault.EncodeAllFor(k, missing)
 	if err != nil {
 		return err
+	}
+	if k != nil { // encryption at rest (vault/sealed.go)
+		for i, a := range missing {
+			enc[i] = vault.SealContent(k, scope.Tenant, a.Digest, enc[i])
+		}
 	}
 	return s.write(ctx, tk, missing, enc, now)
 }
@@ -112,13 +119,19 @@ func (s *Store) Get(ctx context.Context, tenant string, d artifact.Digest) (arti
 	}
 	a := artifact.Artifact{Digest: d}
 	b, _ := content.Bytes()
-	if err := vault.DecodeContent(b, &a); err != nil {
+	sealed := vault.IsSealed(b)
+	b, err = vault.OpenContent(seal.FromContext(ctx), tenant, d, b)
+	if err == nil {
+		err = vault.DecodeContent(b, &a)
+	}
+	if err != nil {
+		s.log.Warn("redis vault artifact unreadable", zap.String("artifact", fmt.Sprintf("%x", d[:8])), zap.Error(err))
 		return artifact.Artifact{}, false, fmt.Errorf("redisvault: get %x: %w", d[:8], err)
 	}
 	if _, a.Chars, err = parseMeta(meta.Val()); err != nil {
 		return artifact.Artifact{}, false, fmt.Errorf("redisvault: get %x: %w", d[:8], err)
 	}
-	if !vault.NamesStored(d, vault.StringBytes(a.Text), a.Raw) {
+	if !vault.NamesStoredFor(seal.FromContext(ctx), sealed, d, vault.StringBytes(a.Text), a.Raw) {
 		return artifact.Artifact{}, false, fmt.Errorf("%w: stored artifact %x", vault.ErrDigest, d[:8])
 	}
 	return a, true, nil

@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
+	"github.com/tokenterminator/caddy-token-terminator/internal/seal"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 )
 
@@ -87,6 +88,7 @@ func (s *Store) Search(ctx context.Context, tenant, query string, limit int) ([]
 	}
 	// The scan looks at the caller's context: a client that hangs up
 	// stops it (the op timeouts bound the Redis reads).
+	keys := seal.FromContext(ctx)
 	scan, err := vault.NewSearchScan(ctx, query)
 	if err != nil {
 		return nil, err
@@ -133,7 +135,8 @@ func (s *Store) Search(ctx context.Context, tenant, query string, limit int) ([]
 				continue // evicted between the scan and now
 			}
 			a := artifact.Artifact{Digest: batch[i].digest}
-			if vault.DecodeContent(vault.StringBytes(str), &a) != nil {
+			plain, err := vault.OpenContent(keys, tenant, a.Digest, vault.StringBytes(str))
+			if err != nil || vault.DecodeContent(plain, &a) != nil {
 				continue
 			}
 			match, err := scan.Match(vault.StringBytes(a.Text), a.Tool)
