@@ -201,7 +201,7 @@ func (c *Compiler) compact(p *plan, h *history, aligned int) *compaction {
 		end := turns[vaultTurns-1].last // last element of the vaulted turns
 		for i, s := range d.slots {
 			el := s.unit - offset
-			if el < 0 || el > end || h.unanswered(s) || p.replace[i] || p.reinline(s.text.digest) {
+			if el < 0 || el > end || h.unanswered(s) || p.replace[i] || p.reinline(s.text.digest) || c.excluded(s.tool) {
 				continue
 			}
 			if s.text.chars >= opt.MinVaultChars && s.text.chars <= c.opts.MaxArtifactChars {
@@ -224,7 +224,8 @@ func (c *Compiler) compact(p *plan, h *history, aligned int) *compaction {
 	if opt.CollapseAfterTurns > 0 && h.clean[turns[0].first] {
 		foldTurns = cut(max(0, aligned-opt.CollapseAfterTurns))
 	}
-	tooLarge := func(t int) bool { return turns[t].size(list) > c.opts.MaxArtifactChars }
+	excluded := c.excludedTurns(d, turns, offset, foldTurns)
+	tooLarge := func(t int) bool { return turns[t].size(list) > c.opts.MaxArtifactChars || excluded[t] }
 	crossed := func(t int) bool { return !h.clean[turns[t].first] || !h.clean[turns[t].last+1] }
 	for t := 0; t < foldTurns; t++ {
 		if tooLarge(t) && crossed(t) {

@@ -72,6 +72,9 @@ const (
 	// ReasonTenantRate: the tenant is not verified and the gateway's cap
 	// on new tenants per minute was reached.
 	ReasonTenantRate Reason = "tenant_rate"
+	// ReasonHoldout: the conversation is in the holdout's control arm,
+	// so its requests go out as the client sent them.
+	ReasonHoldout Reason = "holdout"
 )
 
 // Defaults of Options, applied by New to zero values. The gateway's
@@ -379,12 +382,12 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, trees *js
 	res.Model = d.model
 	d.hold = req.Hold
 	p := &plan{d: d.doc, recovery: c.opts.Recovery.forDoc(d.doc)}
-	minChars := c.opts.MinArtifactChars
+	minChars := c.minArtifactChars(req)
 	if !c.opts.Cost.Off {
 		minChars = min(minChars, c.opts.Cost.LeaseMin()) // the bill decides on the smaller ones (plan_choice.go)
 	}
 	for _, s := range d.slots {
-		ok := s.text.chars >= minChars && s.text.chars <= c.opts.MaxArtifactChars
+		ok := s.text.chars >= minChars && s.text.chars <= c.opts.MaxArtifactChars && !c.excluded(s.tool)
 		p.eligible = append(p.eligible, ok)
 		if ok {
 			res.Slots++
@@ -394,13 +397,19 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, trees *js
 		res.Reason = ReasonNoSlots
 		return nil
 	}
+	res.Conversation = conversationKey(f.name(), d.doc, d.hasher)
+	if req.Holdout != nil {
+		if req.Mode = req.Holdout(res.Conversation); req.Mode == ModeOff {
+			res.Reason = ReasonHoldout
+			return nil
+		}
+	}
 	// Leases need the conversation's lineage; without an eligible slot there
 	// is nothing to lease, so the vault is not asked (nor told) anything,
 	// unless compaction may fold: then the cost decision needs the
 	// conversation's cache state.
 	if res.Slots > 0 || (!c.opts.Cost.Off && c.opts.Compaction.Enabled) {
 		p.chain = d.hasher.chain(f.name(), d.units)
-		res.Conversation = p.chain[min(1, len(p.chain)-1)]
 		tv := time.Now()
 		lin, err := c.store.Ancestor(ctx, req.Scope, p.chain)
 		res.Vault += time.Since(tv)
