@@ -103,6 +103,7 @@ func (h *Handler) provision(ctx caddy.Context, app *App) error {
 		return err
 	}
 	h.applyDefaults()
+	h.provisionHoldout()
 	if cfg, err := h.costConfig(); err == nil { // checked by Validate
 		h.prices = &cfg
 	}
@@ -421,7 +422,10 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 		return passOn(compiler.ReasonBusy, "no room in max_buffered_bytes for the compile's working memory")
 	}
 
-	mode := compiler.Mode(h.Mode)
+	mode := h.labelMode(tenant) // holdout.go: the tenant's label may set it
+	if mode == compiler.ModeOff {
+		return passOn(compiler.ReasonOff, "")
+	}
 	req := compiler.Request{
 		Path:        r.URL.Path,
 		Body:        buf,
@@ -429,6 +433,9 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 		Mode:        mode,
 		DeferCommit: true,
 		Scratch:     ex.body.scratch(),
+		// holdout.go
+		MinArtifactChars: h.labelMinArtifactChars(tenant),
+		Holdout:          h.holdoutHook(ex, tenant, mode, h.slots.full()),
 	}
 	// compile_timeout bounds the wait for a slot and the compile together.
 	// A waiting request holds its body and the reservation of its compile's
@@ -454,7 +461,7 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 	req.Hold = ex.body.tryHold // the token counter's work past its budget reads the body under it
 	res := h.compile(ctx, req)
 	out := buf
-	if mode == compiler.ModeEnforce && res.Decision == compiler.Accepted && res.Body != nil {
+	if mode == compiler.ModeEnforce && res.Decision == compiler.Accepted && res.Body != nil && !ex.obs.hold.control() {
 		out = res.Body
 		body := release
 		rewrite := h.holdRewrite(len(out))
@@ -480,6 +487,7 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 		rep.invalidTotal = h.stats.InvalidOutputs.Add(1)
 	}
 	rep.tenant = tenant
+	h.settleHoldout(ex, res, buf) // holdout.go: a control request's report
 	return release
 }
 

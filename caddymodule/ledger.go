@@ -28,6 +28,7 @@ type observation struct {
 	usage        *vault.LedgerUsage // the provider's usage priced (usageFigures); nil when none came back
 	label        string             // the operator's tenant label, if one matches
 	accounted    bool               // counted and queued: a request is accounted once
+	hold         holdoutObs         // the request's holdout arm (holdout.go)
 }
 
 // note keeps what the observation needs of a compile; conversation is
@@ -189,6 +190,7 @@ func ledgerRecord(rep *report, ob *observation, at time.Time) vault.LedgerRecord
 	if rep.tokens.Status.Measured() {
 		r.RawTokens, r.SentTokens = rep.tokens.Raw, rep.tokens.Sent
 	}
+	holdoutRecord(&r, ob) // holdout.go
 	return r
 }
 
@@ -291,6 +293,7 @@ func (h *Handler) usageFigures(rep *report, ob *observation) *vault.LedgerUsage 
 		CacheRead:      u.CacheRead,
 		CacheWrite:     u.CacheWrite,
 		RecoveryRounds: rep.recovery.rounds,
+		Output:         u.Output,
 	}
 	lu.Cost = m.Charge(float64(lu.CacheRead), float64(lu.CacheWrite), float64(u.CacheWrite1h), float64(lu.Uncached))
 	return lu

@@ -36,6 +36,7 @@ type metrics struct {
 	ledgerDropped  prometheus.Counter
 	ledgerFailures prometheus.Counter
 	vault          *vaultCollector
+	holdout        *holdoutMetrics // holdout_metrics.go
 }
 
 const metricsNamespace = "token_terminator"
@@ -87,13 +88,15 @@ func newMetrics(sh *shared) *metrics {
 			Help: "Ledger records dropped because the writer's queue was full."}),
 		ledgerFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metricsNamespace, Name: "ledger_write_failures_total",
 			Help: "Ledger batches the vault refused."}),
-		vault: &vaultCollector{sh: sh},
+		vault:   &vaultCollector{sh: sh},
+		holdout: newHoldoutMetrics(counter),
 	}
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.candidates, m.bytes, m.tokens, m.cost, m.tenantCost, m.usageTokens, m.receipts, m.failOpen, m.vaultFailures,
-		m.recoveryRounds, m.recoveryReads, m.upgrades, m.latency, m.ledgerDropped, m.ledgerFailures, m.vault}
+		m.recoveryRounds, m.recoveryReads, m.upgrades, m.latency, m.ledgerDropped, m.ledgerFailures, m.vault,
+		m.holdout.requests, m.holdout.billed, m.holdout.raw, m.holdout.shadow}
 }
 
 // register adds the metrics to a config's registry. Registering again
@@ -121,7 +124,8 @@ func isFailOpen(r compiler.Reason) bool {
 	switch r {
 	case "", compiler.ReasonOff, compiler.ReasonNotCandidate, compiler.ReasonNoSlots, compiler.ReasonNothingToDo,
 		compiler.ReasonNotSmaller, compiler.ReasonMoreTokens, compiler.ReasonNotCheaper,
-		compiler.ReasonProviderContextManagement, compiler.ReasonNoTenant, compiler.ReasonBypass, compiler.ReasonUnverifiedTenant:
+		compiler.ReasonProviderContextManagement, compiler.ReasonNoTenant, compiler.ReasonBypass, compiler.ReasonUnverifiedTenant,
+		compiler.ReasonHoldout:
 		return false
 	}
 	return true
@@ -151,6 +155,7 @@ func (m *metrics) observe(rep *report, ob *observation) {
 		m.tokens.WithLabelValues(format, model, "saved").Add(float64(max(rep.tokens.Raw-sent, 0)))
 	}
 	m.observeCost(rep, ob)
+	m.holdout.observe(rep, ob) // holdout_metrics.go
 	if rep.decision == compiler.Accepted {
 		kinds := [...]struct {
 			kind string
