@@ -76,7 +76,7 @@ func holdoutSessions(tenants, perTenant int) []holdoutConversation {
 	for tn := 0; tn < tenants; tn++ {
 		for c := 0; c < perTenant; c++ {
 			seed := 1000*tn + 37*c
-			n := 2 + (c*7+tn)%6           // 2..7 tool turns
+			n := 2 + (c*7+tn)%6            // 2..7 tool turns
 			size := 3000 + 1500*((c+tn)%5) // 3000..9000 chars
 			turns := compilertest.Turns(seed, n, size)
 			question := []byte(fmt.Sprintf("Fix the failing test %d-%d.", tn, c))
@@ -134,7 +134,7 @@ func holdoutRun(t *testing.T, g *gateway, up *upstream, convs []holdoutConversat
 }
 
 type holdoutInterval struct {
-	Enough          bool
+	Enough           bool
 	Point, Low, High float64
 }
 
