@@ -285,6 +285,20 @@ func TestHoldout_MeasuredSavings(t *testing.T) {
 		if strings.Contains(dom, `data-scrolls="true"`) {
 			t.Error("a section scrolls sideways at 1280 px")
 		}
+		// The last few conversations alone: too few per arm for a number.
+		var led struct {
+			Records []struct {
+				T int64 `json:"t"`
+			} `json:"records"`
+		}
+		if err := json.Unmarshal(o3.adminGet("/token-terminator/ledger?limit=40"), &led); err != nil || len(led.Records) != 40 {
+			t.Fatalf("ledger: %v", err)
+		}
+		since := strconv.FormatInt(led.Records[len(led.Records)-1].T, 10)
+		few := string(runChromium(t, bin, o3.URL+"/tt-savings/?since="+since, "--dump-dom", "--window-size=1280,900"))
+		if !regexp.MustCompile(`id="holdout-savings" data-enough="false"[^>]*>Not enough data`).MatchString(few) || strings.Contains(few, `id="holdout" hidden`) {
+			t.Errorf("with a few conversations the page does not say there is not enough data:\n%.2000s", few[strings.Index(few, `id="holdout"`):])
+		}
 	})
 }
 
