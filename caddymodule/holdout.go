@@ -342,7 +342,9 @@ func (t *Handler) unmarshalExcludeTools(d *caddyfile.Dispenser) error {
 //	    holdout            <percent>
 //	    mode               enforce|shadow|off
 //	}
-func (t *Handler) unmarshalTenantSettings(d *caddyfile.Dispenser) error {
+func (t *Handler) unmarshalTenantSettings(outer *caddyfile.Dispenser) error {
+	d := outer.NewFromNextSegment()
+	d.Next() // consume "tenant_settings"
 	if !d.NextArg() {
 		return d.Errf("tenant_settings needs a tenant label, e.g. 'tenant_settings team-a { holdout 5%% }'")
 	}
@@ -373,7 +375,7 @@ func (t *Handler) unmarshalTenantSettings(d *caddyfile.Dispenser) error {
 			return fmt.Errorf("want enforce, shadow or off, got '%s'", v)
 		},
 	}
-	for d.NextBlock(1) {
+	for d.NextBlock(0) {
 		name := d.Val()
 		set, ok := setters[name]
 		if !ok {

@@ -356,3 +356,39 @@ func TestHoldout_FleetAgrees(t *testing.T) {
 		t.Fatalf("%d of %d conversations in control: want both arms", n, len(convs))
 	}
 }
+
+// TestExcludeTools_AllFormats: through Caddy, results of an excluded tool
+// reach the provider inline in every format, where the same requests
+// without exclude_tools are rewritten.
+func TestExcludeTools_AllFormats(t *testing.T) {
+	out := compilertest.ToolOutput(4242, 9000)
+	turns := []compilertest.ChatTurn{
+		{Tool: "memory", Args: `{"op":"read"}`, Output: out},
+		{Tool: "memory", Args: `{"op":"read"}`, Output: out},
+	}
+	bodies := map[string][]byte{
+		"/v1/chat/completions": compilertest.ChatBody("gpt-4o", turns, "go on"),
+		"/v1/responses":        compilertest.ResponsesBody("gpt-4o", turns, "go on", compilertest.ResponsesOptions{}),
+		"/v1/messages":         compilertest.AnthropicBody("claude-sonnet-4-5", turns, "go on", compilertest.AnthropicOptions{System: true}),
+	}
+	snippet := func(extra string) string {
+		return "\n\ttoken_terminator {\n\t\tvault_dir $VAULT\n\t\t" + extra + "\n\t}\n\treverse_proxy $UPSTREAM\n"
+	}
+	up := newUpstream(t)
+	fakeUpstream(up)
+	g := startGateway(t, snippet("exclude_tools recall memory"), up)
+	for path, body := range bodies {
+		g.verify(path)
+		r := g.post(path, body, "anthropic-version: 2023-06-01")
+		if r.Status != http.StatusOK || !bytes.Equal(up.last(t).Body, body) {
+			t.Errorf("%s: an excluded tool's result was replaced (%s)", path, r.TT)
+		}
+	}
+	g.reload(snippet("exclude_tools recall"), up)
+	for path, body := range bodies {
+		r := g.post(path, body, "anthropic-version: 2023-06-01")
+		if !strings.HasPrefix(r.TT, "accepted") || bytes.Equal(up.last(t).Body, body) {
+			t.Errorf("%s: premise: without the exclusion the duplicate is receipted (%s)", path, r.TT)
+		}
+	}
+}
