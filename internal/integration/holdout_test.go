@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -17,6 +18,12 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault/redisvault/redistest"
 )
 
+// holdoutTenantKey fixes the assignment (a key derived from it), so the
+// split of the generated sessions is the same on every run: the interval
+// check is one draw, not a test that fails one run in twenty. The
+// estimator's coverage over many draws is internal/holdout's test.
+const holdoutTenantKey = "holdout-tenant-key-0123456789abcdef"
+
 // holdoutSnippet is the savings page beside a gateway holding out share
 // of its conversations.
 func holdoutSnippet(share string) string {
@@ -27,6 +34,7 @@ func holdoutSnippet(share string) string {
 	handle {
 		token_terminator {
 			vault_dir $VAULT
+			tenant_key ` + holdoutTenantKey + `
 			holdout ` + share + `
 		}
 		reverse_proxy $UPSTREAM
@@ -215,6 +223,22 @@ func TestHoldout_MeasuredSavings(t *testing.T) {
 		t.Fatalf("estimate %+v", h)
 	}
 	holdoutVault := o.VaultDir
+	// The metrics count the same requests per arm (this process's series
+	// start with this test's first run).
+	series := o.scrape()
+	for _, a := range h.Arms {
+		billed := sum(series, "token_terminator_holdout_billed_cost_units_total", map[string]string{"arm": a.Arm})
+		reqs := sum(series, "token_terminator_holdout_requests_total", map[string]string{"arm": a.Arm})
+		if math.Abs(billed-a.CostActual) > 1e-6*a.CostActual || int(reqs) != a.Requests {
+			t.Errorf("metrics of arm %s: billed %v, %v requests; the stats %v, %d", a.Arm, billed, reqs, a.CostActual, a.Requests)
+		}
+	}
+	if n := sum(series, "token_terminator_holdout_shadow_total", map[string]string{"outcome": "compiled"}); int(n) != h.Arms[1].ShadowCompiled {
+		t.Errorf("metrics count %v shadow compiles, the stats %d", n, h.Arms[1].ShadowCompiled)
+	}
+	if sum(series, "token_terminator_holdout_raw_bytes_total", map[string]string{"arm": "control"}) <= 0 {
+		t.Error("no raw bytes counted for the control arm")
+	}
 
 	// The truth: the same sessions all treated, and all as sent.
 	truth := func(share string) float64 {
