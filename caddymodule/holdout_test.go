@@ -133,3 +133,69 @@ func TestRetryDetection(t *testing.T) {
 		t.Fatalf("%d + %d conversations remembered", len(l.cur), len(l.old))
 	}
 }
+
+// TestHoldoutHook: a control conversation compiles in shadow, or, when
+// every compile slot was taken as its request arrived, not at all (counted
+// as skipped); its report says passthrough=holdout with what went (the
+// original), the shadow's figures kept apart; a treatment conversation
+// keeps the tenant's mode; without a holdout there is no hook.
+func TestHoldoutHook(t *testing.T) {
+	h := &Handler{}
+	h.Mode = "enforce"
+	h.Holdout = "100%"
+	h.TenantLabels = map[string]string{labelA: "team-a"}
+	h.LabelSettings = map[string]LabelSettings{"team-a": {Holdout: "0"}}
+	h.provisionHoldout()
+	h.tenants = tenantHasher([]byte("0123456789abcdef-key"))
+	tenant := strings.Repeat("e", 32)
+	conv := compiler.Digest{1}
+
+	ex := &exchange{}
+	hook := h.holdoutHook(ex, tenant, compiler.ModeEnforce, false)
+	if hook == nil || hook(conv) != compiler.ModeShadow || ex.obs.hold.arm() != "control" {
+		t.Fatal("a control conversation does not compile in shadow")
+	}
+	ex.rep = report{rawBytes: 1000, sentBytes: 400, receipts: 2, costRaw: 50, costSent: 20, tenant: tenant}
+	h.settleHoldout(ex, compiler.Result{Decision: compiler.Shadow, SentBytes: 400, CostSent: 20, Conversation: conv}, []byte("body"))
+	if ex.rep.reason != compiler.ReasonHoldout || ex.rep.sentBytes != 1000 || ex.rep.receipts != 0 || ex.rep.costSent != 50 ||
+		ex.obs.hold.shadowSentBytes != 400 || ex.obs.hold.shadowCostSent != 20 || ex.obs.hold.shadowSkipped {
+		t.Fatalf("control report %+v hold %+v", ex.rep, ex.obs.hold)
+	}
+	var rec vault.LedgerRecord
+	holdoutRecord(&rec, &ex.obs)
+	if rec.Arm != "control" || rec.ShadowSentBytes != 400 || rec.Retry {
+		t.Fatalf("ledger record %+v", rec)
+	}
+	// The same body again is a retry.
+	ex.obs.hold.retry = false
+	h.settleHoldout(ex, compiler.Result{Decision: compiler.Shadow, Conversation: conv}, []byte("body"))
+	if !ex.obs.hold.retry {
+		t.Fatal("the resent body is not flagged as a retry")
+	}
+
+	busy := &exchange{}
+	if m := h.holdoutHook(busy, tenant, compiler.ModeEnforce, true)(conv); m != compiler.ModeOff || busy.obs.hold.arm() != "control" {
+		t.Fatalf("under load a control request compiles (%s)", m)
+	}
+	h.settleHoldout(busy, compiler.Result{Reason: compiler.ReasonHoldout, Conversation: conv}, nil)
+	if !busy.obs.hold.shadowSkipped || busy.rep.reason != compiler.ReasonHoldout {
+		t.Fatal("the skipped shadow is not counted")
+	}
+	if h.holdoutHook(&exchange{}, labelA, compiler.ModeEnforce, false) != nil {
+		t.Fatal("a label with holdout 0 has a hook")
+	}
+	h.Holdout = "0%"
+	h.provisionHoldout()
+	h.Holdout = "50%"
+	h.provisionHoldout()
+	n := 0
+	for i := 0; i < 400; i++ {
+		e := &exchange{}
+		if h.holdoutHook(e, tenant, compiler.ModeShadow, false)(compiler.Digest{byte(i), byte(i >> 8)}) == compiler.ModeShadow && e.obs.hold.arm() == "control" {
+			n++
+		}
+	}
+	if n < 150 || n > 250 {
+		t.Fatalf("holdout 50%%: %d of 400 conversations in control", n)
+	}
+}

@@ -13,10 +13,13 @@ type Conversation struct {
 	Tenant string // tenant label, for the per-tenant breakdown
 	Model  string // model family of the conversation's first request
 
-	// RawPrompt is the prompt the client itself sent, in tokens, summed
-	// over the conversation's requests: the unit savings are measured per,
-	// so that conversations of different lengths weigh by their size and
-	// the arms compare like with like.
+	// RawPrompt is the prompt the client itself sent, summed over the
+	// conversation's requests: the unit savings are measured per, so that
+	// conversations of different lengths weigh by their size and the arms
+	// compare like with like. Any unit both arms measure the same way on
+	// every request will do (the gateway uses the client's body bytes):
+	// savings is a ratio of the arms, so a conversion factor common to
+	// both cancels.
 	RawPrompt float64
 	// Billed is the provider's billed usage of every answer (input, cache
 	// reads, cache writes and output), priced by the cost model.

@@ -223,6 +223,28 @@ func TestHoldout_MeasuredSavings(t *testing.T) {
 		t.Fatalf("estimate %+v", h)
 	}
 	holdoutVault := o.VaultDir
+	// What the shadow compiles cost, against treatment's compiles (wall
+	// time of the compile per request, from the log lines).
+	var ms [2]float64
+	var n [2]int
+	for _, line := range o.logLines() {
+		var l struct {
+			Reason    string  `json:"reason"`
+			CompileMS float64 `json:"compile_ms"`
+		}
+		if json.Unmarshal([]byte(line), &l) != nil || l.CompileMS == 0 {
+			continue
+		}
+		k := 0
+		if l.Reason == "holdout" {
+			k = 1
+		}
+		ms[k] += l.CompileMS
+		n[k]++
+	}
+	if n[0] > 0 && n[1] > 0 {
+		t.Logf("compile per request: treatment %.2f ms (%d), control's shadow %.2f ms (%d)", ms[0]/float64(n[0]), n[0], ms[1]/float64(n[1]), n[1])
+	}
 	// The metrics count the same requests per arm (this process's series
 	// start with this test's first run).
 	series := o.scrape()
