@@ -13,6 +13,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/dustin/go-humanize"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/holdout"
 	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
@@ -70,9 +71,14 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    ledger_max_records      <n>
 //	    ledger_max_bytes        <size>
 //	    tenant_label            <tenant-id> <name>   # repeatable
+//	    holdout                 <percent>  # e.g. 5%
+//	    exclude_tools           <name…>    # repeatable
+//	    tenant_settings <label> {          # once per label
+//	        min_artifact_chars <n>; holdout <percent>; mode enforce|shadow|off
+//	    }
 //	}
 //
-// Every subdirective but vault, cost_prices and tenant_label takes exactly one
+// Every subdirective but vault, cost_prices, tenant_label, exclude_tools and tenant_settings takes exactly one
 // argument, and each may appear once. The resulting configuration (with defaults for what is
 // unset) is checked here too, so `caddy adapt` already refuses bad values.
 // Caddy prefixes these errors with the directive, so they don't repeat it.
@@ -112,6 +118,9 @@ var blockSubdirectives = map[string]func(t *Handler, d *caddyfile.Dispenser) err
 	"vault":        (*Handler).unmarshalVault,
 	"cost_prices":  (*Handler).unmarshalCostPrices, // one block per family, see cost_config.go
 	"tenant_label": (*Handler).unmarshalTenantLabel,
+	// holdout.go
+	"exclude_tools":   (*Handler).unmarshalExcludeTools,
+	"tenant_settings": (*Handler).unmarshalTenantSettings,
 }
 
 // unmarshalVault reads `vault <backend> { … }` with the backend module's
@@ -244,6 +253,13 @@ var subdirectives = map[string]func(t *Handler, v string) error{
 			return fmt.Errorf("want %s, got '%s'", provider.TokenizerChoices, v)
 		}
 		t.Tokenizer = v
+		return nil
+	},
+	"holdout": func(t *Handler, v string) error {
+		if _, err := holdout.ParseShare(v); err != nil {
+			return err
+		}
+		t.Holdout = v
 		return nil
 	},
 	"context_compaction": func(t *Handler, v string) error { return setOnOff(&t.ContextCompaction, v) },

@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"encoding/json"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"strings"
 	"testing"
@@ -199,7 +200,7 @@ func TestDefaults(t *testing.T) {
 		MinArtifactChars: 8000, MaxArtifactChars: 2000000, InlineLeases: 1, Timeout: 2 * time.Second,
 		Compaction: compiler.Compaction{Enabled: true, MinVaultChars: 4000, CollapseAfterTurns: 6, InlineRecentTurns: 5},
 	}
-	if opts != want {
+	if !reflect.DeepEqual(opts, want) {
 		t.Errorf("compiler options = %+v, want %+v", opts, want)
 	}
 }

@@ -235,6 +235,8 @@ type Handler struct {
 	// The cost model's settings (cost_model, cost_horizon,
 	// cost_bytes_per_token, cost_prices); see cost_config.go.
 	CostSettings
+	// The holdout, exclude_tools and tenant_settings (holdout.go).
+	HoldoutSettings
 
 	handlerState // provisioned state, see handler.go
 }
@@ -405,6 +407,9 @@ func (h *Handler) check() error {
 	if err := h.checkTenant(); err != nil {
 		return err
 	}
+	if err := h.checkHoldout(); err != nil {
+		return err
+	}
 	if _, err := h.costConfig(); err != nil {
 		return err
 	}
@@ -431,6 +436,7 @@ func (h *Handler) compilerOptions() compiler.Options {
 		Recovery:          h.gw.CompilerRecovery(),
 		WorkingStateChars: h.WorkingStateChars,
 		ReinlineRecovered: h.ReinlineRecovered,
+		ExcludeTools:      h.ExcludeTools,
 	}
 }
 

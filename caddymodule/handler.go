@@ -122,6 +122,7 @@ func (h *Handler) newGateway(app *App) *gateway.Gateway {
 		gw.Prices = &cfg
 	}
 	gw.PriceOf = h.priceOf
+	gw.Holdout = h.holdoutRuntime()
 	if app != nil {
 		gw.Stats = app.Stats()
 		gw.Metrics = app.shared.metrics

@@ -138,6 +138,9 @@ type stats struct {
 	// cost figures or usage was priced, all in this one currency (a
 	// partly priced sum would be no total); "" otherwise.
 	Currency string `json:"currency,omitempty"`
+	// Holdout is the measured effect, arm against arm (holdout_stats.go);
+	// absent when no record is in an arm.
+	Holdout *holdoutStats `json:"holdout,omitempty"`
 }
 
 // summarize adds up records: totals, per tenant and model family (most
@@ -213,6 +216,7 @@ func summarize(recs []vault.LedgerRecord) stats {
 	if priced {
 		st.Currency = currency
 	}
+	st.Holdout = summarizeHoldout(recs, st.Currency)
 	return st
 }
 

@@ -97,6 +97,10 @@ type Options struct {
 	// while answering the previous forwarded request (Result.Recovered):
 	// ReinlineOn (the default, ""), ReinlineCost or ReinlineOff.
 	ReinlineRecovered string
+	// ExcludeTools names tools whose results are never replaced: no
+	// receipt, no compaction, no fold of a turn that holds one
+	// (exclude.go).
+	ExcludeTools []string
 }
 
 // ReinlineRecovered values (Options.ReinlineRecovered).
@@ -156,6 +160,16 @@ type Request struct {
 	// ids. It must be deterministic per tenant (prompt caches, retries)
 	// and is the gateway's HMAC under the tenant's key (internal/seal).
 	KeyID func(artifact.Digest) artifact.Digest
+	// MinArtifactChars, when positive, replaces Options.MinArtifactChars
+	// for this request (a per-tenant setting of the gateway).
+	MinArtifactChars int
+	// Holdout, when set, is asked the mode of the request once its
+	// conversation key (Result.Conversation) is known and before the
+	// vault is asked anything: the request's own Mode for a treatment
+	// conversation, ModeShadow for a control one (what treatment would
+	// have sent; nothing stored), or ModeOff to stop there
+	// (passthrough=holdout) (holdout.go).
+	Holdout func(conversation artifact.Digest) Mode
 }
 
 // Scratch is memory that serves one compile after another: the parse
@@ -232,10 +246,11 @@ type Result struct {
 	// normalize (caddymodule metrics): never a metric label or log field
 	// as is. Empty when the body did not parse.
 	Model string
-	// Conversation is the chain hash of the request's first two messages
-	// (its opening: usually the system prompt and the first user input),
-	// the same for every request of a conversation. Unkeyed: the gateway
-	// keys it before it is stored. Zero when the chain was not computed.
+	// Conversation is the chain hash of the request's opening: its units
+	// up to and including the person's first own input (conversationKey),
+	// the same for every request of a conversation from its first one on.
+	// Unkeyed: the gateway keys it before it is stored. Zero when the body
+	// did not parse or holds no unit.
 	Conversation artifact.Digest
 
 	Tokens TokenReport

@@ -192,14 +192,15 @@ func (c *Compiler) compact(p *plan, h *history, aligned int) *compaction {
 	// multiple of compactBlock; they never enter the guaranteed windows.
 	aligned = min(aligned, alignedTurns(len(turns)))
 
+	excluded := c.excludedTurns(d, turns, offset, len(turns))
 	c.vaultOld(p, h, cp, aligned)
-	foldTurns := c.foldPrefix(h, aligned)
+	foldTurns := c.foldPrefix(h, aligned, excluded)
 	// A turn shorter than its summary stays inline (that depends only on
 	// the turn's own bytes, so it is as sticky as folding itself), unless a
 	// tool call crosses its boundary: then it folds with its neighbour.
 	folded := make([]bool, foldTurns)
 	for t := 0; t < foldTurns; t++ {
-		if c.tooLarge(h, t) {
+		if c.tooLarge(h, t) || excluded[t] {
 			continue
 		}
 		f, ok := p.foldMemo[turns[t].first]
@@ -231,7 +232,7 @@ func (c *Compiler) vaultOld(p *plan, h *history, cp *compaction, aligned int) {
 	end := h.turns[vaultTurns-1].last // last element of the vaulted turns
 	for i, s := range p.d.slots {
 		el := s.unit - h.offset
-		if el < 0 || el > end || h.unanswered(s) || p.replace[i] || p.reinline(s.text.digest) {
+		if el < 0 || el > end || h.unanswered(s) || p.replace[i] || p.reinline(s.text.digest) || c.excluded(s.tool) {
 			continue
 		}
 		if s.text.chars >= opt.MinVaultChars && s.text.chars <= c.opts.MaxArtifactChars {
@@ -244,7 +245,10 @@ func (c *Compiler) vaultOld(p *plan, h *history, cp *compaction, aligned int) {
 // at a clean boundary, so a tool call never leaves without its result. A
 // turn too large to vault cannot fold; if a call crosses its boundary, its
 // neighbours cannot either, so the prefix ends before it.
-func (c *Compiler) foldPrefix(h *history, aligned int) int {
+//
+// excluded marks turns holding a result of an excluded tool: like a turn
+// too large to vault, such a turn never folds.
+func (c *Compiler) foldPrefix(h *history, aligned int, excluded []bool) int {
 	opt, turns := c.opts.Compaction, h.turns
 	cut := func(n int) int {
 		for n > 0 && !h.clean[turns[n-1].last+1] {
@@ -257,7 +261,7 @@ func (c *Compiler) foldPrefix(h *history, aligned int) int {
 		foldTurns = cut(max(0, aligned-opt.CollapseAfterTurns))
 	}
 	for t := 0; t < foldTurns; t++ {
-		if c.tooLarge(h, t) && h.crossed(t) {
+		if (c.tooLarge(h, t) || excluded[t]) && h.crossed(t) {
 			return cut(t)
 		}
 	}

@@ -53,6 +53,10 @@ const (
 	ReasonTimeout    Reason = "timeout"
 	ReasonPanic      Reason = "panic"
 	ReasonInternal   Reason = "internal_error"
+
+	// ReasonHoldout: the conversation is in the holdout's control arm,
+	// so its requests go out as the client sent them.
+	ReasonHoldout Reason = "holdout"
 )
 
 // Defaults of Options, applied by New to zero values. The gateway's
@@ -366,10 +370,17 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, trees *js
 	d.hold = req.Hold
 	keyIDs(d.doc, req.KeyID)
 	p := &plan{d: d.doc, recovery: c.opts.Recovery.forDoc(d.doc)}
-	c.markEligible(p, res)
+	c.markEligible(p, req, res)
 	if len(d.units) == 0 {
 		res.Reason = ReasonNoSlots
 		return nil
+	}
+	res.Conversation = conversationKey(f.name(), d.doc, d.hasher)
+	if req.Holdout != nil {
+		if req.Mode = req.Holdout(res.Conversation); req.Mode == ModeOff {
+			res.Reason = ReasonHoldout
+			return nil
+		}
 	}
 	if !c.lineage(ctx, f, d.hasher, p, req, res) {
 		return nil
@@ -390,13 +401,13 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, trees *js
 
 // markEligible marks the slots whose size lets them become receipts and
 // counts them in res.Slots.
-func (c *Compiler) markEligible(p *plan, res *Result) {
-	minChars := c.opts.MinArtifactChars
+func (c *Compiler) markEligible(p *plan, req Request, res *Result) {
+	minChars := c.minArtifactChars(req)
 	if !c.opts.Cost.Off {
 		minChars = min(minChars, c.opts.Cost.LeaseMin()) // the bill decides on the smaller ones (plan_choice.go)
 	}
 	for _, s := range p.d.slots {
-		ok := s.text.chars >= minChars && s.text.chars <= c.opts.MaxArtifactChars
+		ok := s.text.chars >= minChars && s.text.chars <= c.opts.MaxArtifactChars && !c.excluded(s.tool)
 		p.eligible = append(p.eligible, ok)
 		if ok {
 			res.Slots++
@@ -413,7 +424,6 @@ func (c *Compiler) markEligible(p *plan, res *Result) {
 func (c *Compiler) lineage(ctx context.Context, f format, h *hasher, p *plan, req Request, res *Result) bool {
 	if res.Slots > 0 || (!c.opts.Cost.Off && c.opts.Compaction.Enabled) {
 		p.chain = h.chain(f.name(), p.d.units)
-		res.Conversation = p.chain[min(1, len(p.chain)-1)]
 		tv := time.Now()
 		lin, err := c.store.Ancestor(ctx, req.Scope, p.chain)
 		res.Vault += time.Since(tv)

@@ -96,6 +96,7 @@ func (g *Gateway) usageFigures(o *outcome) *vault.LedgerUsage {
 		CacheRead:      u.CacheRead,
 		CacheWrite:     u.CacheWrite,
 		RecoveryRounds: o.recovery.rounds,
+		Output:         u.Output,
 	}
 	lu.Cost = m.Charge(float64(lu.CacheRead), float64(lu.CacheWrite), float64(u.CacheWrite1h), float64(lu.Uncached))
 	return lu

@@ -72,8 +72,9 @@ type candidate struct {
 	buf      []byte
 	tenant   string
 	reserved *reservation
-	release  func() // the body's share of max_buffered_bytes, due when the upstream is done
-	keyed    bool   // the request carries its tenant's data keys (seal.go)
+	release  func()        // the body's share of max_buffered_bytes, due when the upstream is done
+	keyed    bool          // the request carries its tenant's data keys (seal.go)
+	mode     compiler.Mode // the tenant's mode (its label's, else the gateway's; holdout.go)
 }
 
 // prepare reads the body, compiles it and sets what goes upstream. It
@@ -160,14 +161,21 @@ func (g *Gateway) passOn(r *http.Request, ex *exchange, c *candidate, reason com
 // of its compile's working memory (admission.go), so the slot, when it
 // comes, is used.
 func (g *Gateway) compileCandidate(r *http.Request, ex *exchange, c *candidate) func() {
+	c.mode = g.labelMode(c.tenant) // holdout.go: the tenant's label may set it
+	if c.mode == compiler.ModeOff {
+		return g.passOn(r, ex, c, compiler.ReasonOff, "")
+	}
 	req := compiler.Request{
 		Path:        r.URL.Path,
 		Body:        c.buf,
 		Scope:       artifact.Scope{Tenant: c.tenant, Session: g.session(r)},
-		Mode:        g.Mode,
+		Mode:        c.mode,
 		DeferCommit: true,
 		Scratch:     ex.body.scratch(),
 		KeyID:       keyID(seal.FromContext(r.Context())),
+		// holdout.go
+		MinArtifactChars: g.labelMinArtifactChars(c.tenant),
+		Holdout:          g.holdoutHook(ex, c.tenant, c.mode, g.Slots.full()),
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), g.CompileTimeout)
 	defer cancel()
@@ -203,7 +211,7 @@ func (g *Gateway) compileCandidate(r *http.Request, ex *exchange, c *candidate) 
 // notes the result in the outcome.
 func (g *Gateway) applyResult(r *http.Request, ex *exchange, c *candidate, res compiler.Result) (release func()) {
 	out, release := c.buf, c.release
-	if g.Mode == compiler.ModeEnforce && res.Decision == compiler.Accepted && res.Body != nil {
+	if c.mode == compiler.ModeEnforce && res.Decision == compiler.Accepted && res.Body != nil && !ex.out.hold.control() {
 		out = res.Body
 		rewrite := g.holdRewrite(len(out))
 		release = func() { rewrite(); c.release() }
@@ -214,9 +222,10 @@ func (g *Gateway) applyResult(r *http.Request, ex *exchange, c *candidate, res c
 	if g.Observe != nil {
 		ex.observe = func(u provider.Usage) { g.Observe(res, u) }
 	}
-	ex.out.fromResult(res, int64(len(c.buf)), int64(len(out)), g.Mode)
+	ex.out.fromResult(res, int64(len(c.buf)), int64(len(out)), c.mode)
 	ex.out.conversation = g.conversationID(c.tenant, res.Conversation)
 	ex.out.tenant = c.tenant
+	g.settleHoldout(ex, res, c.buf) // holdout.go: a control request's outcome
 	return release
 }
 

@@ -103,6 +103,9 @@ type Gateway struct {
 	// Gate holds tenants to the vault's verified set (verified.go); nil
 	// only in tests that build a gateway without a vault.
 	Gate *TenantGate
+	// Holdout assigns conversations to arms and holds the per-label
+	// settings (holdout.go); nil: no holdout, no overrides.
+	Holdout *Holdout
 }
 
 // CompileFunc and TenantFunc are the gateway's dependencies on the

@@ -156,5 +156,6 @@ func ledgerRecord(o *outcome, at time.Time) vault.LedgerRecord {
 	if o.tokens.Status.Measured() {
 		r.RawTokens, r.SentTokens = o.tokens.Raw, o.tokens.Sent
 	}
+	holdoutRecord(&r, o) // holdout.go
 	return r
 }

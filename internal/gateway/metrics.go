@@ -30,6 +30,7 @@ type Metrics struct {
 	latency        *prometheus.HistogramVec // stage, format
 	ledgerDropped  prometheus.Counter
 	ledgerFailures prometheus.Counter
+	holdout        *holdoutMetrics // holdout_metrics.go
 }
 
 const metricsNamespace = "token_terminator"
@@ -82,13 +83,15 @@ func NewMetrics() *Metrics {
 			Help: "Ledger records dropped because the writer's queue was full."}),
 		ledgerFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metricsNamespace, Name: "ledger_write_failures_total",
 			Help: "Ledger batches the vault refused."}),
+		holdout: newHoldoutMetrics(counter),
 	}
 }
 
 // Collectors are the series, for a registry.
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.candidates, m.bytes, m.tokens, m.cost, m.tenantCost, m.usageTokens, m.receipts, m.failOpen, m.vaultFailures,
-		m.recoveryRounds, m.recoveryReads, m.upgrades, m.latency, m.ledgerDropped, m.ledgerFailures}
+		m.recoveryRounds, m.recoveryReads, m.upgrades, m.latency, m.ledgerDropped, m.ledgerFailures,
+		m.holdout.requests, m.holdout.billed, m.holdout.raw, m.holdout.shadow}
 }
 
 // failureReasons are the pass-through reasons that count as fail-open
@@ -98,7 +101,8 @@ func isFailOpen(r compiler.Reason) bool {
 	switch r {
 	case "", compiler.ReasonOff, compiler.ReasonNotCandidate, compiler.ReasonNoSlots, compiler.ReasonNothingToDo,
 		compiler.ReasonNotSmaller, compiler.ReasonMoreTokens, compiler.ReasonNotCheaper,
-		compiler.ReasonProviderContextManagement, ReasonNoTenant, ReasonBypass, ReasonUnverifiedTenant:
+		compiler.ReasonProviderContextManagement, ReasonNoTenant, ReasonBypass, ReasonUnverifiedTenant,
+		compiler.ReasonHoldout:
 		return false
 	}
 	return true
@@ -128,6 +132,7 @@ func (m *Metrics) observe(o *outcome) {
 		m.tokens.WithLabelValues(string(format), model, "saved").Add(float64(max(o.tokens.Raw-sent, 0)))
 	}
 	m.observeCost(o)
+	m.holdout.observe(o) // holdout_metrics.go
 	if o.decision == compiler.Accepted {
 		kinds := [...]struct {
 			kind string

@@ -240,7 +240,7 @@ func TestMetricsAfterSequence(t *testing.T) {
 		t.Fatalf("%d ledger records (err %v)", len(recs), err)
 	}
 	first := recs[len(recs)-1] // newest first
-	wantUsage := vault.LedgerUsage{Uncached: 100, CacheRead: 300, Cost: 130}
+	wantUsage := vault.LedgerUsage{Uncached: 100, CacheRead: 300, Cost: 130, Output: 9}
 	if first.TenantLabel != "team-a" || first.CostHorizonRaw != 1200 || first.CostHorizonSent != 700 || first.Usage == nil || *first.Usage != wantUsage {
 		t.Fatalf("first record %+v usage %+v", first, first.Usage)
 	}
@@ -287,7 +287,7 @@ func TestUsageFigures(t *testing.T) {
 	}{
 		{"anthropic reads at 0.1, writes at 1.25", "anthropic_messages", "claude-sonnet-4-5", nil,
 			provider.Usage{Input: 1000 + 800 + 200, CacheRead: 800, CacheWrite: 200, Output: 7, Known: true},
-			&vault.LedgerUsage{Uncached: 1000, CacheRead: 800, CacheWrite: 200, Cost: 1000 + 80 + 250}},
+			&vault.LedgerUsage{Uncached: 1000, CacheRead: 800, CacheWrite: 200, Cost: 1000 + 80 + 250, Output: 7}},
 		{"anthropic 1-hour writes at 2", "anthropic_messages", "claude-sonnet-4-5", nil,
 			provider.Usage{Input: 10 + 500, CacheWrite: 500, CacheWrite1h: 300, Known: true},
 			&vault.LedgerUsage{Uncached: 10, CacheWrite: 500, Cost: 10 + 200*1.25 + 300*2}},

@@ -64,6 +64,7 @@ type outcome struct {
 	billed       *vault.LedgerUsage // the provider's usage priced (usageFigures); nil when none came back
 	label        string             // the operator's tenant label, if one matches
 	accounted    bool               // counted and queued: a request is accounted once
+	hold         holdoutObs         // the request's holdout arm (holdout.go)
 }
 
 func (o *outcome) passthrough(reason compiler.Reason) {

@@ -47,6 +47,18 @@ type LedgerRecord struct {
 	// money. 0 when not configured.
 	Price    float64 `json:"price,omitempty"`
 	Currency string  `json:"currency,omitempty"`
+	// The holdout (caddymodule holdout.go). Arm is "treatment" or
+	// "control"; "" when the request was in no arm (no holdout, or its
+	// conversation key was never known). Retry: the body was the
+	// conversation's previous one sent again. A control request went out
+	// as the client sent it; its shadow compile's figures (what treatment
+	// would have sent) are ShadowSentBytes and ShadowCostSent, or
+	// ShadowSkipped when it was shed under load.
+	Arm             string  `json:"arm,omitempty"`
+	Retry           bool    `json:"retry,omitempty"`
+	ShadowSkipped   bool    `json:"shadow_skipped,omitempty"`
+	ShadowSentBytes int64   `json:"shadow_sent_bytes,omitempty"`
+	ShadowCostSent  float64 `json:"shadow_cost_sent,omitempty"`
 }
 
 // LedgerUsage is the provider's own account of a request's input tokens,
@@ -62,6 +74,9 @@ type LedgerUsage struct {
 	// the figures sum: the gateway's recovery rounds answered the model's
 	// recovery tool calls, and each was billed.
 	RecoveryRounds int `json:"recovery_rounds,omitempty"`
+	// Output is the output tokens the provider billed (not priced in
+	// Cost, which is of the input).
+	Output int `json:"output,omitempty"`
 }
 
 // LedgerLimits bound a ledger: records older than Retention, and the
