@@ -376,6 +376,9 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, trees *js
 		res.Reason = ReasonTimeout
 		return nil
 	}
+	if d.model == "" {
+		d.model = pathModel(req.Path) // Gemini names the model in the path
+	}
 	res.Model = d.model
 	d.hold = req.Hold
 	p := &plan{d: d.doc, recovery: c.opts.Recovery.forDoc(d.doc)}

@@ -54,8 +54,11 @@ func Render(format string, body []byte) Rendered {
 	}
 	list := "messages"
 	system := "system"
-	if format == "openai_responses" {
+	switch format {
+	case "openai_responses":
 		list, system = "input", "instructions"
+	case "gemini":
+		list, system = "contents", "systemInstruction"
 	}
 	add(top["tools"])
 	add(top[system])

@@ -85,6 +85,8 @@ func NewReader(format string, opts Options) *Reader {
 		r.f = responsesReader{}
 	case FormatAnthropic:
 		r.f = anthropicReader{}
+	case FormatGemini:
+		r.f = geminiReader{}
 	default:
 		r.bad = true
 	}
