@@ -77,7 +77,11 @@ func (h *Handler) tenant(r *http.Request, format string) string {
 		// Prefixed so that a configured identity never equals a credential.
 		return h.tenants("tenant\x00" + v)
 	}
-	if c := credential(r.Header, format); c != "" {
+	c := credential(r.Header, format)
+	if format == geminiFormat {
+		c = geminiCredential(r)
+	}
+	if c != "" {
 		return h.tenants(c)
 	}
 	return ""
