@@ -118,6 +118,7 @@ func compilerRecovery(mode string, cfg recovery.Config) compiler.Recovery {
 			Chat:      string(recovery.Definition(response.FormatChat)),
 			Responses: string(recovery.Definition(response.FormatResponses)),
 			Anthropic: string(recovery.Definition(response.FormatAnthropic)),
+			Gemini:    string(recovery.Definition(response.FormatGemini)),
 		}
 		return compiler.Recovery{Hint: recovery.ToolName + " artifact_get", ToolName: recovery.ToolName, Tools: tools, ConflictHint: apiHint(cfg)}
 	case RecoveryAPI:

@@ -25,6 +25,7 @@ func ToolRecovery() compiler.Recovery {
 			Chat:      string(recovery.Definition(response.FormatChat)),
 			Responses: string(recovery.Definition(response.FormatResponses)),
 			Anthropic: string(recovery.Definition(response.FormatAnthropic)),
+			Gemini:    string(recovery.Definition(response.FormatGemini)),
 		}}
 }
 

@@ -170,7 +170,9 @@ func TestGeminiCachedContent(t *testing.T) {
 		t.Fatalf("tool not appended after the client's: %v", res.RecoveryTool)
 	}
 	// No Gemini definition configured: the receipts name the API, not a tool.
-	res = compileAt(newCompiler(t, recoveryOptions(), compilertest.NewMemStore(), nil), geminiPath, "t",
+	noGemini := recoveryOptions()
+	noGemini.Recovery.Tools.Gemini = ""
+	res = compileAt(newCompiler(t, noGemini, compilertest.NewMemStore(), nil), geminiPath, "t",
 		compilertest.GeminiBody(turns, "go", compilertest.GeminiOptions{}))
 	if res.RecoveryTool || !bytes.Contains(res.Body, []byte(apiHint)) || bytes.Contains(res.Body, []byte(toolHint)) {
 		t.Fatalf("tool %v without a Gemini definition", res.RecoveryTool)

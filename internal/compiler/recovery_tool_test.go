@@ -28,6 +28,7 @@ func recoveryOptions() compiler.Options {
 			Chat:      string(recovery.Definition(response.FormatChat)),
 			Responses: string(recovery.Definition(response.FormatResponses)),
 			Anthropic: string(recovery.Definition(response.FormatAnthropic)),
+			Gemini:    string(recovery.Definition(response.FormatGemini)),
 		},
 	}}
 }

@@ -91,6 +91,8 @@ func NewStitcher(format string, client io.Writer, cfg Config) (*Stitcher, error)
 		s.f = newResponsesStream()
 	case response.FormatChat:
 		s.f = newChatStream()
+	case response.FormatGemini:
+		s.f = newGeminiStream()
 	default:
 		return nil, fmt.Errorf("%w: no stream stitching for %q", ErrShape, format)
 	}

@@ -3,6 +3,7 @@ package response
 import (
 	"bytes"
 	"encoding/json"
+	"strconv"
 )
 
 // FormatGemini is the Gemini API's generateContent and
@@ -45,6 +46,16 @@ type geminiBody struct {
 	UsageMetadata *geminiUsage `json:"usageMetadata"`
 }
 
+// GeminiCallID is the id a Gemini functionCall goes by: its own id, or,
+// when the model gave none (ids are optional), its place k among the
+// answer's calls.
+func GeminiCallID(id string, k int) string {
+	if id != "" {
+		return id
+	}
+	return "gemini_call_" + strconv.Itoa(k)
+}
+
 func (u *geminiUsage) usage() Usage {
 	return Usage{
 		Input:     u.PromptTokenCount + u.ToolUsePromptTokenCount,
@@ -64,7 +75,7 @@ func (geminiReader) read(r *Reader, v *geminiBody) {
 				if len(args) == 0 {
 					args = []byte("{}")
 				}
-				r.addCall(fc.ID, fc.Name, args)
+				r.addCall(GeminiCallID(fc.ID, len(r.calls)), fc.Name, args)
 			}
 		}
 		if c.FinishReason != "" {
