@@ -135,6 +135,8 @@ func recoveryRound(ctx context.Context, arts recovery.Artifacts, tenant, format 
 			items = append(items, `{"id":"`+id+`","type":"function","function":{"name":"`+recovery.ToolName+`","arguments":`+q+`}}`)
 		case response.FormatResponses:
 			items = append(items, `{"type":"function_call","call_id":"`+id+`","name":"`+recovery.ToolName+`","arguments":`+q+`}`)
+		case response.FormatGemini:
+			items = append(items, `{"functionCall":{"id":"`+id+`","name":"`+recovery.ToolName+`","args":`+args+`}}`)
 		default:
 			items = append(items, `{"type":"tool_use","id":"`+id+`","name":"`+recovery.ToolName+`","input":`+args+`}`)
 		}
@@ -146,6 +148,8 @@ func recoveryRound(ctx context.Context, arts recovery.Artifacts, tenant, format 
 		answer = `{"choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[` + list + `]},"finish_reason":"tool_calls"}]}`
 	case response.FormatResponses:
 		answer = `{"output":[` + list + `]}`
+	case response.FormatGemini:
+		answer = `{"candidates":[{"content":{"role":"model","parts":[` + list + `]},"finishReason":"STOP"}]}`
 	default:
 		answer = `{"role":"assistant","content":[` + list + `],"stop_reason":"tool_use"}`
 	}

@@ -376,3 +376,28 @@ func TestGeminiGolden(t *testing.T) {
 		t.Fatalf("receipt changed:\n got %q\nwant %q", got, want)
 	}
 }
+
+// Gemini CLI's session context (<session_context>…) is a text part of
+// the first user content, before the person's words: when that turn folds,
+// the part stays, byte for byte, as a content of its own.
+func TestGeminiSessionContextPinned(t *testing.T) {
+	var v map[string]any
+	if err := json.Unmarshal(geminiConversation(12), &v); err != nil {
+		t.Fatal(err)
+	}
+	ctx := map[string]any{"text": "<session_context>\nThis is the Gemini CLI. We are setting up the context for our chat.\nMy operating system is: linux\n</session_context>"}
+	first := v["contents"].([]any)[0].(map[string]any)
+	first["parts"] = append([]any{ctx}, first["parts"].([]any)...)
+	body, _ := json.Marshal(v)
+	res := compileAt(newCompiler(t, compactOpts(5, 6), compilertest.NewMemStore(), nil), geminiPath, "t", body)
+	if res.Folded == 0 {
+		t.Fatalf("nothing folded (%s/%s)", res.Decision, res.Reason)
+	}
+	if err := compiler.CheckCompacted(geminiPath, body, res.Body); err != nil {
+		t.Fatal(err)
+	}
+	part, _ := json.Marshal(ctx)
+	if !bytes.HasPrefix(res.Body, []byte(`{"contents":[{"parts":[`+string(part)+`],"role":"user"},{"role":"user","parts":[{"text":"`+compiler.FoldPrefix)) {
+		t.Fatalf("session context not kept first: %.300s", res.Body)
+	}
+}
