@@ -60,7 +60,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    cost_model              on|off
 //	    cost_horizon            <n>
 //	    cost_bytes_per_token    <x>
-//	    cost_prices anthropic|openai|other {   # once per family
+//	    cost_prices anthropic|openai|other|gemini {   # once per family
 //	        cache_read <x>; cache_write <x>; cache_write_1h <x>
 //	        min_prefix <tokens>; granularity <tokens>; ttl <duration>
 //	    }

@@ -39,8 +39,8 @@ type CostSettings struct {
 	// or more lease whatever the cost. At least 1. Default:
 	// cost.DefaultLeaseMinChars.
 	CostLeaseMinChars *int `json:"cost_lease_min_chars,omitempty"`
-	// Price and cache figures per provider family: anthropic, openai or
-	// other. Unset figures keep the published defaults.
+	// Price and cache figures per provider family: anthropic, openai,
+	// other or gemini. Unset figures keep the published defaults.
 	CostPrices map[string]CostPrices `json:"cost_prices,omitempty"`
 	// Currency of the families' input_price, e.g. USD; with it the
 	// ledger and the savings page show costs as money. Required with any

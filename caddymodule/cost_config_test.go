@@ -43,7 +43,7 @@ func TestCostCaddyfile(t *testing.T) {
 		{name: "zero lease min", input: "token_terminator {\ncost_lease_min_chars 0\n}", err: "cost_lease_min_chars: must be at least 1, got 0"},
 		{name: "negative bytes per token", input: "token_terminator {\ncost_bytes_per_token -1\n}", err: "cost_bytes_per_token: must be positive, got '-1'"},
 		{name: "bytes per token not a number", input: "token_terminator {\ncost_bytes_per_token four\n}", err: "cost_bytes_per_token: not a number: 'four'"},
-		{name: "unknown family", input: "token_terminator {\ncost_prices gemini {\ncache_read 0.1\n}\n}", err: "unknown family 'gemini' (want anthropic, openai, other)"},
+		{name: "unknown family", input: "token_terminator {\ncost_prices mistral {\ncache_read 0.1\n}\n}", err: "unknown family 'mistral' (want anthropic, openai, other, gemini)"},
 		{name: "no family", input: "token_terminator {\ncost_prices\n}", err: "cost_prices needs a family"},
 		{name: "two families on one line", input: "token_terminator {\ncost_prices openai other {\n}\n}", err: "got extra 'other'"},
 		{name: "family twice", input: "token_terminator {\ncost_prices openai {\n}\ncost_prices openai {\n}\n}", err: "duplicate cost_prices 'openai'"},

@@ -189,6 +189,7 @@ func Generated() []fixtures.CorpusFile {
 		{Format: "anthropic_messages", Steps: 22, PersonTurns: 6, OutputChars: 9000, ReReadEvery: 4, Seed: 5, Client: "claude-code"},
 		{Format: "openai_chat", Steps: 60, PersonTurns: 15, OutputChars: 9000, ReReadEvery: 7, Seed: 6},
 		{Format: "openai_responses", Steps: 36, PersonTurns: 12, OutputChars: 9000, ReReadEvery: 5, Seed: 7, Client: "codex"},
+		{Format: "gemini", Steps: 22, PersonTurns: 6, OutputChars: 9000, ReReadEvery: 4, Seed: 8},
 	} {
 		name := fmt.Sprintf("generated/%s-%d-steps-%d-turns", g.Format, g.Steps, g.PersonTurns)
 		if g.Client != "" {

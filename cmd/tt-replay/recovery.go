@@ -130,6 +130,8 @@ func recoveryRound(ctx context.Context, arts recovery.Artifacts, tenant string, 
 			items = append(items, `{"id":"`+id+`","type":"function","function":{"name":"`+recovery.ToolName+`","arguments":`+q+`}}`)
 		case provider.Responses:
 			items = append(items, `{"type":"function_call","call_id":"`+id+`","name":"`+recovery.ToolName+`","arguments":`+q+`}`)
+		case provider.Gemini:
+			items = append(items, `{"functionCall":{"id":"`+id+`","name":"`+recovery.ToolName+`","args":`+args+`}}`)
 		default:
 			items = append(items, `{"type":"tool_use","id":"`+id+`","name":"`+recovery.ToolName+`","input":`+args+`}`)
 		}
@@ -141,6 +143,8 @@ func recoveryRound(ctx context.Context, arts recovery.Artifacts, tenant string, 
 		answer = `{"choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[` + list + `]},"finish_reason":"tool_calls"}]}`
 	case provider.Responses:
 		answer = `{"output":[` + list + `]}`
+	case provider.Gemini:
+		answer = `{"candidates":[{"content":{"role":"model","parts":[` + list + `]},"finishReason":"STOP"}]}`
 	default:
 		answer = `{"role":"assistant","content":[` + list + `],"stop_reason":"tool_use"}`
 	}

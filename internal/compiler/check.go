@@ -225,6 +225,13 @@ func foldedText(src []byte, e *jsonv.Node) string {
 	if !e.Get("role").StringIs(src, "user") || len(e.Members) != 2 {
 		return ""
 	}
+	if parts := e.Get("parts"); parts != nil { // Gemini: one text part
+		if !parts.Is(jsonv.Array) || len(parts.Elems) != 1 || len(parts.Elems[0].Members) != 1 {
+			return ""
+		}
+		s, _ := parts.Elems[0].Get("text").Text(src)
+		return s
+	}
 	s, _ := e.Get("content").Text(src)
 	return s
 }

@@ -333,8 +333,7 @@ func (c *Compiler) foldTurn(d *doc, list *jsonv.Node, infos []msgInfo, t turn) f
 	// depends only on the configuration, so a summary already sent keeps
 	// its bytes.
 	line = c.opts.Recovery.forDoc(d).receiptHint(line)
-	msg := append([]byte(`{"role":"user","content":`), jsonv.AppendString(nil, line)...)
-	msg = append(msg, '}')
+	msg := foldMessage(d, line)
 
 	// Every run of non-pinned elements folds: the first becomes the
 	// summary, later runs (after a pinned message) are removed with the

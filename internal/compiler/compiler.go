@@ -366,6 +366,9 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, trees *js
 		res.Reason = ReasonTimeout
 		return nil
 	}
+	if d.model == "" {
+		d.model = pathModel(req.Path) // Gemini names the model in the path
+	}
 	res.Model = d.model
 	d.hold = req.Hold
 	keyIDs(d.doc, req.KeyID)

@@ -31,6 +31,9 @@ type doc struct {
 	bare    bool
 	scratch msgInfo
 	keyID   func(artifact.Digest) artifact.Digest // Request.KeyID (keyed.go); nil: content identities
+	// noTool: the request may carry no tools of its own making (Gemini's
+	// cachedContent), so it is offered no recovery tool.
+	noTool bool
 }
 
 // slot is one tool result that may be replaced by a receipt.
@@ -68,6 +71,8 @@ var formats = []struct {
 	{"/chat/completions", chatFormat{}},
 	{"/responses", responsesFormat{}},
 	{"/messages", anthropicFormat{}},
+	{geminiGenerate, geminiFormat{}},
+	{geminiStream, geminiFormat{}},
 }
 
 // FormatFor reports which request format a request with this method and
@@ -266,7 +271,9 @@ func capText(src []byte, r textRef) string {
 			if b.Len() >= describeChars {
 				break
 			}
-			if t := p.Get("text"); p.Get("type").StringIs(src, r.partType) && !preambleText(src, t) {
+			// partType "": Gemini parts, which have no type.
+			typed := p.Get("type").StringIs(src, r.partType) || (r.partType == "" && geminiTextPart(src, p))
+			if t := p.Get("text"); typed && !preambleText(src, t) {
 				add(t)
 			}
 		}

@@ -94,6 +94,22 @@ func assertPlaces(t testing.TB, path string, out []byte) int {
 				}
 			}
 		}
+	case strings.HasSuffix(path, ":generateContent"), strings.HasSuffix(path, ":streamGenerateContent"):
+		contents, _ := obj["contents"].([]any)
+		for _, cv := range contents {
+			c, _ := cv.(map[string]any)
+			parts, _ := c["parts"].([]any)
+			for _, pv := range parts {
+				p, _ := pv.(map[string]any)
+				fr, _ := p["functionResponse"].(map[string]any)
+				resp, _ := fr["response"].(map[string]any)
+				for _, v := range resp {
+					if isReceipt(v) {
+						inSlots++
+					}
+				}
+			}
+		}
 	case strings.HasSuffix(path, "/chat/completions"):
 		msgs, _ := obj["messages"].([]any)
 		for _, mv := range msgs {

@@ -22,7 +22,7 @@ import (
 
 var (
 	oracleReminder  = [2]string{"<system-reminder>", "</system-reminder>"}
-	oraclePreambles = [][2]string{oracleReminder, {"<environment_context>", "</environment_context>"}, {"<user_instructions>", "</user_instructions>"}}
+	oraclePreambles = [][2]string{oracleReminder, {"<environment_context>", "</environment_context>"}, {"<user_instructions>", "</user_instructions>"}, {"<session_context>", "</session_context>"}}
 	oracleCodexHead = regexp.MustCompile(`^(?:(?:Chunk ID: |Wall time: |Process exited with code |Process running with session ID |Original token count: |Total output lines: |Exit code: |Warning: )[^\n]*\n){1,15}Output:\r?\n`)
 )
 
@@ -226,6 +226,10 @@ func oracleUser(src []byte, m *jsonv.Node) (parts []*jsonv.Node, pre []bool, who
 		return nil, nil, false, false
 	}
 	c := m.Get("content")
+	gemini := false
+	if c == nil {
+		c, gemini = m.Get("parts"), true // Gemini: parts without a type
+	}
 	if c == nil {
 		return nil, nil, false, false
 	}
@@ -242,7 +246,7 @@ func oracleUser(src []byte, m *jsonv.Node) (parts []*jsonv.Node, pre []bool, who
 			Type string  `json:"type"`
 			Text *string `json:"text"`
 		}
-		isPre := json.Unmarshal(p.Raw(src), &part) == nil && (part.Type == "text" || part.Type == "input_text") &&
+		isPre := json.Unmarshal(p.Raw(src), &part) == nil && (part.Type == "text" || part.Type == "input_text" || (gemini && part.Type == "")) &&
 			part.Text != nil && oraclePreamble(*part.Text)
 		pre = append(pre, isPre)
 		all = all && isPre
@@ -263,7 +267,7 @@ func oraclePreambleExtract(as []byte, a *jsonv.Node, bs []byte, b *jsonv.Node) b
 		if m.Key != n.Key {
 			return false
 		}
-		if m.Key == "content" {
+		if m.Key == "content" || m.Key == "parts" {
 			if !n.Value.Is(jsonv.Array) {
 				return false
 			}

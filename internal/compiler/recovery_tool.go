@@ -49,6 +49,12 @@ func (r Recovery) forDoc(d *doc) Recovery {
 	if r.Tools == (ToolDefinitions{}) {
 		return r
 	}
+	if d.noTool || (r.Tools.Gemini == "" && d.geminiDoc()) {
+		// No tool may go out, or none is defined for the format: the
+		// receipts name the API rather than a tool the model lacks.
+		r.Hint, r.Tools = r.ConflictHint, ToolDefinitions{}
+		return r
+	}
 	t := d.root.Get("tools")
 	if t == nil {
 		return r
@@ -71,6 +77,9 @@ func (r Recovery) forDoc(d *doc) Recovery {
 // shape. Strings keep Options comparable.
 type ToolDefinitions struct {
 	Chat, Responses, Anthropic string
+	// Gemini is one element of a Gemini tools array: a Tool holding one
+	// functionDeclarations entry, after the client's tools.
+	Gemini string
 }
 
 // of returns the definition for a format name, nil for none.
@@ -83,6 +92,8 @@ func (t ToolDefinitions) of(format provider.Format) []byte {
 		s = t.Responses
 	case provider.Anthropic:
 		s = t.Anthropic
+	case geminiName:
+		s = t.Gemini
 	}
 	if s == "" {
 		return nil
@@ -296,6 +307,13 @@ func keepStickyRewrite(st, prev *cacheState) {
 // toolNames reports whether a tools element names name, in any format's
 // shape (name, function.name, custom.name).
 func toolNames(src []byte, t *jsonv.Node, name string) bool {
+	if fds := t.Get("functionDeclarations"); fds.Is(jsonv.Array) { // Gemini
+		for _, fd := range fds.Elems {
+			if fd.Get("name").StringIs(src, name) {
+				return true
+			}
+		}
+	}
 	return t.Get("name").StringIs(src, name) ||
 		t.Get("function").Get("name").StringIs(src, name) ||
 		t.Get("custom").Get("name").StringIs(src, name)

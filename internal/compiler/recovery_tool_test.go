@@ -30,6 +30,7 @@ func recoveryOptions() compiler.Options {
 			Chat:      string(recovery.Definition(provider.Chat)),
 			Responses: string(recovery.Definition(provider.Responses)),
 			Anthropic: string(recovery.Definition(provider.Anthropic)),
+			Gemini:    string(recovery.Definition(provider.Gemini)),
 		},
 	}}
 }

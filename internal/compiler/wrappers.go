@@ -176,6 +176,9 @@ var preambleRules = []preambleRule{
 	{family: "codex", name: "agents_md", start: agentsMD, match: func(s string) bool {
 		return strings.HasPrefix(strings.TrimLeft(s, " \t\r\n"), agentsMD)
 	}},
+	// Gemini CLI sends its environment (date, platform, directory tree,
+	// memory) as the first user content.
+	{family: "gemini_cli", name: "session_context", start: "<session_context>", match: wholeTag("<session_context>", "</session_context>")},
 }
 
 // mayStartTag is a cheap test on raw string content: false when the first

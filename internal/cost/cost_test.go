@@ -208,7 +208,7 @@ func TestConfigStringByValue(t *testing.T) {
 			t.Errorf("SetOverrides(%s) did not set", f)
 		}
 	}
-	if c.SetOverrides("gemini", Overrides{}) {
+	if c.SetOverrides("mistral", Overrides{}) {
 		t.Error("SetOverrides accepted an unknown family")
 	}
 }

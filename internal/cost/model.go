@@ -20,6 +20,11 @@ const (
 	// the deepest published discount, so a rewrite of a cached prefix is
 	// never judged cheaper than it may be.
 	Other Family = "other"
+	// Gemini is the Gemini API (generateContent): implicit prefix caching
+	// with no write fee and a discount on
+	// usageMetadata.cachedContentTokenCount; explicit caches
+	// (cachedContent) are a resource of their own the gateway leaves alone.
+	Gemini Family = "gemini"
 )
 
 // Part is one piece of the prompt in the order the provider renders (and
@@ -93,6 +98,18 @@ var defaults = map[Family]Model{
 		Render:   []Part{PartTools, PartSystem, PartMessages},
 		CacheKey: "prompt_cache_key",
 	},
+	// Gemini implicit caching (https://ai.google.dev/gemini-api/docs/caching,
+	// https://ai.google.dev/gemini-api/docs/pricing): automatic, by exact
+	// prefix, minimum 1024 tokens (Flash) to 4096 (the largest models), no
+	// write fee, cached input 0.25x on 2.5 models and 0.1x on 3 models; no
+	// guarantee of a hit. The smallest minimum and the deepest discount
+	// are the defaults: a rewrite of a cached prefix is never judged
+	// cheaper than it may be.
+	Gemini: {
+		Family: Gemini, CacheRead: 0.1, CacheWrite: 1,
+		MinPrefix: 1024, Granularity: 1, TTL: 5 * time.Minute,
+		Render: []Part{PartTools, PartSystem, PartMessages},
+	},
 	Other: {
 		Family: Other, CacheRead: 0.1, CacheWrite: 1,
 		MinPrefix: 1024, Granularity: 128, TTL: 5 * time.Minute,
@@ -112,6 +129,16 @@ var openAIRead = []struct {
 	{"o3", 0.25},
 	{"o1", 0.5},
 	{"gpt-5", 0.1},
+}
+
+// geminiRead is the cached-input multiplier of Gemini models by name
+// prefix; a model not listed gets the family's default (the deepest).
+var geminiRead = []struct {
+	prefix string
+	read   float64
+}{
+	{"gemini-2.5", 0.25},
+	{"gemini-2.0", 0.25},
 }
 
 // FamilyOf returns the provider family of a request format and model
@@ -149,6 +176,7 @@ type Config struct {
 	// Overrides of each family's figures. Fields, not a map, so a
 	// Config (and the compiler's Options holding it) stays comparable.
 	Anthropic, OpenAI, Other Overrides
+	Gemini                   Overrides
 }
 
 // overrides returns the overrides of a family.
@@ -158,6 +186,8 @@ func (c Config) overrides(f Family) Overrides {
 		return c.Anthropic
 	case OpenAI:
 		return c.OpenAI
+	case Gemini:
+		return c.Gemini
 	}
 	return c.Other
 }
@@ -201,7 +231,7 @@ func (c Config) Validate() error {
 	if c.MaxHorizon < 0 {
 		return fmt.Errorf("cost: max_horizon %d is negative", c.MaxHorizon)
 	}
-	for _, f := range []Family{Anthropic, OpenAI, Other} {
+	for _, f := range []Family{Anthropic, OpenAI, Other, Gemini} {
 		o := c.overrides(f)
 		for name, v := range map[string]*float64{"cache_read": o.CacheRead, "cache_write": o.CacheWrite, "cache_write_1h": o.CacheWrite1h} {
 			if v != nil && (*v < 0 || *v > 10) {
@@ -266,6 +296,14 @@ func (c Config) Model(format provider.Format, model string) Model {
 	f := FamilyOf(format, model)
 	m := defaults[f]
 	m.Render = append([]Part(nil), m.Render...)
+	if f == Gemini {
+		for _, e := range geminiRead {
+			if strings.HasPrefix(model, e.prefix) {
+				m.CacheRead = e.read
+				break
+			}
+		}
+	}
 	if f == OpenAI {
 		for _, e := range openAIRead {
 			if strings.HasPrefix(model, e.prefix) {

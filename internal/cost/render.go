@@ -56,8 +56,11 @@ func Render(format provider.Format, body []byte) Rendered {
 	}
 	list := "messages"
 	system := "system"
-	if format == provider.Responses {
+	switch format {
+	case provider.Responses:
 		list, system = "input", "instructions"
+	case "gemini":
+		list, system = "contents", "systemInstruction"
 	}
 	add(top["tools"])
 	add(top[system])

@@ -56,7 +56,7 @@ func (o Overrides) String() string {
 }
 
 // Families are the provider families, in a fixed order.
-var Families = []Family{Anthropic, OpenAI, Other}
+var Families = []Family{Anthropic, OpenAI, Other, Gemini}
 
 // SetOverrides replaces the overrides of family f; it reports false for a
 // family that is not one of Families.
@@ -68,6 +68,8 @@ func (c *Config) SetOverrides(f Family, o Overrides) bool {
 		c.OpenAI = o
 	case Other:
 		c.Other = o
+	case Gemini:
+		c.Gemini = o
 	default:
 		return false
 	}

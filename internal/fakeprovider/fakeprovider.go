@@ -1,5 +1,6 @@
 // Package fakeprovider is a small stand-in for the providers' HTTP APIs:
-// OpenAI Chat Completions and Responses, Anthropic Messages, JSON and SSE,
+// OpenAI Chat Completions and Responses, Anthropic Messages, Gemini
+// generateContent, JSON and SSE,
 // and GET /v1/models. It answers every request with a short assistant
 // message and reports usage the way the real providers do, including a
 // simulated prompt cache (cost.Simulator): the prefix a request shares with
@@ -79,13 +80,19 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, `{"error":{"type":"invalid_request_error","message":%q}}`, "body is not JSON: "+err.Error())
 		return
 	}
-	u := p.bill(format, req.Model, credential(r.Header), body)
+	cred := credential(r.Header)
+	if format == "gemini" { // the model is in the path, the key in a header or the query
+		req.Model, cred = geminiModel(r.URL.Path), digest(geminiCredential(r))
+	}
+	u := p.bill(format, req.Model, cred, body)
 	text := fmt.Sprintf("Fake answer to %d bytes (%d input tokens, %d read from the cache).", len(body), u.Input, u.CacheRead)
 	switch format {
 	case provider.Chat:
 		chatReply(w, req.Model, text, req.Stream, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, u)
 	case provider.Responses:
 		responsesReply(w, req.Model, text, req.Stream, u)
+	case "gemini":
+		geminiReply(w, r, req.Model, text, u)
 	default:
 		messagesReply(w, req.Model, text, req.Stream, u)
 	}
@@ -96,7 +103,7 @@ func (p *Provider) serveLast(w http.ResponseWriter, r *http.Request) {
 	b, ok := p.last[r.URL.Query().Get("format")]
 	p.mu.Unlock()
 	if !ok {
-		http.Error(w, "no request of that format yet (format=openai_chat|openai_responses|anthropic_messages)", http.StatusNotFound)
+		http.Error(w, "no request of that format yet (format=openai_chat|openai_responses|anthropic_messages|gemini)", http.StatusNotFound)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -110,6 +117,10 @@ func credential(h http.Header) string {
 	if c == "" {
 		c = h.Get("Authorization")
 	}
+	return digest(c)
+}
+
+func digest(c string) string {
 	sum := sha256.Sum256([]byte(c))
 	return string(sum[:8])
 }

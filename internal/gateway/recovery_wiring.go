@@ -27,6 +27,7 @@ func CompilerRecovery(mode string, cfg recovery.Config) compiler.Recovery {
 			Chat:      string(recovery.Definition(provider.Chat)),
 			Responses: string(recovery.Definition(provider.Responses)),
 			Anthropic: string(recovery.Definition(provider.Anthropic)),
+			Gemini:    string(recovery.Definition(provider.Gemini)),
 		}
 		return compiler.Recovery{Hint: recovery.ToolName + " artifact_get", ToolName: recovery.ToolName, Tools: tools, ConflictHint: apiHint(cfg)}
 	case RecoveryAPI:

@@ -33,7 +33,7 @@ func (g *Gateway) tenantSecret(r *http.Request, format provider.Format) string {
 		}
 		return ""
 	}
-	return credential(r.Header, format)
+	return requestCredential(r, format)
 }
 
 // sealed returns r carrying its tenant's data keys in its context, or r

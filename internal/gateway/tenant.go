@@ -49,7 +49,7 @@ func (g *Gateway) tenant(r *http.Request, format provider.Format) string {
 		// Prefixed so that a configured identity never equals a credential.
 		return g.Tenants("tenant\x00" + v)
 	}
-	if c := credential(r.Header, format); c != "" {
+	if c := requestCredential(r, format); c != "" {
 		return g.Tenants(c)
 	}
 	return ""

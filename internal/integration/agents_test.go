@@ -113,6 +113,11 @@ type agentClient struct {
 	// verify is the path and credential header of the client's requests,
 	// which the provider accepts once before the session (gateway.verify).
 	verify [2]string
+	// timeout bounds one session; 0 means 90 s.
+	timeout time.Duration
+	// check, when set, checks what the client's format needs beyond the
+	// checker on the live session's requests.
+	check func(t *testing.T, taps []tapped, fwd map[int]forwarded)
 }
 
 var agentClients = []agentClient{
@@ -209,6 +214,9 @@ func testAgentClient(ctx context.Context, t *testing.T, c agentClient, bin strin
 	// when it folds the first turn.
 	checkPreamble(t, "live", taps, fwd)
 	checkBenefits(t, c, taps, fwd)
+	if c.check != nil {
+		c.check(t, taps, fwd)
+	}
 
 	// Replays of the recorded originals through fresh vaults.
 	replay := func(snippet string) map[int]forwarded {
@@ -220,7 +228,7 @@ func testAgentClient(ctx context.Context, t *testing.T, c agentClient, bin strin
 				continue
 			}
 			hs := []string{fmt.Sprintf("%s: %d", seqHeader, r.Seq)}
-			for _, k := range []string{"Authorization", "X-Api-Key", "Anthropic-Version", "Anthropic-Beta"} {
+			for _, k := range []string{"Authorization", "X-Api-Key", "X-Goog-Api-Key", "Anthropic-Version", "Anthropic-Beta"} {
 				if v := r.Header.Get(k); v != "" {
 					hs = append(hs, k+": "+v)
 				}
@@ -254,7 +262,11 @@ func testAgentClient(ctx context.Context, t *testing.T, c agentClient, bin strin
 // driveAgent runs one session with a bounded time and returns its outcome.
 func driveAgent(ctx context.Context, t *testing.T, c agentClient, bin, baseURL, workdir string, prov *agentProvider) agentOutcome {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	limit := 90 * time.Second
+	if c.timeout > 0 {
+		limit = c.timeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	finals, err := c.run(ctx, t, bin, baseURL, workdir)
 	if err != nil {
@@ -527,7 +539,7 @@ func checkAgentSession(t *testing.T, what string, taps []tapped, fwd map[int]for
 		if out.ContentLength != int64(len(out.Body)) {
 			t.Errorf("%s: request %d: Content-Length %d for %d bytes", what, r.Seq, out.ContentLength, len(out.Body))
 		}
-		for _, k := range []string{"Authorization", "X-Api-Key"} {
+		for _, k := range []string{"Authorization", "X-Api-Key", "X-Goog-Api-Key"} {
 			if out.Header.Get(k) != r.Header.Get(k) {
 				t.Errorf("%s: request %d: %s not forwarded as sent", what, r.Seq, k)
 			}
@@ -585,10 +597,14 @@ func preamble(path string, body []byte) []byte {
 	}
 	out := append(append([]byte{}, m["tools"]...), m["system"]...)
 	out = append(out, m["instructions"]...)
+	out = append(out, m["systemInstruction"]...) // Gemini
 	var items []json.RawMessage
 	_ = json.Unmarshal(m["messages"], &items)
 	if len(items) == 0 {
 		_ = json.Unmarshal(m["input"], &items)
+	}
+	if len(items) == 0 {
+		_ = json.Unmarshal(m["contents"], &items) // Gemini
 	}
 	person := [][]byte{[]byte(taskTag(1) + " "), []byte(artifact.FoldPrefix)}
 	isPerson := func(b []byte) bool { return bytes.Contains(b, person[0]) || bytes.Contains(b, person[1]) }
@@ -597,8 +613,12 @@ func preamble(path string, body []byte) []byte {
 		var msg struct {
 			Role    string          `json:"role"`
 			Content json.RawMessage `json:"content"`
+			Parts   json.RawMessage `json:"parts"` // Gemini
 		}
 		_ = json.Unmarshal(it, &msg)
+		if msg.Content == nil {
+			msg.Content = msg.Parts
+		}
 		switch {
 		case msg.Role == "system" || msg.Role == "developer":
 			out = append(out, it...)

@@ -678,7 +678,7 @@ func benchGateway1MBSite(b *testing.B, snippet string, cold bool) {
 // 4. the whole gateway path per format and size, warm and cold
 
 // BenchmarkGatewayFormats: one request of each format (OpenAI chat, OpenAI
-// Responses, Anthropic Messages) at about 256 KB, 1 MB, 4 MB and 16 MB,
+// Responses, Anthropic Messages, Gemini) at about 256 KB, 1 MB, 4 MB and 16 MB,
 // made of 20 KB tool results that the previous request of the conversation
 // delivered, so every one of them goes out as a receipt (as in
 // BenchmarkGateway1MBWarm). Defaults (tokenizer auto: gpt-4o and gpt-4.1 are
@@ -710,6 +710,9 @@ func BenchmarkGatewayFormats(b *testing.B) {
 		}},
 		{"anthropic", "/v1/messages", func(t []fixtures.ChatTurn) []byte {
 			return fixtures.AnthropicBody("claude-sonnet-4-5", t, "", fixtures.AnthropicOptions{})
+		}},
+		{"gemini", fixtures.GeminiPath("gemini-2.5-pro", false), func(t []fixtures.ChatTurn) []byte {
+			return fixtures.GeminiBody(t, "", fixtures.GeminiOptions{Thoughts: true})
 		}},
 	}
 	sizes := []struct {

@@ -62,9 +62,10 @@ func startExample(t *testing.T, config string) *example {
 // artifact API and the savings page answer where the example says, and that
 // the access log carries none of the key headers.
 func TestCaddyfileExampleRouting(t *testing.T) {
-	anthropic, openai := newUpstream(t), newUpstream(t)
+	anthropic, openai, gemini := newUpstream(t), newUpstream(t), newUpstream(t)
 	t.Setenv("TT_ANTHROPIC_UPSTREAM", anthropic.URL)
 	t.Setenv("TT_OPENAI_UPSTREAM", openai.URL)
+	t.Setenv("TT_GEMINI_UPSTREAM", gemini.URL)
 	ex := startExample(t, "Caddyfile.example")
 	const antKey, oaKey, googKey = "sk-ant-api03-example-secret", "sk-proj-example-secret", "AIza-example-secret"
 
@@ -79,12 +80,13 @@ func TestCaddyfileExampleRouting(t *testing.T) {
 		{"Anthropic messages", "POST", "/v1/messages", []string{"x-api-key: " + antKey, "anthropic-version: 2023-06-01"}, anthropic, 200},
 		{"OpenAI models.list", "GET", "/v1/models", []string{"Authorization: Bearer " + oaKey}, openai, 200},
 		{"OpenAI chat", "POST", "/v1/chat/completions", []string{"Authorization: Bearer " + oaKey}, openai, 200},
-		{"Gemini key", "GET", "/v1beta/models", []string{"x-goog-api-key: " + googKey}, nil, 404},
+		{"Gemini models.list", "GET", "/v1beta/models", []string{"x-goog-api-key: " + googKey}, gemini, 200},
+		{"Gemini generateContent", "POST", "/v1beta/models/gemini-2.5-pro:generateContent", []string{"x-goog-api-key: " + googKey}, gemini, 200},
 		{"Azure key", "POST", "/v1/chat/completions", []string{"api-key: " + googKey}, nil, 404},
 		{"artifact API", "GET", "/token-terminator/artifacts?q=anything", []string{"Authorization: Bearer " + oaKey}, nil, 200},
 	}
 	for _, c := range cases {
-		beforeA, beforeO := anthropic.count(), openai.count()
+		beforeA, beforeO, beforeG := anthropic.count(), openai.count(), gemini.count()
 		var body []byte
 		if c.method == "POST" {
 			body = []byte(`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`)
@@ -93,8 +95,15 @@ func TestCaddyfileExampleRouting(t *testing.T) {
 		if r.Status != c.status {
 			t.Errorf("%s: status %d, want %d (%s)", c.name, r.Status, c.status, r.Body)
 		}
-		gotA, gotO := anthropic.count()-beforeA, openai.count()-beforeO
+		gotA, gotO, gotG := anthropic.count()-beforeA, openai.count()-beforeO, gemini.count()-beforeG
+		if (c.want == gemini) != (gotG == 1) || gotG > 1 {
+			t.Errorf("%s: reached Gemini %d times", c.name, gotG)
+		}
 		switch c.want {
+		case gemini:
+			if gotA+gotO != 0 {
+				t.Errorf("%s: reached Anthropic %d times and OpenAI %d times, want Gemini only", c.name, gotA, gotO)
+			}
 		case anthropic:
 			if gotA != 1 || gotO != 0 {
 				t.Errorf("%s: reached Anthropic %d times and OpenAI %d times, want Anthropic once", c.name, gotA, gotO)

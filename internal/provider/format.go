@@ -15,10 +15,11 @@ const (
 	Chat      Format = "openai_chat"        // OpenAI Chat Completions
 	Responses Format = "openai_responses"   // OpenAI Responses
 	Anthropic Format = "anthropic_messages" // Anthropic Messages
+	Gemini    Format = "gemini"             // Gemini generateContent (and Vertex AI's)
 )
 
 // Formats lists every format.
-var Formats = []Format{Chat, Responses, Anthropic}
+var Formats = []Format{Chat, Responses, Anthropic, Gemini}
 
 // ParseFormat returns the format of a wire name, and false for any other
 // string (a configuration value or a ledger line).
@@ -40,6 +41,7 @@ func (f Format) String() string { return string(f) }
 var (
 	credentialHeaders          = []string{"Authorization", "X-Api-Key", "X-Goog-Api-Key", "Api-Key"}
 	anthropicCredentialHeaders = []string{"X-Api-Key", "Authorization"}
+	geminiCredentialHeaders    = []string{"X-Goog-Api-Key", "Authorization"}
 )
 
 // CredentialHeaders returns the headers a request of format carries its
@@ -47,8 +49,11 @@ var (
 // format (a request of no format: the artifact API) gets every header any
 // format reads. The slice is shared: callers must not modify it.
 func (f Format) CredentialHeaders() []string {
-	if f == Anthropic {
+	switch f {
+	case Anthropic:
 		return anthropicCredentialHeaders
+	case Gemini:
+		return geminiCredentialHeaders // and ?key= (the gateway reads the query)
 	}
 	return credentialHeaders
 }

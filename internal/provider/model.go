@@ -15,6 +15,7 @@ const (
 	VendorOpenAI    Vendor = "openai"
 	VendorAnthropic Vendor = "anthropic"
 	VendorOther     Vendor = "other"
+	VendorGemini    Vendor = "gemini"
 )
 
 // family is one row of the model table: models whose name starts with
@@ -96,8 +97,11 @@ func EncodingOf(model string) string {
 // rules for the Anthropic format, OpenAI's for an OpenAI model name as sent
 // (no "provider/" prefix), and Other's otherwise.
 func VendorOf(format Format, model string) Vendor {
-	if format == Anthropic {
+	switch format {
+	case Anthropic:
 		return VendorAnthropic
+	case Gemini:
+		return VendorGemini
 	}
 	for _, f := range families {
 		if f.openAI && strings.HasPrefix(model, f.prefix) {

@@ -25,6 +25,9 @@ var ErrNoOwnCalls = errors.New("recovery: the answer calls no " + ToolName)
 // without its result is a 400 at every provider. The model asks for them
 // again once it has what it recovered.
 func FollowUp(format provider.Format, request, answer []byte, calls []Call) ([]byte, error) {
+	if format == provider.Gemini {
+		return followUpGemini(request, answer, calls) // an answer may be a JSON array
+	}
 	req, err := jsonv.Parse(request, jsonv.MaxDepth)
 	if err != nil || !req.Is(jsonv.Object) {
 		return nil, fmt.Errorf("%w: request", ErrShape)

@@ -92,6 +92,8 @@ func NewStitcher(format provider.Format, client io.Writer, cfg Config) (*Stitche
 		s.f = newResponsesStream()
 	case provider.Chat:
 		s.f = newChatStream()
+	case provider.Gemini:
+		s.f = newGeminiStream()
 	default:
 		return nil, fmt.Errorf("%w: no stream stitching for %q", ErrShape, format)
 	}

@@ -133,7 +133,7 @@ func TestStitcherFailures(t *testing.T) {
 			}
 		})
 	}
-	if _, err := NewStitcher("gemini", &bytes.Buffer{}, Config{}); !errors.Is(err, ErrShape) {
+	if _, err := NewStitcher("cohere_chat", &bytes.Buffer{}, Config{}); !errors.Is(err, ErrShape) {
 		t.Fatalf("an unknown format is refused: %v", err)
 	}
 }

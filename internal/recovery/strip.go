@@ -17,6 +17,9 @@ import (
 // (StripToolEcho). Every other byte of answer is kept; an answer without
 // our calls, our tool and usage to set comes back equal to answer.
 func StripOwnCalls(format provider.Format, answer []byte, usage provider.Usage) ([]byte, error) {
+	if format == provider.Gemini {
+		return stripGemini(answer, usage) // an answer may be a JSON array
+	}
 	root, err := jsonv.Parse(answer, jsonv.MaxDepth)
 	if err != nil || !root.Is(jsonv.Object) {
 		return nil, fmt.Errorf("%w: answer", ErrShape)

@@ -99,6 +99,13 @@ func AppendTool(format provider.Format, body []byte) ([]byte, error) {
 // toolNamed reports whether a tools element names name, in any format's
 // shape (name, function.name, custom.name).
 func toolNamed(src []byte, t *jsonv.Node, name string) bool {
+	if fds := t.Get("functionDeclarations"); fds.Is(jsonv.Array) { // Gemini
+		for _, fd := range fds.Elems {
+			if fd.Get("name").StringIs(src, name) {
+				return true
+			}
+		}
+	}
 	return t.Get("name").StringIs(src, name) ||
 		t.Get("function").Get("name").StringIs(src, name) ||
 		t.Get("custom").Get("name").StringIs(src, name)

@@ -47,7 +47,7 @@ func TestDefinition(t *testing.T) {
 			t.Fatalf("%s: name %q", f, name)
 		}
 	}
-	if Definition("gemini") != nil {
+	if Definition("cohere_chat") != nil {
 		t.Fatal("no definition for an unknown format")
 	}
 }
@@ -78,7 +78,7 @@ func TestAppendTool(t *testing.T) {
 		{"tools not an array", provider.Chat, `{"tools":null}`, "", ErrShape},
 		{"not an object", provider.Chat, `[1]`, "", ErrShape},
 		{"not JSON", provider.Chat, `{"tools":[}`, "", ErrShape},
-		{"unknown format", "gemini", `{}`, "", ErrShape},
+		{"unknown format", "cohere_chat", `{}`, "", ErrShape},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -79,6 +79,8 @@ func NewReader(format provider.Format, opts Options) *Reader {
 		r.f = responsesReader{}
 	case provider.Anthropic:
 		r.f = anthropicReader{}
+	case FormatGemini:
+		r.f = geminiReader{}
 	default:
 		r.bad = true
 	}
