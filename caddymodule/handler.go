@@ -393,13 +393,16 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 		rep.passthrough(reason)
 		return release
 	}
+	// wire is the body as the client sent it (encoded, if it was);
+	// buf becomes the decoded body the compiler reads (encoding.go).
+	wire := buf
 	// passOn forwards the body as read, uncompiled, for reason.
 	passOn := func(reason compiler.Reason, detail string) func() {
 		reserved.endWork()
 		rep.passthrough(reason)
 		rep.detail = detail
-		rep.rawBytes, rep.sentBytes = int64(len(buf)), int64(len(buf))
-		setBody(r, ex.body, buf)
+		rep.rawBytes, rep.sentBytes = int64(len(wire)), int64(len(wire))
+		setBody(r, ex.body, wire)
 		return release
 	}
 	if h.vaultErr != "" {
@@ -414,6 +417,14 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 			return passOn(compiler.ReasonVaultError, "the vault's tenant key is not readable yet")
 		}
 		return passOn(compiler.ReasonNoTenant, "")
+	}
+	coding, _ := requestCoding(r) // refuseUnread let only a known one through
+	if coding != "" {
+		dec, err := decodeBody(coding, wire, *h.MaxBodySize)
+		if err != nil {
+			return passOn(compiler.ReasonContentEncoding, err.Error())
+		}
+		buf = dec
 	}
 	// The body is whole: its compile's working memory is reserved now,
 	// before the wait for a slot (admission.go).
@@ -467,14 +478,18 @@ func (h *Handler) prepare(r *http.Request, ex *exchange) (release func()) {
 		res.Reason = compiler.ReasonClientAbort // the client left; the compile was not slow
 	}
 
-	setBody(r, ex.body, out)
+	sent := out
+	if coding != "" {
+		sent, out, res = encodeRewrite(coding, wire, buf, out, res, mode)
+	}
+	setBody(r, ex.body, sent)
 	ex.commit = res.Commit
 	h.noteRecovery(r, ex, res, buf, out, tenant)
 	if h.observe != nil {
 		ex.observe = func(u response.Usage) { h.observe(res, u) }
 	}
 
-	rep.fromResult(res, int64(len(buf)), int64(len(out)), mode)
+	rep.fromResult(res, int64(len(wire)), int64(len(sent)), mode)
 	ex.obs.note(res, h.conversationID(tenant, res.Conversation))
 	if res.Reason == compiler.ReasonInvalidOutput && h.stats != nil {
 		rep.invalidTotal = h.stats.InvalidOutputs.Add(1)
