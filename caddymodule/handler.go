@@ -303,6 +303,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	format, ok := h.formatFor(r.Method, r.URL.Path)
 	if !ok {
 		if r.Method == http.MethodGet && isWebSocket(r.Header) {
+			if ww, ok := h.webSocket(w, r); ok { // websocket.go
+				return next.ServeHTTP(ww, r)
+			}
 			h.upgrade(r)
 		}
 		return next.ServeHTTP(w, r)
