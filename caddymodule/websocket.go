@@ -70,7 +70,7 @@ func (h *Handler) webSocket(w http.ResponseWriter, r *http.Request) (http.Respon
 		h.metrics.upgrades.WithLabelValues(format).Inc()
 	}
 	h.logger.Info("websocket relayed; response.create messages are compiled",
-		zap.String("format", format), zap.String("path", r.URL.Path))
+		zap.String("format", format), zap.String("path", r.URL.Path), zap.Bool("websocket", true))
 	s := &wsSession{h: h, ctx: r.Context(), path: r.URL.Path, scope: compiler.Scope{Tenant: tenant, Session: h.session(r)}}
 	return &wsWriter{ResponseWriter: w, s: s, verified: verified, why: why}, true
 }
