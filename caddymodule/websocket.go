@@ -180,8 +180,13 @@ func (s *wsSession) rewrite(msg []byte) (out []byte, ok bool) {
 	ctx, cancel := context.WithTimeout(s.ctx, time.Duration(h.CompileTimeout))
 	slot, acquired := h.slots.acquire(ctx)
 	if acquired {
-		res = h.compile(ctx, compiler.Request{Path: s.path, Body: body, Scope: s.scope, Mode: mode, DeferCommit: true})
-		slot()
+		// As on HTTPS, a compile abandoned at compile_timeout keeps its
+		// slot until its work stops (Request.Done).
+		stopped := sync.OnceFunc(slot)
+		res = h.compile(ctx, compiler.Request{Path: s.path, Body: body, Scope: s.scope, Mode: mode, DeferCommit: true, Done: stopped})
+		if res.Reason != compiler.ReasonTimeout {
+			stopped()
+		}
 	} else {
 		res.Reason = compiler.ReasonBusy
 		if errors.Is(s.ctx.Err(), context.Canceled) {
