@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,8 +29,32 @@ import (
 // answered by the events the HTTPS stream carries, one message each, from
 // the same script (the request recorded is the message). A warm-up message
 // (generate: false) is answered with an empty completed response.
-func wsAgentProvider(t *testing.T, p *agentProvider) *httptest.Server {
+//
+// It keeps each response's whole history (the history of the response its
+// request continued, the request's input, the response's output), as the
+// provider does for previous_response_id, and records the history every
+// scripted message stands for (histories), so the Responses rules can be
+// checked on what the model was given.
+func wsAgentProvider(t *testing.T, p *agentProvider) (*httptest.Server, func() [][]byte) {
 	inner := p.Server.Config.Handler
+	var mu sync.Mutex
+	hist := map[string][]json.RawMessage{}
+	var histories [][]byte
+	whole := func(msg []byte) []json.RawMessage {
+		var req struct {
+			Prev  string            `json:"previous_response_id"`
+			Input []json.RawMessage `json:"input"`
+		}
+		_ = json.Unmarshal(msg, &req)
+		mu.Lock()
+		defer mu.Unlock()
+		return append(append([]json.RawMessage(nil), hist[req.Prev]...), req.Input...)
+	}
+	keep := func(id string, items []json.RawMessage) {
+		mu.Lock()
+		hist[id] = items
+		mu.Unlock()
+	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet || !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
 			inner.ServeHTTP(w, r)
@@ -79,7 +104,9 @@ func wsAgentProvider(t *testing.T, p *agentProvider) *httptest.Server {
 			if json.Unmarshal(msg, &head) != nil || head.Type != "response.create" {
 				continue
 			}
+			items := whole(msg)
 			if head.Generate != nil && !*head.Generate {
+				keep("resp_warm", items)
 				resp := fmt.Sprintf(`{"id":"resp_warm","object":"response","created_at":1,"status":"%%s","model":%q,"output":[],"usage":{"input_tokens":0,"output_tokens":0,"total_tokens":0,"input_tokens_details":{"cached_tokens":0},"output_tokens_details":{"reasoning_tokens":0}}}`, head.Model)
 				send(wsrelay.OpText, []byte(`{"type":"response.created","sequence_number":0,"response":`+fmt.Sprintf(resp, "in_progress")+`}`))
 				send(wsrelay.OpText, []byte(`{"type":"response.completed","sequence_number":1,"response":`+fmt.Sprintf(resp, "completed")+`}`))
@@ -90,8 +117,22 @@ func wsAgentProvider(t *testing.T, p *agentProvider) *httptest.Server {
 			req.Header = r.Header.Clone()
 			req.Header.Del("Upgrade")
 			inner.ServeHTTP(rec, req)
+			b, _ := json.Marshal(map[string]any{"model": head.Model, "input": items})
+			mu.Lock()
+			histories = append(histories, b)
+			mu.Unlock()
 			for _, line := range strings.Split(rec.Body.String(), "\n") {
 				if data, ok := strings.CutPrefix(line, "data: "); ok && data != "[DONE]" {
+					var ev struct {
+						Type     string `json:"type"`
+						Response struct {
+							ID     string            `json:"id"`
+							Output []json.RawMessage `json:"output"`
+						} `json:"response"`
+					}
+					if json.Unmarshal([]byte(data), &ev) == nil && ev.Type == "response.completed" {
+						keep(ev.Response.ID, append(append([]json.RawMessage(nil), items...), ev.Response.Output...))
+					}
 					if send(wsrelay.OpText, []byte(data)) != nil {
 						return
 					}
@@ -100,7 +141,11 @@ func wsAgentProvider(t *testing.T, p *agentProvider) *httptest.Server {
 		}
 	}))
 	t.Cleanup(srv.Close)
-	return srv
+	return srv, func() [][]byte {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([][]byte(nil), histories...)
+	}
 }
 
 func readClientFrame(r *bufio.Reader) (wsrelay.Header, []byte, error) {
@@ -204,7 +249,7 @@ func TestCodexWebSocketDefault(t *testing.T) {
 	directDir := t.TempDir()
 	writeAgentFiles(t, directDir)
 	direct := newAgentProvider(t, agentTasks, codexDialect{})
-	dsrv := wsAgentProvider(t, direct)
+	dsrv, _ := wsAgentProvider(t, direct)
 	want, err := runCodexBuiltin(ctx, t, bin, dsrv.URL, directDir)
 	if err != nil {
 		t.Skipf("Codex does not finish directly over the WebSocket here: %v", err)
@@ -217,7 +262,7 @@ func TestCodexWebSocketDefault(t *testing.T) {
 	gwDir := t.TempDir()
 	writeAgentFiles(t, gwDir)
 	prov := newAgentProvider(t, agentTasks, codexDialect{})
-	psrv := wsAgentProvider(t, prov)
+	psrv, histories := wsAgentProvider(t, prov)
 	g := startGateway(t, wsSnippet, &upstream{Server: psrv})
 	got, err := runCodexBuiltin(ctx, t, bin, g.URL, gwDir)
 	if err != nil {
@@ -230,20 +275,22 @@ func TestCodexWebSocketDefault(t *testing.T) {
 		t.Fatalf("script through the gateway %s, directly %s", a, b)
 	}
 	creates, gwBytes := wsCreates(prov)
-	chained := 0
-	for i, b := range creates {
-		// A message that continues previous_response_id answers calls the
-		// provider holds: the rules are checked on the whole history only
-		// (the compiler checks each rewrite against its original itself).
-		var head struct {
-			Prev string `json:"previous_response_id"`
-		}
-		if json.Unmarshal(b, &head) == nil && head.Prev != "" {
-			chained++
-			continue
-		}
+	// Every message through the gateway, rewritten or not, continues a
+	// history the provider holds: the Responses rules hold on each whole
+	// history the model was given.
+	hs := histories()
+	if len(hs) == 0 {
+		t.Fatal("no scripted message reached the provider")
+	}
+	for i, b := range hs {
 		if err := compiler.CheckRules("/v1/responses", b); err != nil {
-			t.Fatalf("message %d breaks the Responses rules: %v", i, err)
+			t.Fatalf("history %d breaks the Responses rules: %v", i, err)
+		}
+	}
+	chained := 0
+	for _, b := range creates {
+		if bytes.Contains(b, []byte(`"previous_response_id":"resp_t`)) {
+			chained++
 		}
 	}
 	logged := 0
