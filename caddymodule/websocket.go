@@ -41,7 +41,7 @@ import (
 
 // reasonRecoveryWebSocket: a rewrite of a WebSocket message would carry the
 // recovery tool, whose loop runs over HTTP only.
-const reasonRecoveryWebSocket compiler.Reason = "recovery_tool_websocket"
+const reasonRecoveryWebSocket = compiler.ReasonRecoveryWebSocket
 
 // wsCompiledFormat is the format whose WebSocket messages are compiled.
 const wsCompiledFormat = "openai_responses"

@@ -74,6 +74,11 @@ const (
 	ReasonTenantRate Reason = "tenant_rate"
 )
 
+// ReasonRecoveryWebSocket is decided by the handler too: a WebSocket message
+// whose rewrite would carry the recovery tool, whose loop runs over HTTP
+// only, goes out as the client sent it.
+const ReasonRecoveryWebSocket Reason = "recovery_tool_websocket"
+
 // Defaults of Options, applied by New to zero values. The gateway's
 // configuration (caddymodule) takes its defaults from these, so there is one
 // set.
