@@ -15,6 +15,8 @@ require (
 	go.uber.org/zap v1.28.0
 )
 
+require github.com/andybalholm/brotli v1.3.0 // indirect
+
 require (
 	cel.dev/cel-go v0.32.0 // indirect
 	cel.dev/expr v0.25.3 // indirect

@@ -49,6 +49,9 @@ type Usage struct {
 
 func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
+	case IsWebSocket(r): // websocket.go
+		p.ServeWebSocket(w, r)
+		return
 	case r.Method == http.MethodGet && r.URL.Path == "/_fake/last":
 		p.serveLast(w, r)
 		return

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
@@ -16,7 +15,7 @@ import (
 // through untouched: a body the module cannot decode, or one declared
 // larger than max_body_size.
 func (g *Gateway) refuseUnread(r *http.Request) (compiler.Reason, bool) {
-	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(strings.TrimSpace(ce), "identity") {
+	if _, ok := requestCoding(r); !ok { // encoding.go
 		return ReasonContentEncoding, false
 	}
 	if r.ContentLength > g.MaxBodySize {

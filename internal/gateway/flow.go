@@ -69,7 +69,9 @@ func (g *Gateway) verifiedTenant(r *http.Request, ex *exchange, tenant string) (
 
 // candidate is a body read whole, on its way to the compiler or past it.
 type candidate struct {
-	buf      []byte
+	buf      []byte // the body the compiler reads (decoded, if it was encoded)
+	wire     []byte // the body as the client sent it (encoding.go)
+	coding   string // its Content-Encoding, "" for none
 	tenant   string
 	reserved *reservation
 	release  func()        // the body's share of max_buffered_bytes, due when the upstream is done
@@ -87,7 +89,8 @@ func (g *Gateway) prepare(r *http.Request, ex *exchange) (release func()) {
 	}
 	tenant, unverified, detail := g.admitTenant(r, ex)
 	buf, reason, reserved := g.readBody(r, ex, tenant != "")
-	c := &candidate{buf: buf, tenant: tenant, reserved: reserved, release: reserved.release, keyed: seal.FromContext(r.Context()) != nil}
+	coding, _ := requestCoding(r) // refuseUnread let only a known one through
+	c := &candidate{buf: buf, wire: buf, coding: coding, tenant: tenant, reserved: reserved, release: reserved.release, keyed: seal.FromContext(r.Context()) != nil}
 	if o := ex.body; o != nil {
 		c.release = func() { reserved.release(); o.release() } // the gateway's own reference
 	}
@@ -139,7 +142,15 @@ func (g *Gateway) refuseCompile(c *candidate) (compiler.Reason, string) {
 	case g.encrypting() && !c.keyed:
 		// Nothing is ever stored in plain text while encrypt is on.
 		return compiler.ReasonVaultError, "the request's data keys could not be derived"
-	case !c.reserved.admitWork(len(c.buf)):
+	}
+	if c.coding != "" {
+		dec, err := decodeBody(c.coding, c.wire, g.MaxBodySize)
+		if err != nil {
+			return ReasonContentEncoding, err.Error()
+		}
+		c.buf = dec
+	}
+	if !c.reserved.admitWork(len(c.buf)) {
 		return ReasonBusy, "no room in max_buffered_bytes for the compile's working memory"
 	}
 	return "", ""
@@ -150,8 +161,8 @@ func (g *Gateway) passOn(r *http.Request, ex *exchange, c *candidate, reason com
 	c.reserved.endWork()
 	ex.out.passthrough(reason)
 	ex.out.detail = detail
-	ex.out.rawBytes, ex.out.sentBytes = int64(len(c.buf)), int64(len(c.buf))
-	setBody(r, ex.body, c.buf)
+	ex.out.rawBytes, ex.out.sentBytes = int64(len(c.wire)), int64(len(c.wire))
+	setBody(r, ex.body, c.wire)
 	return c.release
 }
 
@@ -216,13 +227,17 @@ func (g *Gateway) applyResult(r *http.Request, ex *exchange, c *candidate, res c
 		rewrite := g.holdRewrite(len(out))
 		release = func() { rewrite(); c.release() }
 	}
-	setBody(r, ex.body, out)
+	sent := out
+	if c.coding != "" {
+		sent, out, res = encodeRewrite(c.coding, c.wire, c.buf, out, res, c.mode)
+	}
+	setBody(r, ex.body, sent)
 	ex.commit = res.Commit
 	g.noteRecovery(r, ex, res, c.buf, out, c.tenant)
 	if g.Observe != nil {
 		ex.observe = func(u provider.Usage) { g.Observe(res, u) }
 	}
-	ex.out.fromResult(res, int64(len(c.buf)), int64(len(out)), c.mode)
+	ex.out.fromResult(res, int64(len(c.wire)), int64(len(sent)), c.mode)
 	ex.out.conversation = g.conversationID(c.tenant, res.Conversation)
 	ex.out.tenant = c.tenant
 	g.settleHoldout(ex, res, c.buf) // holdout.go: a control request's outcome

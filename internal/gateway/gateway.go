@@ -145,6 +145,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next Next) e
 	format, ok := g.FormatFor(r.Method, r.URL.Path)
 	if !ok {
 		if r.Method == http.MethodGet && isWebSocket(r.Header) {
+			if ww, ok := g.webSocket(w, r); ok { // websocket.go
+				return next(ww, r)
+			}
 			g.upgrade(r)
 		}
 		return next(w, r)

@@ -33,4 +33,8 @@ const (
 	// ReasonTenantRate: the tenant is not verified and the cap on new
 	// tenants per minute was reached.
 	ReasonTenantRate compiler.Reason = "tenant_rate"
+	// ReasonRecoveryWebSocket: a WebSocket message whose rewrite would
+	// carry the recovery tool, whose loop runs over HTTP only, goes out as
+	// the client sent it (websocket.go).
+	ReasonRecoveryWebSocket compiler.Reason = "recovery_tool_websocket"
 )

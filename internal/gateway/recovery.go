@@ -297,6 +297,10 @@ func (g *Gateway) fallback(w http.ResponseWriter, r *http.Request, next Next, ex
 func (g *Gateway) sendFollowUp(ctx context.Context, r *http.Request, next Next, o *bodyBuffer, body []byte, dst io.Writer) (err error) {
 	fr := r.Clone(ctx)
 	setBody(fr, o, body) // a rewrite or a follow-up: held like the client's body should it ever lie in it
+	// body is plain JSON, even when the client's was encoded (encoding.go).
+	fr.Header.Del("Content-Encoding")
+	// body is plain JSON, even when the client's was encoded (encoding.go).
+	fr.Header.Del("Content-Encoding")
 	fw := &followUpWriter{header: http.Header{}, dst: dst}
 	defer func() {
 		if v := recover(); v != nil { // reverse_proxy aborts a broken answer with a panic

@@ -462,8 +462,8 @@ func runCodexPrompts(ctx context.Context, t *testing.T, bin, baseURL, workdir st
 
 // codexConfig is the Codex configuration that sends its Responses requests
 // over HTTPS (POST /v1/responses, SSE) to baseURL: a custom provider. The
-// built-in OpenAI provider would try a WebSocket first, which the gateway
-// passes through uncompiled. The README shows the same configuration.
+// built-in OpenAI provider uses the Responses WebSocket first
+// (codex_ws_test.go). The README shows the same configuration.
 func codexConfig(baseURL string) string {
 	return fmt.Sprintf(`model = "gpt-5"
 model_provider = "tt"

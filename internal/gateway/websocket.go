@@ -1,0 +1,245 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
+	"github.com/tokenterminator/caddy-token-terminator/internal/seal"
+	"github.com/tokenterminator/caddy-token-terminator/internal/wsrelay"
+)
+
+// The Responses WebSocket (Codex's default transport): GET /v1/responses
+// or /backend-api/codex/responses with Upgrade: websocket. reverse_proxy
+// makes the upstream handshake and copies the upgraded streams as usual;
+// the handler only wraps the client connection reverse_proxy hijacks, so
+// upstream selection, TLS, header_up, timeouts and graceful close stay
+// reverse_proxy's. On that connection (internal/wsrelay):
+//   - client text messages of type response.create are compiled as a
+//     Responses body, one compile per message; every other message, and a
+//     message declined, unparseable or over max_body_size, goes on as it
+//     came, byte for byte and in order;
+//   - provider messages pass byte for byte; the lineage of a compiled
+//     message is committed on the provider's response.completed, and
+//     dropped on response.failed, response.incomplete or error;
+//   - the permessage-deflate offer is taken out of the handshake, so no
+//     message on the socket is compressed and none has to be re-deflated
+//     (a rewrite would otherwise need the sender's compression context);
+//   - the recovery tool's loop does not run over the socket: a rewrite
+//     that would carry the tool is not forwarded (the original goes on,
+//     passthrough=recovery_tool_websocket), so no receipt reaches the
+//     model that it could not get back.
+
+// wsCompiledFormat is the format whose WebSocket messages are compiled.
+const wsCompiledFormat = provider.Responses
+
+// webSocket returns the writer an upgrade to a compiled Responses route is
+// served with, and false when the socket is only passed through (another
+// format, a bypass, no vault, no verified tenant).
+func (h *Gateway) webSocket(w http.ResponseWriter, r *http.Request) (http.ResponseWriter, bool) {
+	format, ok := h.FormatFor(http.MethodPost, r.URL.Path)
+	if !ok || format != wsCompiledFormat || h.VaultErr != "" || h.Tenants == nil || h.Compile == nil || h.bypassed(r) {
+		return w, false
+	}
+	tenant := h.tenant(r, format)
+	if tenant == "" {
+		return w, false
+	}
+	// The socket's messages store under the tenant's data keys (seal.go);
+	// without them nothing is compiled, as on HTTPS.
+	r = h.sealed(r, format)
+	keys := seal.FromContext(r.Context())
+	if h.encrypting() && keys == nil {
+		return w, false
+	}
+	verified, why := true, compiler.Reason("")
+	if h.Gate != nil {
+		verified, why, _ = h.Gate.check(r.Context(), tenant)
+	}
+	r.Header.Del("Sec-WebSocket-Extensions")
+	if h.Metrics != nil {
+		h.Metrics.upgrades.WithLabelValues(string(format)).Inc()
+	}
+	h.Logger.Info("websocket relayed; response.create messages are compiled",
+		zap.String("format", string(format)), zap.String("path", r.URL.Path), zap.Bool("websocket", true))
+	s := &wsSession{h: h, ctx: r.Context(), path: r.URL.Path, scope: artifact.Scope{Tenant: tenant, Session: h.session(r)}, keyID: keyID(keys)}
+	return &wsWriter{ResponseWriter: w, s: s, verified: verified, why: why}, true
+}
+
+// WriteHeader settles the tenant on the provider's answer to the
+// handshake: 101 accepts the credential as a 2xx does on HTTP (a tenant
+// that only ever opens sockets is verified by it); 401 or 403 revokes.
+func (w *wsWriter) WriteHeader(code int) {
+	if g := w.s.h.Gate; g != nil && (code == http.StatusSwitchingProtocols || code == http.StatusUnauthorized || code == http.StatusForbidden) {
+		status := code
+		if code == http.StatusSwitchingProtocols {
+			status = http.StatusOK
+		}
+		g.settle(w.s.scope.Tenant, w.verified, w.why, status)
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// wsWriter hands reverse_proxy the relayed client connection on Hijack.
+type wsWriter struct {
+	http.ResponseWriter
+	s        *wsSession
+	verified bool            // the tenant was verified when the socket opened
+	why      compiler.Reason // why not
+}
+
+func (w *wsWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Hijack implements http.Hijacker for reverse_proxy's protocol switch.
+func (w *wsWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err != nil {
+		return conn, brw, err
+	}
+	var src io.Reader = conn
+	if n := brw.Reader.Buffered(); n > 0 { // bytes the server read past the handshake
+		b, _ := brw.Reader.Peek(n)
+		src = io.MultiReader(bytes.NewReader(bytes.Clone(b)), conn)
+	}
+	max := w.s.h.MaxBodySize
+	rc := &relayConn{Conn: conn}
+	rc.rd = wsrelay.NewReader(src, max, w.s.rewrite)
+	rc.tap = &wsrelay.Tap{W: conn, Max: wsEventMax, On: w.s.providerMessage}
+	return rc, bufio.NewReadWriter(bufio.NewReader(rc), bufio.NewWriter(rc)), nil
+}
+
+// wsEventMax bounds a provider message the tap reads for its type: the
+// terminal events carry the whole response, output included.
+const wsEventMax = 8 << 20
+
+// relayConn is the client connection with the relay in both directions.
+type relayConn struct {
+	net.Conn
+	rd  *wsrelay.Reader
+	tap *wsrelay.Tap
+	mu  sync.Mutex // Write: reverse_proxy's copier and its graceful close
+}
+
+func (c *relayConn) Read(p []byte) (int, error) { return c.rd.Read(p) }
+
+func (c *relayConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.tap.Write(p)
+}
+
+// wsSession is one relayed socket: its scope and the lineage records of
+// its compiled messages, waiting for the provider's answers in order.
+type wsSession struct {
+	h     *Gateway
+	ctx   context.Context
+	path  string
+	scope artifact.Scope
+	keyID func(artifact.Digest) artifact.Digest // Request.KeyID under the socket's data keys (seal.go)
+
+	mu      sync.Mutex
+	pending []func() // one per response.create forwarded; nil: nothing to commit
+}
+
+// wsHead is what the relay reads of a message: its type.
+type wsHead struct {
+	Type string `json:"type"`
+}
+
+// rewrite compiles one client text message; ok false forwards it as it came.
+func (s *wsSession) rewrite(msg []byte) (out []byte, ok bool) {
+	var head wsHead
+	if json.Unmarshal(msg, &head) != nil || head.Type != "response.create" {
+		return nil, false
+	}
+	h := s.h
+	if h.Gate != nil {
+		// Checked per message: the handshake's answer may have verified
+		// the tenant since the socket opened.
+		if ok, why, _ := h.Gate.check(s.ctx, s.scope.Tenant); !ok {
+			s.mu.Lock()
+			s.pending = append(s.pending, nil)
+			s.mu.Unlock()
+			h.Logger.Info("websocket message", zap.String("decision", string(compiler.Passthrough)), zap.String("reason", string(why)),
+				zap.String("format", string(wsCompiledFormat)), zap.String("path", s.path), zap.Bool("websocket", true), zap.Int("raw_bytes", len(msg)))
+			return nil, false
+		}
+	}
+	start := time.Now()
+	mode := h.Mode
+	body := append([]byte(nil), msg...) // the relay reuses msg
+	res := compiler.Result{Decision: compiler.Passthrough, RawBytes: len(body), SentBytes: len(body)}
+	ctx, cancel := context.WithTimeout(s.ctx, h.CompileTimeout)
+	slot, acquired := h.Slots.acquire(ctx)
+	if acquired {
+		// As on HTTPS, a compile abandoned at compile_timeout keeps its
+		// slot until its work stops (Request.Done).
+		stopped := sync.OnceFunc(slot)
+		res = h.compile(ctx, compiler.Request{Path: s.path, Body: body, Scope: s.scope, Mode: mode, DeferCommit: true, Done: stopped, KeyID: s.keyID})
+		if res.Reason != compiler.ReasonTimeout {
+			stopped()
+		}
+	} else {
+		res.Reason = ReasonBusy
+		if errors.Is(s.ctx.Err(), context.Canceled) {
+			res.Reason = ReasonClientAbort
+		}
+	}
+	cancel()
+	forward := mode == compiler.ModeEnforce && res.Decision == compiler.Accepted && res.Body != nil
+	if forward && res.RecoveryTool {
+		forward = false
+		res.Decision, res.Reason, res.Commit = compiler.Passthrough, ReasonRecoveryWebSocket, nil
+	}
+	sent := len(body)
+	if forward {
+		out, sent = res.Body, len(res.Body)
+	}
+	s.mu.Lock()
+	s.pending = append(s.pending, res.Commit)
+	s.mu.Unlock()
+	fields := []zap.Field{zap.String("decision", string(res.Decision)), zap.String("format", string(wsCompiledFormat)),
+		zap.String("path", s.path), zap.Bool("websocket", true), zap.Int("raw_bytes", len(body)), zap.Int("sent_bytes", sent),
+		zap.Int("receipts", res.Receipts), zap.Int("folded", res.Folded), zap.Duration("compile", time.Since(start))}
+	if res.Reason != "" {
+		fields = append(fields, zap.String("reason", string(res.Reason)))
+	}
+	h.Logger.Info("websocket message", fields...)
+	return out, forward
+}
+
+// providerMessage settles the oldest pending message on a terminal event.
+func (s *wsSession) providerMessage(msg []byte) {
+	var head wsHead
+	if json.Unmarshal(msg, &head) != nil {
+		return
+	}
+	switch head.Type {
+	case "response.completed", "response.failed", "response.incomplete", "error":
+	default:
+		return
+	}
+	s.mu.Lock()
+	if len(s.pending) == 0 {
+		s.mu.Unlock()
+		return
+	}
+	commit := s.pending[0]
+	s.pending = s.pending[1:]
+	s.mu.Unlock()
+	if head.Type == "response.completed" && commit != nil {
+		commit()
+	}
+}

@@ -1,0 +1,284 @@
+package wsrelay
+
+import (
+	"bufio"
+	"crypto/rand"
+	"io"
+	"unicode/utf8"
+)
+
+// Rewrite is asked for a replacement of one whole client text message
+// (valid UTF-8, within the bound); ok false forwards the message as it
+// came. It must not keep msg.
+type Rewrite func(msg []byte) (out []byte, ok bool)
+
+// Reader is the client-to-server direction: it reads the client's frames
+// from src and yields the bytes for the server.
+type Reader struct {
+	src     *bufio.Reader
+	max     int64
+	rewrite Rewrite
+
+	out []byte // bytes ready to hand out
+	off int
+
+	stream  int64 // bytes of the current frame (header and payload) copied as they come
+	raw     bool  // a plain byte copy for good
+	passing bool  // inside a message forwarded as it comes: its continuations stream
+	holding bool  // inside a text message held until it is whole
+	held    []byte
+	ctrl    []byte // of held, the control frames between the message's fragments
+	msg     []byte // the held message's payload, unmasked
+	err     error
+}
+
+// NewReader relays the client frames read from src; text messages up to
+// max payload bytes are offered to rewrite.
+func NewReader(src io.Reader, max int64, rewrite Rewrite) *Reader {
+	return &Reader{src: bufio.NewReaderSize(src, 32<<10), max: max, rewrite: rewrite}
+}
+
+// Read implements io.Reader.
+func (r *Reader) Read(p []byte) (int, error) {
+	for {
+		if r.off < len(r.out) {
+			n := copy(p, r.out[r.off:])
+			r.off += n
+			if r.off == len(r.out) {
+				r.out, r.off = r.out[:0], 0
+			}
+			return n, nil
+		}
+		if r.err != nil {
+			return 0, r.err
+		}
+		if r.raw || r.stream > 0 {
+			q := p
+			if !r.raw && int64(len(q)) > r.stream {
+				q = q[:r.stream]
+			}
+			n, err := r.src.Read(q)
+			if !r.raw {
+				r.stream -= int64(n)
+			}
+			if err != nil {
+				r.err = err
+			}
+			if n > 0 {
+				return n, nil
+			}
+			continue
+		}
+		if err := r.next(); err != nil {
+			r.err = err
+			if r.holding { // what was held goes on before the error
+				r.out, r.off = append(r.out[:0], r.held...), 0
+				r.holding = false
+			}
+		}
+	}
+}
+
+// goRaw hands out what is held and copies every later byte as it comes.
+func (r *Reader) goRaw() {
+	if r.holding {
+		r.out, r.off = append(r.out[:0], r.held...), 0
+		r.holding = false
+	}
+	r.raw = true
+}
+
+// next reads the next frame header and decides what happens to the frame.
+func (r *Reader) next() error {
+	b, err := r.src.Peek(2)
+	switch {
+	case len(b) == 0:
+		return err
+	case len(b) < 2:
+		r.goRaw() // a partial header goes on as it came, then the error
+		return nil
+	}
+	size := 2
+	switch b[1] & 0x7F {
+	case 126:
+		size += 2
+	case 127:
+		size += 8
+	}
+	if b[1]&0x80 != 0 {
+		size += 4
+	}
+	b, _ = r.src.Peek(size)
+	if len(b) < size {
+		r.goRaw() // the partial header goes on as it came, then the error
+		return nil
+	}
+	h, _, perr := ParseHeader(b)
+	if perr != nil || !clientValid(h, r.holding || r.passing) {
+		r.goRaw()
+		return nil
+	}
+	whole := int64(h.Size) + h.Length
+	switch {
+	case h.Control():
+		if r.holding {
+			return r.hold(h, false)
+		}
+		r.stream = whole
+	case h.Op == OpContinuation && r.passing:
+		r.passing = !h.Fin
+		r.stream = whole
+	case h.Op == OpContinuation: // of a held message
+		if int64(len(r.msg))+h.Length > r.max {
+			r.out, r.off = append(r.out[:0], r.held...), 0
+			r.holding, r.passing = false, !h.Fin
+			r.stream = whole
+			return nil
+		}
+		return r.hold(h, true)
+	case h.Op == OpText && r.rewrite != nil && h.Length <= r.max:
+		r.holding = true
+		r.held, r.ctrl, r.msg = r.held[:0], r.ctrl[:0], r.msg[:0]
+		return r.hold(h, true)
+	default: // binary, or a text message not offered
+		r.passing = !h.Fin
+		r.stream = whole
+	}
+	return nil
+}
+
+// clientValid reports a frame header a conforming client sends, given
+// whether a fragmented message is open.
+func clientValid(h Header, inMessage bool) bool {
+	if h.Rsv != 0 || !h.Masked {
+		return false
+	}
+	switch h.Op {
+	case OpClose, OpPing, OpPong:
+		return h.Fin && h.Length <= 125
+	case OpContinuation:
+		return inMessage
+	case OpText, OpBinary:
+		return !inMessage
+	}
+	return false
+}
+
+// hold reads a whole frame into held; a data frame's payload joins msg
+// and its last frame completes the message.
+func (r *Reader) hold(h Header, data bool) error {
+	start := len(r.held)
+	whole := int(int64(h.Size) + h.Length)
+	r.held = append(r.held, make([]byte, whole)...)
+	if n, err := io.ReadFull(r.src, r.held[start:]); err != nil {
+		// What came goes on, then the end, as a plain copy would.
+		r.held = r.held[:start+n]
+		if err == io.ErrUnexpectedEOF {
+			err = io.EOF
+		}
+		return err
+	}
+	if !data {
+		r.ctrl = append(r.ctrl, r.held[start:]...)
+		return nil
+	}
+	m := len(r.msg)
+	r.msg = append(r.msg, r.held[start+h.Size:]...)
+	MaskBytes(h.Key, 0, r.msg[m:])
+	if h.Fin {
+		r.finish()
+	}
+	return nil
+}
+
+// finish decides on a whole held message.
+func (r *Reader) finish() {
+	r.holding = false
+	r.out, r.off = r.out[:0], 0
+	if utf8.Valid(r.msg) {
+		if out, ok := r.rewrite(r.msg); ok {
+			var key [4]byte
+			_, _ = rand.Read(key[:])
+			r.out = append(r.out, r.ctrl...)
+			r.out = AppendFrame(r.out, true, OpText, true, key, out)
+			return
+		}
+	}
+	r.out = append(r.out, r.held...)
+}
+
+// Tap is the server-to-client direction: it writes every byte to W as it
+// comes and hands each whole text message of at most Max payload bytes to
+// On, after the bytes were written. A frame it cannot read (reserved bits,
+// a masked server frame) stops the observing, never the bytes.
+type Tap struct {
+	W   io.Writer
+	Max int64
+	On  func(msg []byte)
+
+	hdr     []byte
+	left    int64
+	cur     Header
+	inText  bool
+	collect bool
+	msg     []byte
+	dead    bool
+}
+
+// Write implements io.Writer.
+func (t *Tap) Write(p []byte) (int, error) {
+	n, err := t.W.Write(p)
+	t.observe(p[:n])
+	return n, err
+}
+
+func (t *Tap) observe(p []byte) {
+	for len(p) > 0 && !t.dead {
+		if t.left > 0 {
+			k := int(min(t.left, int64(len(p))))
+			if t.collect && !t.cur.Control() {
+				t.msg = append(t.msg, p[:k]...)
+			}
+			p, t.left = p[k:], t.left-int64(k)
+			if t.left == 0 {
+				t.endFrame()
+			}
+			continue
+		}
+		t.hdr = append(t.hdr, p[0])
+		p = p[1:]
+		h, ok, err := ParseHeader(t.hdr)
+		if err != nil || (ok && (h.Rsv != 0 || h.Masked)) {
+			t.dead = true
+			return
+		}
+		if !ok {
+			continue
+		}
+		t.hdr, t.cur, t.left = t.hdr[:0], h, h.Length
+		if !h.Control() {
+			switch h.Op {
+			case OpText:
+				t.inText, t.collect, t.msg = true, true, t.msg[:0]
+			case OpBinary:
+				t.inText, t.collect = false, false
+			}
+			if t.collect && int64(len(t.msg))+h.Length > t.Max {
+				t.collect, t.msg = false, t.msg[:0]
+			}
+		}
+		if t.left == 0 {
+			t.endFrame()
+		}
+	}
+}
+
+func (t *Tap) endFrame() {
+	if t.cur.Control() || !t.cur.Fin {
+		return
+	}
+	if t.inText && t.collect && t.On != nil {
+		t.On(t.msg)
+	}
+	t.inText, t.collect, t.msg = false, false, t.msg[:0]
+}
