@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
 	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
@@ -201,13 +202,30 @@ func firstReceiptID(t testing.TB, body []byte) string {
 }
 
 // vaultID is the id of the tenant's artifact whose text contains part,
-// found through the artifact API's search.
+// found through the artifact API's search. part must be text: the search
+// lower-cases the query as strings.ToLower does, so a byte cut out of a
+// multi-byte character reads as U+FFFD and matches nothing the text holds.
 func vaultID(t testing.TB, g *gateway, part string, headers ...string) string {
 	t.Helper()
+	if !utf8.ValidString(part) {
+		t.Fatalf("search query %q is not UTF-8 text: cut it at character boundaries (textPart)", part)
+	}
 	r := g.do(http.MethodGet, "/token-terminator/artifacts?q="+url.QueryEscape(part), nil, 0, headers...)
 	var hits recovery.Hits
 	if r.Status != 200 || json.Unmarshal(r.Body, &hits) != nil || len(hits.Results) != 1 {
 		t.Fatalf("search for the artifact: %d %.300s", r.Status, r.Body)
 	}
 	return hits.Results[0].ArtifactID
+}
+
+// textPart is s[from:to] with both ends moved back to the start of the
+// character they fall in, so a fixture's multi-byte characters stay whole.
+func textPart(s string, from, to int) string {
+	for from > 0 && !utf8.RuneStart(s[from]) {
+		from--
+	}
+	for to < len(s) && !utf8.RuneStart(s[to]) {
+		to--
+	}
+	return s[from:to]
 }

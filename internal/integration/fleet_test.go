@@ -5,6 +5,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
+	"github.com/tokenterminator/caddy-token-terminator/internal/seal"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault/redisvault"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault/redisvault/redistest"
 )
@@ -150,6 +153,18 @@ func logTenant(t *testing.T, g *gateway) string {
 	return ""
 }
 
+// fleetKeys are the data keys a gateway with tenantKey derives for a
+// request whose tenant secret is secret (its credential header's value, as
+// the gateway's credential returns it).
+func fleetKeys(t *testing.T, tenantKey, secret string) *seal.Keys {
+	t.Helper()
+	k, err := seal.Derive([]byte(tenantKey), secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
 func openFleetStore(t *testing.T, url, prefix string) *redisvault.Store {
 	t.Helper()
 	st, err := redisvault.Open(context.Background(), redisvault.Config{URL: url, KeyPrefix: prefix, OpTimeout: 5 * time.Second})
@@ -173,12 +188,14 @@ func TestFleet_TwoGatewaysForwardWhatOneWould(t *testing.T) {
 	gs := startFleet(t, up, a, b, single)
 	ga, gb, gsingle := gs[0], gs[1], gs[2]
 
-	storeB := openFleetStore(t, b.url, b.prefix)
-	ctx := context.Background()
+	// Each gateway's view of the shared vault, read as the artifact API
+	// reads it: with the data keys of the request's tenant.
+	views := map[string]*redisvault.Store{"a": openFleetStore(t, a.url, a.prefix), "b": openFleetStore(t, b.url, b.prefix)}
 	n := 0
 	for name, steps := range fleetSessions(t) {
 		n++
-		auth := fmt.Sprintf("Authorization: Bearer sk-fleet-%d", n)
+		secret := fmt.Sprintf("Bearer sk-fleet-%d", n)
+		auth := "Authorization: " + secret
 		fleet := runSteps(t, up, auth, steps, ga, gb)
 		tenant := logTenant(t, gb)
 		one := runSteps(t, up, auth, steps, gsingle)
@@ -196,14 +213,26 @@ func TestFleet_TwoGatewaysForwardWhatOneWould(t *testing.T) {
 		if receipts == 0 || len(ids) == 0 {
 			t.Fatalf("%s: no receipts, the session does not exercise the shared vault", name)
 		}
-		for _, id := range ids {
-			d, ok, err := storeB.Resolve(ctx, tenant, id)
-			if err != nil || !ok {
-				t.Fatalf("%s: receipt %s not resolvable through the other gateway's store: %v", name, id, err)
-			}
-			art, ok, err := storeB.Get(ctx, tenant, d)
-			if err != nil || !ok || artifact.ID(art.Digest) != id {
-				t.Fatalf("%s: artifact %s not readable: %v", name, id, err)
+		keys := fleetKeys(t, fleetTenantKey, secret)
+		ctx := seal.NewContext(context.Background(), keys)
+		for view, st := range views {
+			for _, id := range ids {
+				d, ok, err := st.Resolve(ctx, tenant, id)
+				if err != nil || !ok {
+					t.Fatalf("%s: receipt %s not resolvable through gateway %s's store: %v", name, id, view, err)
+				}
+				// At rest the record is sealed: without the keys it does not open.
+				if _, _, err := st.Get(context.Background(), tenant, d); !errors.Is(err, vault.ErrSealed) {
+					t.Fatalf("%s: artifact %s read without keys through gateway %s's store: %v, want %v", name, id, view, err, vault.ErrSealed)
+				}
+				art, ok, err := st.Get(ctx, tenant, d)
+				if err != nil || !ok {
+					t.Fatalf("%s: artifact %s not readable through gateway %s's store: %v", name, id, view, err)
+				}
+				// The id is keyed: the tenant's id key over the content's identity.
+				if got := artifact.ID(keys.ID(artifact.DigestOf(art.Text, art.Raw))); artifact.ID(art.Digest) != id || got != id {
+					t.Fatalf("%s: receipt %s read back content whose keyed id is %s", name, id, got)
+				}
 			}
 		}
 		t.Logf("%s: %d steps, %d receipts (%d artifacts), fleet bytes = single-gateway bytes", name, len(steps), receipts, len(ids))

@@ -73,12 +73,18 @@ var goCaches = func() []string {
 
 var ttLine = regexp.MustCompile(`(?i)^token-terminator: (accepted|passthrough=[a-z_]+); raw_bytes=(\d+); .*receipts=(\d+)`)
 
+// idPlaceholder stands in the README for an artifact id: ids are keyed
+// under the vault's tenant key, random per vault, so no id can be printed.
+const idPlaceholder = "a_<id>"
+
 // TestReadmeQuickStart runs the README's quick start as written: the fake
 // provider it names, the gateway with the config and variables its command
-// gives (on free ports instead of 9099, 8080 and 8081), then its curl loop
-// and artifact API call through bash. The headers must match the output the
-// README shows, the provider must have received the receipt the README
-// shows, and the artifact API must give the file back.
+// gives (on free ports instead of 9099, 8080 and 8081), then its curl loop,
+// artifact search and artifact API call through bash. The headers must
+// match the output the README shows, the provider must have received a
+// receipt of the shape the README shows, the search must find that
+// receipt's id as the README shows, and the call with that id in place of
+// the placeholder must give the file back.
 func TestReadmeQuickStart(t *testing.T) {
 	for _, tool := range []string{"bash", "curl", "go"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -86,7 +92,7 @@ func TestReadmeQuickStart(t *testing.T) {
 		}
 	}
 	blocks := readmeQuickStart(t)
-	var start, loop, output, artifact string
+	var start, loop, output, search, hits, artifact string
 	for _, b := range blocks {
 		switch {
 		case strings.Contains(b, "./cmd/tt-fakeprovider") && strings.Contains(b, "--config"):
@@ -95,12 +101,17 @@ func TestReadmeQuickStart(t *testing.T) {
 			loop = b
 		case strings.HasPrefix(strings.ToLower(b), "token-terminator:"):
 			output = b
+		case strings.Contains(b, "/token-terminator/artifacts?"):
+			search = b
+		case strings.HasPrefix(b, `{"results":`):
+			hits = b
 		case strings.Contains(b, "/token-terminator/artifacts/"):
 			artifact = b
 		}
 	}
-	if start == "" || loop == "" || output == "" || artifact == "" {
-		t.Fatalf("the README's quick start lacks a block (start %t, requests %t, output %t, artifact API %t)", start != "", loop != "", output != "", artifact != "")
+	if start == "" || loop == "" || output == "" || search == "" || hits == "" || artifact == "" {
+		t.Fatalf("the README's quick start lacks a block (start %t, requests %t, output %t, search %t, search output %t, artifact API %t)",
+			start != "", loop != "", output != "", search != "", hits != "", artifact != "")
 	}
 	lines := strings.Split(strings.TrimSpace(start), "\n")
 	if len(lines) != 2 || strings.TrimSpace(lines[0]) != "go run ./cmd/tt-fakeprovider" {
@@ -174,13 +185,19 @@ func TestReadmeQuickStart(t *testing.T) {
 		t.Errorf("the README's output should go from passthrough to accepted:\n%s", output)
 	}
 
-	// What the model sees: the receipt the README shows is in the body the
-	// provider received for the last request.
+	// What the model sees: a receipt of the shape the README shows, its
+	// placeholders filled with hex digits, is in the body the provider
+	// received for the last request.
 	readme, _ := os.ReadFile("../../README.md")
-	receipt := regexp.MustCompile(`\{"role":"tool","tool_call_id":"call_1","content":"\[Token Terminator artifact [^\n]*\]"\}`).Find(readme)
-	if receipt == nil {
+	shown := regexp.MustCompile(`\{"role":"tool","tool_call_id":"call_1","content":"\[Token Terminator artifact [^\n]*\]"\}`).Find(readme)
+	if shown == nil {
 		t.Fatal("the README shows no receipt")
 	}
+	if !strings.Contains(string(shown), idPlaceholder) {
+		t.Fatalf("the README's receipt names no %s: ids differ per vault, a printed one is never the reader's:\n%s", idPlaceholder, shown)
+	}
+	receipt := regexp.MustCompile("^" + strings.NewReplacer(idPlaceholder, "(a_[0-9a-f]{32})", "<hex>", "[0-9a-f]{16}").
+		Replace(regexp.QuoteMeta(string(shown))) + "$")
 	last := run(fmt.Sprintf("curl -s 'http://%s/_fake/last?format=openai_chat'", fakeAddr))
 	var body struct {
 		Messages []json.RawMessage `json:"messages"`
@@ -193,23 +210,49 @@ func TestReadmeQuickStart(t *testing.T) {
 	if err := json.Unmarshal([]byte(last), &body); err != nil {
 		t.Fatalf("the fake provider's last body: %v", err)
 	}
-	found := false
+	id := ""
 	for _, m := range body.Messages {
-		found = found || string(m) == string(receipt)
+		if g := receipt.FindSubmatch(m); g != nil {
+			id = string(g[1])
+		}
 	}
-	if !found {
-		t.Errorf("the provider did not receive the README's receipt %s", receipt)
+	if id == "" {
+		t.Fatalf("the provider received no receipt of the README's shape %s", shown)
 	}
 	if n := len(body.Tools); n == 0 || body.Tools[n-1].Function.Name != "token_terminator" {
 		t.Errorf("the rewrite does not end its tools with token_terminator")
 	}
 
-	// The artifact API call gives the file back.
-	var art struct {
-		Content string `json:"content"`
+	// The search finds that id, in the shape the README shows.
+	var shownHits, found struct {
+		Results []struct {
+			ArtifactID string `json:"artifact_id"`
+			ToolName   string `json:"tool_name"`
+			TotalChars int    `json:"total_chars"`
+		} `json:"results"`
 	}
-	sc := bufio.NewScanner(strings.NewReader(run(artifact)))
-	if !sc.Scan() || json.Unmarshal(sc.Bytes(), &art) != nil || !strings.HasPrefix(art.Content, "package cost\n") {
+	if err := json.Unmarshal([]byte(hits), &shownHits); err != nil || len(shownHits.Results) != 1 || shownHits.Results[0].ArtifactID != idPlaceholder {
+		t.Fatalf("the README's search output is not one result named %s (%v):\n%s", idPlaceholder, err, hits)
+	}
+	out := run(search)
+	if err := json.Unmarshal([]byte(out), &found); err != nil || len(found.Results) != 1 {
+		t.Fatalf("the README's search gave %v, not one result:\n%s", err, out)
+	}
+	if g, w := found.Results[0], shownHits.Results[0]; g.ArtifactID != id || g.ToolName != w.ToolName || g.TotalChars != w.TotalChars {
+		t.Errorf("the README's search found %+v; the README shows %+v and the receipt names %s", g, w, id)
+	}
+
+	// The artifact API call, with the id in place of the placeholder,
+	// gives the file back.
+	if !strings.Contains(artifact, idPlaceholder) {
+		t.Fatalf("the README's artifact API call names no %s:\n%s", idPlaceholder, artifact)
+	}
+	var art struct {
+		ArtifactID string `json:"artifact_id"`
+		Content    string `json:"content"`
+	}
+	sc := bufio.NewScanner(strings.NewReader(run(strings.ReplaceAll(artifact, idPlaceholder, found.Results[0].ArtifactID))))
+	if !sc.Scan() || json.Unmarshal(sc.Bytes(), &art) != nil || art.ArtifactID != id || !strings.HasPrefix(art.Content, "package cost\n") {
 		t.Errorf("the README's artifact API call did not return the file")
 	}
 }

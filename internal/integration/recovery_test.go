@@ -580,7 +580,7 @@ func TestRecoveredArtifactInlineAgain(t *testing.T) {
 				waitLogged(t, g, logged+step)
 				fwd := p.up.all()[n].Body
 				if step == 10 {
-					id = vaultID(t, g, turns[0].Output[100:160], cred)
+					id = vaultID(t, g, textPart(turns[0].Output, 100, 160), cred)
 				}
 				switch step {
 				case 10:
