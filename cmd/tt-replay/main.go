@@ -121,7 +121,7 @@ func pickSessions(dir string, gen bool, match string) []fixtures.CorpusFile {
 			fail(err)
 		}
 		for _, f := range files {
-			if f.Steps && f.Format != "mixed" {
+			if f.Steps && f.Format != fixtures.Mixed {
 				sessions = append(sessions, f)
 			}
 		}
@@ -182,14 +182,14 @@ func DefaultOptions() compiler.Options {
 func Generated() []fixtures.CorpusFile {
 	var out []fixtures.CorpusFile
 	for _, g := range []fixtures.SessionOptions{
-		{Format: "openai_chat", Steps: 36, PersonTurns: 12, OutputChars: 6000, ReReadEvery: 5, Seed: 1},
-		{Format: "openai_responses", Steps: 36, PersonTurns: 12, OutputChars: 6000, ReReadEvery: 5, Seed: 2},
-		{Format: "anthropic_messages", Steps: 36, PersonTurns: 12, OutputChars: 6000, ReReadEvery: 5, Seed: 3, Client: "claude-code"},
-		{Format: "openai_responses", Steps: 22, PersonTurns: 6, OutputChars: 9000, ReReadEvery: 4, Seed: 4, Client: "codex"},
-		{Format: "anthropic_messages", Steps: 22, PersonTurns: 6, OutputChars: 9000, ReReadEvery: 4, Seed: 5, Client: "claude-code"},
-		{Format: "openai_chat", Steps: 60, PersonTurns: 15, OutputChars: 9000, ReReadEvery: 7, Seed: 6},
-		{Format: "openai_responses", Steps: 36, PersonTurns: 12, OutputChars: 9000, ReReadEvery: 5, Seed: 7, Client: "codex"},
-		{Format: "gemini", Steps: 22, PersonTurns: 6, OutputChars: 9000, ReReadEvery: 4, Seed: 8},
+		{Format: provider.Chat, Steps: 36, PersonTurns: 12, OutputChars: 6000, ReReadEvery: 5, Seed: 1},
+		{Format: provider.Responses, Steps: 36, PersonTurns: 12, OutputChars: 6000, ReReadEvery: 5, Seed: 2},
+		{Format: provider.Anthropic, Steps: 36, PersonTurns: 12, OutputChars: 6000, ReReadEvery: 5, Seed: 3, Client: "claude-code"},
+		{Format: provider.Responses, Steps: 22, PersonTurns: 6, OutputChars: 9000, ReReadEvery: 4, Seed: 4, Client: "codex"},
+		{Format: provider.Anthropic, Steps: 22, PersonTurns: 6, OutputChars: 9000, ReReadEvery: 4, Seed: 5, Client: "claude-code"},
+		{Format: provider.Chat, Steps: 60, PersonTurns: 15, OutputChars: 9000, ReReadEvery: 7, Seed: 6},
+		{Format: provider.Responses, Steps: 36, PersonTurns: 12, OutputChars: 9000, ReReadEvery: 5, Seed: 7, Client: "codex"},
+		{Format: provider.Gemini, Steps: 22, PersonTurns: 6, OutputChars: 9000, ReReadEvery: 4, Seed: 8},
 	} {
 		name := fmt.Sprintf("generated/%s-%d-steps-%d-turns", g.Format, g.Steps, g.PersonTurns)
 		if g.Client != "" {
@@ -222,7 +222,8 @@ func (c Clock) At(i int) time.Time {
 
 // Row is the replay of one session.
 type Row struct {
-	Name, Format     string
+	Name             string
+	Format           provider.Format
 	Steps            int
 	Raw, Sent        int
 	Receipts, Folded int
@@ -267,7 +268,7 @@ func ReplayTrace(c *compiler.Compiler, s fixtures.CorpusFile, clock Clock, tenan
 			Scope: artifact.Scope{Tenant: "replay/" + tenant + s.Name},
 		})
 		if rawSim == nil {
-			m := cfg.Model(provider.Format(s.Format), modelOf(req.Body))
+			m := cfg.Model(s.Format, modelOf(req.Body))
 			rawSim, sentSim = &cost.Simulator{Model: m, Config: cfg}, &cost.Simulator{Model: m, Config: cfg}
 		}
 		durs = append(durs, res.Total)
@@ -288,8 +289,8 @@ func ReplayTrace(c *compiler.Compiler, s fixtures.CorpusFile, clock Clock, tenan
 		} else {
 			r.Reasons[res.Reason]++
 		}
-		br := rawSim.Step(cost.Render(provider.Format(s.Format), req.Body), at)
-		bs := sentSim.Step(cost.Render(provider.Format(s.Format), res.Body), at)
+		br := rawSim.Step(cost.Render(s.Format, req.Body), at)
+		bs := sentSim.Step(cost.Render(s.Format, res.Body), at)
 		r.Billed.Raw += br.Cost
 		r.Billed.Sent += bs.Cost
 		if trace != nil {

@@ -26,8 +26,8 @@ func TestClock(t *testing.T) {
 // with nothing to compile (every result below the thresholds) the sent
 // bill equals the raw one, step by step.
 func TestReplayBillsLikeTheSimulator(t *testing.T) {
-	s := fixtures.CorpusFile{Name: "three", Format: "anthropic_messages", Steps: true,
-		Requests: fixtures.Session(fixtures.SessionOptions{Format: "anthropic_messages", Steps: 3, PersonTurns: 1, OutputChars: 3000, Seed: 9, Client: "claude-code"})}
+	s := fixtures.CorpusFile{Name: "three", Format: provider.Anthropic, Steps: true,
+		Requests: fixtures.Session(fixtures.SessionOptions{Format: provider.Anthropic, Steps: 3, PersonTurns: 1, OutputChars: 3000, Seed: 9, Client: "claude-code"})}
 	opts := DefaultOptions()
 	opts.MinArtifactChars, opts.Cost.LeaseMinChars, opts.Compaction.Enabled = 1000000, 1000000, false
 	c, err := compiler.New(opts, compilertest.NewMemStore(), nil)

@@ -10,6 +10,7 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // TestCorpus replays every body of the shared corpus (../shared/corpus)
@@ -87,7 +88,7 @@ func TestCorpusDerivedSessions(t *testing.T) {
 
 // derivedSteps returns the bodies of the requests that ended each run of
 // tool results in body's history.
-func derivedSteps(t *testing.T, format string, body []byte) [][]byte {
+func derivedSteps(t *testing.T, format provider.Format, body []byte) [][]byte {
 	t.Helper()
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(body, &top); err != nil {

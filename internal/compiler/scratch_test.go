@@ -28,7 +28,7 @@ func TestScratchServesCompileAfterCompile(t *testing.T) {
 		{Format: "anthropic_messages", Client: "claude-code", ReReadEvery: 4},
 	} {
 		o.Steps, o.PersonTurns, o.OutputChars, o.Seed = 40, 10, 6000, 3
-		t.Run(o.Format, func(t *testing.T) {
+		t.Run(string(o.Format), func(t *testing.T) {
 			opts := opts
 			if o.Client != "" {
 				opts = costed // real clients' sessions with the cost decision

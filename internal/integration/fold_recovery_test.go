@@ -13,6 +13,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
 )
 
@@ -33,14 +34,14 @@ func TestFoldedTurnRecoversAsJSONArray(t *testing.T) {
 	}
 	reverse_proxy $UPSTREAM
 `, up)
-	for i, format := range []string{"openai_chat", "openai_responses", "anthropic_messages"} {
-		t.Run(format, func(t *testing.T) {
+	for i, format := range []provider.Format{provider.Chat, provider.Responses, provider.Anthropic} {
+		t.Run(string(format), func(t *testing.T) {
 			cred := fmt.Sprintf("Authorization: Bearer sk-fold-%d", i)
 			// The last step of a long session, cold: folding its old turns
 			// pays at once.
 			reqs := fixtures.Session(fixtures.SessionOptions{Format: format, Steps: 24, PersonTurns: 12, OutputChars: 600, Seed: 70 + i})
 			body := reqs[len(reqs)-1].Body
-			if format == "anthropic_messages" {
+			if format == provider.Anthropic {
 				// The generated Anthropic session starts every person's
 				// message in the user message that answers the last call,
 				// so no turn ends cleanly: a conversation whose turns end

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fixtures"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 )
 
 // TestWorkingState_EndToEnd replays a generated session of each format
@@ -18,8 +19,8 @@ import (
 // ends with a user message carries one.
 func TestWorkingState_EndToEnd(t *testing.T) {
 	idRE := regexp.MustCompile(`- (a_[0-9a-f]{32}) tool=`)
-	for _, format := range []string{"openai_chat", "openai_responses", "anthropic_messages"} {
-		t.Run(format, func(t *testing.T) {
+	for _, format := range []provider.Format{provider.Chat, provider.Responses, provider.Anthropic} {
+		t.Run(string(format), func(t *testing.T) {
 			up := newUpstream(t)
 			g := startGateway(t, `
 	token_terminator {
@@ -76,7 +77,7 @@ func TestWorkingState_EndToEnd(t *testing.T) {
 
 // withPersonMessage appends a person's message to a request's history (a
 // test original, re-encoded by encoding/json as the fixtures are).
-func withPersonMessage(t *testing.T, format string, body []byte, text string) []byte {
+func withPersonMessage(t *testing.T, format provider.Format, body []byte, text string) []byte {
 	t.Helper()
 	var m map[string]any
 	if err := json.Unmarshal(body, &m); err != nil {
