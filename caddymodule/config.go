@@ -331,89 +331,119 @@ func (h *Handler) Validate() error {
 	return c.check()
 }
 
-// check validates a configuration whose defaults are applied.
+// check validates a configuration whose defaults are applied, one group of
+// settings after another; the first error found is returned.
 func (h *Handler) check() error {
-	errf := fmt.Errorf
-	if h.VaultRaw == nil {
-		if strings.TrimSpace(h.VaultDir) == "" {
-			return errf("vault_dir must not be empty")
-		}
-		if *h.VaultMaxBytes < 1 {
-			return errf("vault_max_bytes must be positive, got %d", *h.VaultMaxBytes)
+	for _, c := range []func() error{
+		h.checkVault,
+		h.checkArtifacts,
+		h.checkRequests,
+		h.checkCompaction,
+		h.checkLimits,
+		func() error { return compiler.CheckWorkingStateChars(h.WorkingStateChars) },
+		func() error { return compiler.CheckReinlineRecovered(h.ReinlineRecovered) },
+		h.checkRecovery,
+		h.checkTenant,
+		h.checkHoldout,
+		func() error { _, err := h.costConfig(); return err },
+		h.checkObserve,
+	} {
+		if err := c(); err != nil {
+			return err
 		}
 	}
+	return nil
+}
+
+// checkVault checks the shorthand vault settings (vault_dir,
+// vault_max_bytes) when no vault block is set.
+func (h *Handler) checkVault() error {
+	if h.VaultRaw != nil {
+		return nil
+	}
+	if strings.TrimSpace(h.VaultDir) == "" {
+		return fmt.Errorf("vault_dir must not be empty")
+	}
+	if *h.VaultMaxBytes < 1 {
+		return fmt.Errorf("vault_max_bytes must be positive, got %d", *h.VaultMaxBytes)
+	}
+	return nil
+}
+
+// checkArtifacts checks the bounds on what is vaulted and inlined.
+func (h *Handler) checkArtifacts() error {
 	if *h.MinArtifactChars < 1 {
-		return errf("min_artifact_chars must be at least 1, got %d", *h.MinArtifactChars)
+		return fmt.Errorf("min_artifact_chars must be at least 1, got %d", *h.MinArtifactChars)
 	}
 	if *h.MaxArtifactChars < 1 {
-		return errf("max_artifact_chars must be at least 1, got %d", *h.MaxArtifactChars)
+		return fmt.Errorf("max_artifact_chars must be at least 1, got %d", *h.MaxArtifactChars)
 	}
 	if *h.MinArtifactChars > *h.MaxArtifactChars {
-		return errf("min_artifact_chars (%d) must not exceed max_artifact_chars (%d)", *h.MinArtifactChars, *h.MaxArtifactChars)
+		return fmt.Errorf("min_artifact_chars (%d) must not exceed max_artifact_chars (%d)", *h.MinArtifactChars, *h.MaxArtifactChars)
 	}
 	if *h.InlineLeases < 0 {
-		return errf("inline_leases must be 0 (off) or more, got %d", *h.InlineLeases)
+		return fmt.Errorf("inline_leases must be 0 (off) or more, got %d", *h.InlineLeases)
 	}
+	return nil
+}
+
+// checkRequests checks how a request is read, compiled and its tokens
+// counted: body size, mode, tokenizer and token budget and cache.
+func (h *Handler) checkRequests() error {
 	if *h.MaxBodySize < 1 || *h.MaxBodySize > MaxMaxBodySize {
-		return errf("max_body_size must be between 1 and %d bytes, got %d", MaxMaxBodySize, *h.MaxBodySize)
+		return fmt.Errorf("max_body_size must be between 1 and %d bytes, got %d", MaxMaxBodySize, *h.MaxBodySize)
 	}
 	switch compiler.Mode(h.Mode) {
 	case compiler.ModeEnforce, compiler.ModeShadow, compiler.ModeOff:
 	default:
-		return errf("mode must be enforce, shadow or off, got %q", h.Mode)
+		return fmt.Errorf("mode must be enforce, shadow or off, got %q", h.Mode)
 	}
 	if !provider.KnownTokenizer(h.Tokenizer) {
-		return errf("tokenizer must be %s, got %q", provider.TokenizerChoices, h.Tokenizer)
+		return fmt.Errorf("tokenizer must be %s, got %q", provider.TokenizerChoices, h.Tokenizer)
 	}
 	if h.TokenBudget < 0 {
-		return errf("token_budget must be positive, got %s", time.Duration(h.TokenBudget))
+		return fmt.Errorf("token_budget must be positive, got %s", time.Duration(h.TokenBudget))
 	}
 	if *h.TokenCacheSize < 1 {
-		return errf("token_cache_size must be positive, got %d", *h.TokenCacheSize)
+		return fmt.Errorf("token_cache_size must be positive, got %d", *h.TokenCacheSize)
 	}
+	return nil
+}
+
+// checkCompaction checks when old turns are vaulted, folded and kept
+// inline.
+func (h *Handler) checkCompaction() error {
 	if *h.ContextMinVaultChars < MinContextMinVaultChars {
-		return errf("context_min_vault_chars must be at least %d, got %d", MinContextMinVaultChars, *h.ContextMinVaultChars)
+		return fmt.Errorf("context_min_vault_chars must be at least %d, got %d", MinContextMinVaultChars, *h.ContextMinVaultChars)
 	}
 	if *h.CollapseAfterTurns < 0 {
-		return errf("collapse_after_turns must be 0 (never fold) or more, got %d", *h.CollapseAfterTurns)
+		return fmt.Errorf("collapse_after_turns must be 0 (never fold) or more, got %d", *h.CollapseAfterTurns)
 	}
 	if *h.InlineRecentTurns < 0 {
-		return errf("inline_recent_turns must be 0 or more, got %d", *h.InlineRecentTurns)
+		return fmt.Errorf("inline_recent_turns must be 0 or more, got %d", *h.InlineRecentTurns)
 	}
 	if c, r := *h.CollapseAfterTurns, *h.InlineRecentTurns; c != 0 && c < r {
-		return errf("collapse_after_turns (%d) must be 0 or at least inline_recent_turns (%d)", c, r)
+		return fmt.Errorf("collapse_after_turns (%d) must be 0 or at least inline_recent_turns (%d)", c, r)
 	}
+	return nil
+}
+
+// checkLimits checks the time, memory and concurrency bounds of
+// compiling.
+func (h *Handler) checkLimits() error {
 	if h.CompileTimeout < 0 {
-		return errf("compile_timeout must be positive, got %s", time.Duration(h.CompileTimeout))
+		return fmt.Errorf("compile_timeout must be positive, got %s", time.Duration(h.CompileTimeout))
 	}
 	if h.BodyReadTimeout < 0 {
-		return errf("body_read_timeout must be positive, got %s", time.Duration(h.BodyReadTimeout))
+		return fmt.Errorf("body_read_timeout must be positive, got %s", time.Duration(h.BodyReadTimeout))
 	}
 	if *h.MaxBufferedBytes < 1 {
-		return errf("max_buffered_bytes must be positive, got %d", *h.MaxBufferedBytes)
+		return fmt.Errorf("max_buffered_bytes must be positive, got %d", *h.MaxBufferedBytes)
 	}
 	if *h.MaxConcurrentCompiles < 1 {
-		return errf("max_concurrent_compiles must be at least 1, got %d", *h.MaxConcurrentCompiles)
+		return fmt.Errorf("max_concurrent_compiles must be at least 1, got %d", *h.MaxConcurrentCompiles)
 	}
-	if err := compiler.CheckWorkingStateChars(h.WorkingStateChars); err != nil {
-		return err
-	}
-	if err := compiler.CheckReinlineRecovered(h.ReinlineRecovered); err != nil {
-		return err
-	}
-	if err := h.checkRecovery(); err != nil {
-		return err
-	}
-	if err := h.checkTenant(); err != nil {
-		return err
-	}
-	if err := h.checkHoldout(); err != nil {
-		return err
-	}
-	if _, err := h.costConfig(); err != nil {
-		return err
-	}
-	return h.checkObserve()
+	return nil
 }
 
 // compilerOptions maps the configuration onto compiler.Options, every

@@ -158,8 +158,27 @@ func summarizeHoldout(recs []vault.LedgerRecord, currency string) *holdoutStats 
 		hs.Harm[h.Name] = intervalOf(est.Harm[h.Name])
 	}
 	arms := []armStats{{Arm: holdout.Treatment.String(), Conversations: est.Treatment}, {Arm: holdout.Control.String(), Conversations: est.Control}}
-	type dayAcc struct{ billed, raw [2]float64 }
-	days := map[string]*dayAcc{}
+	var bucket time.Duration
+	bucket, hs.Bucket = holdoutBucket(recs)
+	days := tallyArms(recs, arms, bucket)
+	for i := range arms {
+		if arms[i].RawBytes > 0 {
+			arms[i].CostPerRaw = arms[i].CostActual / float64(arms[i].RawBytes)
+		}
+		if currency == "" {
+			arms[i].CostActualMoney = 0
+		}
+	}
+	hs.Arms = arms
+	hs.Tenants = holdoutGroups(convs, func(c holdout.Conversation) string { return c.Tenant }, min)
+	hs.Models = holdoutGroups(convs, func(c holdout.Conversation) string { return c.Model }, min)
+	hs.Series = holdoutSeries(days)
+	return hs
+}
+
+// holdoutBucket is the width of the series' points and its name: an hour,
+// or a day once the records in an arm span 72 hours or more.
+func holdoutBucket(recs []vault.LedgerRecord) (time.Duration, string) {
 	var lo, hi int64
 	for i := range recs {
 		if t := recs[i].Time; recs[i].Arm != "" {
@@ -169,11 +188,21 @@ func summarizeHoldout(recs []vault.LedgerRecord, currency string) *holdoutStats 
 			hi = max(hi, t)
 		}
 	}
-	bucket := time.Hour
-	hs.Bucket = "hour"
 	if time.Duration(hi-lo)*time.Millisecond >= 72*time.Hour {
-		bucket, hs.Bucket = 24*time.Hour, "day"
+		return 24 * time.Hour, "day"
 	}
+	return time.Hour, "hour"
+}
+
+// holdoutDay is one series point being summed: billed cost and raw bytes
+// per arm (treatment, control).
+type holdoutDay struct{ billed, raw [2]float64 }
+
+// tallyArms adds the records of a conversation in an arm to arms
+// (treatment, control) and returns their billed cost and raw bytes per
+// bucket, keyed by the bucket's start.
+func tallyArms(recs []vault.LedgerRecord, arms []armStats, bucket time.Duration) map[string]*holdoutDay {
+	days := map[string]*holdoutDay{}
 	for i := range recs {
 		r := &recs[i]
 		if r.Arm == "" || r.Conversation == "" {
@@ -201,28 +230,29 @@ func summarizeHoldout(recs []vault.LedgerRecord, currency string) *holdoutStats 
 			day := time.UnixMilli(r.Time).UTC().Truncate(bucket).Format(time.RFC3339)
 			d := days[day]
 			if d == nil {
-				d = &dayAcc{}
+				d = &holdoutDay{}
 				days[day] = d
 			}
 			d.billed[k] += u.Cost
 			d.raw[k] += float64(r.RawBytes)
 		}
 	}
-	for i := range arms {
-		if arms[i].RawBytes > 0 {
-			arms[i].CostPerRaw = arms[i].CostActual / float64(arms[i].RawBytes)
-		}
-		if currency == "" {
-			arms[i].CostActualMoney = 0
-		}
+	return days
+}
+
+// holdoutGroups measures the conversations grouped by key.
+func holdoutGroups(convs []holdout.Conversation, key func(holdout.Conversation) string, min int) []holdoutGroup {
+	var out []holdoutGroup
+	for _, g := range holdout.MeasureBy(convs, key, min) {
+		out = append(out, holdoutGroup{Key: g.Key, Treatment: g.Treatment, Control: g.Control, Savings: intervalOf(g.Savings)})
 	}
-	hs.Arms = arms
-	for _, g := range holdout.MeasureBy(convs, func(c holdout.Conversation) string { return c.Tenant }, min) {
-		hs.Tenants = append(hs.Tenants, holdoutGroup{Key: g.Key, Treatment: g.Treatment, Control: g.Control, Savings: intervalOf(g.Savings)})
-	}
-	for _, g := range holdout.MeasureBy(convs, func(c holdout.Conversation) string { return c.Model }, min) {
-		hs.Models = append(hs.Models, holdoutGroup{Key: g.Key, Treatment: g.Treatment, Control: g.Control, Savings: intervalOf(g.Savings)})
-	}
+	return out
+}
+
+// holdoutSeries is the billed cost per raw byte of each arm per bucket, in
+// time order; an arm with no raw bytes in a bucket has no value there.
+func holdoutSeries(days map[string]*holdoutDay) []holdoutPoint {
+	var out []holdoutPoint
 	for day, d := range days {
 		hd := holdoutPoint{At: day}
 		if d.raw[0] > 0 {
@@ -233,8 +263,8 @@ func summarizeHoldout(recs []vault.LedgerRecord, currency string) *holdoutStats 
 			v := d.billed[1] / d.raw[1]
 			hd.Control = &v
 		}
-		hs.Series = append(hs.Series, hd)
+		out = append(out, hd)
 	}
-	sort.Slice(hs.Series, func(i, j int) bool { return hs.Series[i].At < hs.Series[j].At })
-	return hs
+	sort.Slice(out, func(i, j int) bool { return out[i].At < out[j].At })
+	return out
 }

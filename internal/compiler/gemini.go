@@ -87,67 +87,87 @@ func (geminiFormat) parse(d *doc, h *hasher) Reason {
 		case role.StringIs(src, "model"):
 			in.assistant = true
 			in.assistText = textRef{parts, ""}
-			pending = pending[:0]
-			if parts == nil {
-				break
-			}
-			for k, p := range parts.Elems {
-				fc := p.Get("functionCall")
-				if !fc.Is(jsonv.Object) {
-					continue
-				}
-				name, _ := fc.Get("name").Text(src)
-				id, _ := fc.Get("id").Text(src)
-				key := id
-				if key == "" {
-					key = "\x00gm:" + strconv.Itoa(i) + ":" + strconv.Itoa(k)
-				}
-				args := ""
-				if a := fc.Get("args"); a != nil {
-					args = string(a.Raw(src))
-				}
-				pending = append(pending, geminiCall{name: name, id: id, key: key, args: args})
-				in.call(name, key)
-			}
+			pending = geminiCalls(src, i, parts, in, pending[:0])
 		case role == nil, role.StringIs(src, "user"), role.StringIs(src, "function"):
 			// A content without a role is the user's (single-turn
 			// requests); "function" is the older role of responses.
-			if parts == nil {
-				break
+			if r := d.geminiUser(h, base+i, parts, in, pending); r != "" {
+				return r
 			}
-			var pre []*jsonv.Node
-			person := false
-			for _, p := range parts.Elems {
-				if !p.Is(jsonv.Object) {
-					return ReasonUnknownShape
-				}
-				fr := p.Get("functionResponse")
-				switch {
-				case fr.Is(jsonv.Object):
-					call := geminiAnswer(src, pending, fr)
-					in.answer(call.key)
-					if r := fr.Get("response"); r.Is(jsonv.Object) {
-						d.addGeminiResult(h, base+i, r, toolCall{name: call.name, args: call.args})
-					}
-				case p.Get("text").Is(jsonv.String) && p.Get("thought") == nil && preambleText(src, p.Get("text")):
-					pre = append(pre, p)
-				case p.Get("text").Is(jsonv.String):
-					in.userText = textRef{parts, ""}
-					person = true
-				default:
-					person = true
-				}
-			}
-			if len(pre) > 0 {
-				if !person && len(in.results) == 0 && len(pre) == len(parts.Elems) {
-					in.pinned = true
-				} else {
-					in.content, in.preamble = parts, pre
-				}
-			}
-			in.turnStart = person && !in.pinned
 		}
 	}
+	return ""
+}
+
+// geminiCalls appends the functionCall parts of model content i (parts,
+// nil when it has none) to pending and records each on in. A call without
+// an id is keyed by its position, so its responses pair by name in order.
+func geminiCalls(src []byte, i int, parts *jsonv.Node, in *msgInfo, pending []geminiCall) []geminiCall {
+	if parts == nil {
+		return pending
+	}
+	for k, p := range parts.Elems {
+		fc := p.Get("functionCall")
+		if !fc.Is(jsonv.Object) {
+			continue
+		}
+		name, _ := fc.Get("name").Text(src)
+		id, _ := fc.Get("id").Text(src)
+		key := id
+		if key == "" {
+			key = "\x00gm:" + strconv.Itoa(i) + ":" + strconv.Itoa(k)
+		}
+		args := ""
+		if a := fc.Get("args"); a != nil {
+			args = string(a.Raw(src))
+		}
+		pending = append(pending, geminiCall{name: name, id: id, key: key, args: args})
+		in.call(name, key)
+	}
+	return pending
+}
+
+// geminiUser describes the user content that is unit (parts, nil when it
+// has none): its function responses become slots answering the latest
+// model calls (pending), its client-context text parts its preamble (or
+// the whole content is pinned when that is all it holds), and it starts a
+// turn when any other part carries the person's input.
+func (d *doc) geminiUser(h *hasher, unit int, parts *jsonv.Node, in *msgInfo, pending []geminiCall) Reason {
+	if parts == nil {
+		return ""
+	}
+	src := d.src
+	var pre []*jsonv.Node
+	person := false
+	for _, p := range parts.Elems {
+		if !p.Is(jsonv.Object) {
+			return ReasonUnknownShape
+		}
+		fr := p.Get("functionResponse")
+		switch {
+		case fr.Is(jsonv.Object):
+			call := geminiAnswer(src, pending, fr)
+			in.answer(call.key)
+			if r := fr.Get("response"); r.Is(jsonv.Object) {
+				d.addGeminiResult(h, unit, r, toolCall{name: call.name, args: call.args})
+			}
+		case p.Get("text").Is(jsonv.String) && p.Get("thought") == nil && preambleText(src, p.Get("text")):
+			pre = append(pre, p)
+		case p.Get("text").Is(jsonv.String):
+			in.userText = textRef{parts, ""}
+			person = true
+		default:
+			person = true
+		}
+	}
+	if len(pre) > 0 {
+		if !person && len(in.results) == 0 && len(pre) == len(parts.Elems) {
+			in.pinned = true
+		} else {
+			in.content, in.preamble = parts, pre
+		}
+	}
+	in.turnStart = person && !in.pinned
 	return ""
 }
 

@@ -68,26 +68,12 @@ func (p *Provider) ServeWebSocket(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := p.ws()
-	st.mu.Lock()
-	st.st.Sockets++
-	if e := r.Header.Get("Sec-WebSocket-Extensions"); e != "" {
-		st.st.Extensions = append(st.st.Extensions, e)
-	}
-	st.mu.Unlock()
-	sum := sha1.Sum([]byte(key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
-	conn, brw, err := http.NewResponseController(w).Hijack()
-	if err != nil {
+	st.accepted(r.Header)
+	conn, brw, ok := upgrade(w, key)
+	if !ok {
 		return
 	}
 	defer conn.Close()
-	if tc, ok := conn.(*net.TCPConn); ok {
-		tc.SetNoDelay(true)
-	}
-	fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n",
-		base64.StdEncoding.EncodeToString(sum[:]))
-	if brw.Flush() != nil {
-		return
-	}
 	cred := credential(r.Header)
 	var msg []byte
 	var op byte
@@ -120,30 +106,89 @@ func (p *Provider) ServeWebSocket(w http.ResponseWriter, r *http.Request) {
 		if !h.Fin || op != wsrelay.OpText {
 			continue
 		}
-		st.mu.Lock()
-		st.st.Messages++
-		st.st.Bytes += int64(len(msg))
-		st.mu.Unlock()
-		var req struct {
-			Type  string `json:"type"`
-			Model string `json:"model"`
-		}
-		if json.Unmarshal(msg, &req) != nil || req.Type != "response.create" {
+		st.received(msg)
+		model, ok := createModel(msg)
+		if !ok {
 			continue
 		}
-		st.mu.Lock()
-		st.st.Creates = append(st.st.Creates, append([]byte(nil), msg...))
-		st.mu.Unlock()
-		u := p.bill("openai_responses", req.Model, cred, msg)
-		text := fmt.Sprintf("Fake answer to %d bytes (%d input tokens, %d read from the cache).", len(msg), u.Input, u.CacheRead)
+		st.created(msg)
 		id := fmt.Sprintf("resp_ws%d", n)
 		n++
-		for _, ev := range responsesEvents(id, req.Model, text, u) {
-			if send(wsrelay.OpText, []byte(ev)) != nil {
-				return
-			}
+		if p.answerCreate(send, id, model, cred, msg) != nil {
+			return
 		}
 	}
+}
+
+// upgrade hijacks the connection and completes the handshake for the
+// client's key; false when either fails.
+func upgrade(w http.ResponseWriter, key string) (net.Conn, *bufio.ReadWriter, bool) {
+	sum := sha1.Sum([]byte(key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return nil, nil, false
+	}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n",
+		base64.StdEncoding.EncodeToString(sum[:]))
+	if brw.Flush() != nil {
+		conn.Close()
+		return nil, nil, false
+	}
+	return conn, brw, true
+}
+
+// accepted counts an upgrade and the extensions its handshake offered.
+func (s *wsState) accepted(h http.Header) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.st.Sockets++
+	if e := h.Get("Sec-WebSocket-Extensions"); e != "" {
+		s.st.Extensions = append(s.st.Extensions, e)
+	}
+}
+
+// received counts a whole text message.
+func (s *wsState) received(msg []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.st.Messages++
+	s.st.Bytes += int64(len(msg))
+}
+
+// created keeps a copy of a response.create message.
+func (s *wsState) created(msg []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.st.Creates = append(s.st.Creates, append([]byte(nil), msg...))
+}
+
+// createModel returns the model a response.create message names; false
+// for any other message.
+func createModel(msg []byte) (string, bool) {
+	var req struct {
+		Type  string `json:"type"`
+		Model string `json:"model"`
+	}
+	if json.Unmarshal(msg, &req) != nil || req.Type != "response.create" {
+		return "", false
+	}
+	return req.Model, true
+}
+
+// answerCreate bills the response.create message msg and sends, through
+// send, the events of its streamed answer as response id.
+func (p *Provider) answerCreate(send func(byte, []byte) error, id, model, cred string, msg []byte) error {
+	u := p.bill("openai_responses", model, cred, msg)
+	text := fmt.Sprintf("Fake answer to %d bytes (%d input tokens, %d read from the cache).", len(msg), u.Input, u.CacheRead)
+	for _, ev := range responsesEvents(id, model, text, u) {
+		if err := send(wsrelay.OpText, []byte(ev)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // readFrame reads one client frame and unmasks its payload.

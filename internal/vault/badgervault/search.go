@@ -101,24 +101,7 @@ func (s *Store) Search(ctx context.Context, tenant, query string, limit int) ([]
 	keys := seal.FromContext(ctx)
 	var out []artifact.Artifact
 	err = s.db.View(func(txn *badger.Txn) error {
-		var metas []vault.Meta
-		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 256, Prefix: base})
-		for it.Rewind(); it.Valid(); it.Next() {
-			if len(it.Item().Key()) != len(base)+64 {
-				continue // another tenant whose name extends this one
-			}
-			var m vault.Meta
-			if err := it.Item().Value(m.Decode); err != nil {
-				continue
-			}
-			metas = append(metas, m)
-		}
-		it.Close()
-		slices.SortFunc(metas, func(a, b vault.Meta) int {
-			return cmp.Or(cmp.Compare(b.Created, a.Created), cmp.Compare(b.LastSeen, a.LastSeen), bytes.Compare(a.Digest[:], b.Digest[:]))
-		})
-		metas = metas[:min(len(metas), vault.SearchScanLimit)]
-		for i, m := range metas {
+		for i, m := range newestMetas(txn, base) {
 			if i%64 == 0 {
 				if err := scan.Err(); err != nil {
 					return err
@@ -131,22 +114,7 @@ func (s *Store) Search(ctx context.Context, tenant, query string, limit int) ([]
 			if err != nil {
 				continue // evicted between the scan and now
 			}
-			var tool string
-			match := false
-			var gone error // the caller went away during the scan
-			_ = item.Value(func(v []byte) error {
-				v, err := vault.OpenContent(keys, tenant, m.Digest, v)
-				if err != nil {
-					return err // skipped: Get reports it
-				}
-				c, err := vault.ContentFields(v)
-				if err != nil {
-					return err // skipped: Get reports it
-				}
-				tool = string(c.Tool)
-				match, gone = scan.Match(c.Text, tool)
-				return nil
-			})
+			tool, match, gone := searchItem(item, scan, keys, tenant, m.Digest)
 			if gone != nil {
 				return gone
 			}
@@ -163,4 +131,48 @@ func (s *Store) Search(ctx context.Context, tenant, query string, limit int) ([]
 		return nil, fmt.Errorf("vault: search: %w", err)
 	}
 	return out, nil
+}
+
+// newestMetas returns the metadata of the artifacts whose keys start with
+// base (one tenant's), newest first as Search orders them, and at most
+// vault.SearchScanLimit of them. A record that does not decode is skipped.
+func newestMetas(txn *badger.Txn, base []byte) []vault.Meta {
+	var metas []vault.Meta
+	it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 256, Prefix: base})
+	for it.Rewind(); it.Valid(); it.Next() {
+		if len(it.Item().Key()) != len(base)+64 {
+			continue // another tenant whose name extends this one
+		}
+		var m vault.Meta
+		if err := it.Item().Value(m.Decode); err != nil {
+			continue
+		}
+		metas = append(metas, m)
+	}
+	it.Close()
+	slices.SortFunc(metas, func(a, b vault.Meta) int {
+		return cmp.Or(cmp.Compare(b.Created, a.Created), cmp.Compare(b.LastSeen, a.LastSeen), bytes.Compare(a.Digest[:], b.Digest[:]))
+	})
+	return metas[:min(len(metas), vault.SearchScanLimit)]
+}
+
+// searchItem opens the content of artifact d (item) and matches it against
+// scan: its tool name, whether it matches, and scan's error when the
+// caller went away during the scan. Content that does not open or decode
+// does not match (Get reports it).
+func searchItem(item *badger.Item, scan *vault.SearchScan, keys *seal.Keys, tenant string, d artifact.Digest) (tool string, match bool, gone error) {
+	_ = item.Value(func(v []byte) error {
+		v, err := vault.OpenContent(keys, tenant, d, v)
+		if err != nil {
+			return err // skipped: Get reports it
+		}
+		c, err := vault.ContentFields(v)
+		if err != nil {
+			return err // skipped: Get reports it
+		}
+		tool = string(c.Tool)
+		match, gone = scan.Match(c.Text, tool)
+		return nil
+	})
+	return tool, match, gone
 }
