@@ -46,7 +46,8 @@ func TestHoldoutHook(t *testing.T) {
 	if hook == nil || hook(conv) != compiler.ModeShadow || ex.out.hold.arm() != "control" {
 		t.Fatal("a control conversation does not compile in shadow")
 	}
-	ex.out = outcome{rawBytes: 1000, sentBytes: 400, receipts: 2, costRaw: 50, costSent: 20, tenant: tenant}
+	// The outcome as a shadow compile left it (the hook set its arm).
+	ex.out.rawBytes, ex.out.sentBytes, ex.out.receipts, ex.out.costRaw, ex.out.costSent, ex.out.tenant = 1000, 400, 2, 50, 20, tenant
 	h.settleHoldout(ex, compiler.Result{Decision: compiler.Shadow, SentBytes: 400, CostSent: 20, Conversation: conv}, []byte("body"))
 	if ex.out.reason != compiler.ReasonHoldout || ex.out.sentBytes != 1000 || ex.out.receipts != 0 || ex.out.costSent != 50 ||
 		ex.out.hold.shadowSentBytes != 400 || ex.out.hold.shadowCostSent != 20 || ex.out.hold.shadowSkipped {
