@@ -182,7 +182,7 @@ func testAgentClient(ctx context.Context, t *testing.T, c agentClient, bin strin
 	gwDir := t.TempDir()
 	writeAgentFiles(t, gwDir)
 	prov := newAgentProvider(t, agentTasks, c.dialect(gwDir))
-	g := startGateway(t, defaultSnippet, prov.upstream)
+	g := startGateway(t, agentSnippet, prov.upstream)
 	g.verify(c.verify[0], c.verify[1])
 	tp := newTap(t, g.URL)
 	got := driveAgent(ctx, t, c, bin, tp.URL, gwDir, prov)
@@ -218,7 +218,9 @@ func testAgentClient(ctx context.Context, t *testing.T, c agentClient, bin strin
 		c.check(t, taps, fwd)
 	}
 
-	// Replays of the recorded originals through fresh vaults.
+	// Replays of the recorded originals through fresh vaults of the same
+	// tenant key (as a restart or another gateway of the fleet): artifact
+	// ids are keyed by it, so the same key must give the same bytes.
 	replay := func(snippet string) map[int]forwarded {
 		rp := newAgentProvider(t, agentTasks, c.dialect(gwDir))
 		g.VaultDir = t.TempDir()
@@ -239,7 +241,7 @@ func testAgentClient(ctx context.Context, t *testing.T, c agentClient, bin strin
 		}
 		return rp.bySeq()
 	}
-	again := replay(defaultSnippet)
+	again := replay(agentSnippet)
 	for _, r := range taps {
 		if r.Method != "POST" || !isCandidate(r.Path) {
 			continue
@@ -250,7 +252,7 @@ func testAgentClient(ctx context.Context, t *testing.T, c agentClient, bin strin
 			t.Errorf("request %d: a replay through a fresh gateway forwarded different bytes (%d vs %d)", r.Seq, len(a.Body), len(fwd[r.Seq].Body))
 		}
 	}
-	offFwd := replay(corpusSnippet)
+	offFwd := replay(agentOffSnippet)
 	off := checkAgentSession(t, "compaction off", taps, offFwd, false)
 	checkPreamble(t, "compaction off", taps, offFwd)
 
@@ -708,3 +710,27 @@ func checkBenefits(t *testing.T, c agentClient, taps []tapped, fwd map[int]forwa
 	}
 	t.Errorf("%s: no request carried the re-read of %s", client, reReadFile)
 }
+
+// agentTenantKey is the agent sessions' tenant key: the live gateway and
+// the replays share it, as the gateways of a fleet do.
+const agentTenantKey = "agents-tenant-key-0123456789abcdef"
+
+// agentSnippet is defaultSnippet with agentTenantKey; agentOffSnippet the
+// same with compaction off.
+const (
+	agentSnippet = `
+	token_terminator {
+		vault_dir $VAULT
+		tenant_key ` + agentTenantKey + `
+	}
+	reverse_proxy $UPSTREAM
+`
+	agentOffSnippet = `
+	token_terminator {
+		vault_dir $VAULT
+		tenant_key ` + agentTenantKey + `
+		context_compaction off
+	}
+	reverse_proxy $UPSTREAM
+`
+)
