@@ -69,7 +69,7 @@ func (p *Provider) ServeWebSocket(w http.ResponseWriter, r *http.Request) {
 	}
 	st := p.ws()
 	st.accepted(r.Header)
-	conn, brw, ok := upgrade(w, key)
+	conn, brw, ok := Upgrade(w, key)
 	if !ok {
 		return
 	}
@@ -83,7 +83,7 @@ func (p *Provider) ServeWebSocket(w http.ResponseWriter, r *http.Request) {
 	}
 	n := 0
 	for {
-		h, payload, err := readFrame(brw.Reader)
+		h, payload, err := ReadFrame(brw.Reader)
 		if err != nil {
 			return
 		}
@@ -120,9 +120,11 @@ func (p *Provider) ServeWebSocket(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// upgrade hijacks the connection and completes the handshake for the
-// client's key; false when either fails.
-func upgrade(w http.ResponseWriter, key string) (net.Conn, *bufio.ReadWriter, bool) {
+// Upgrade hijacks the connection and completes the server's side of the
+// WebSocket handshake for the client's Sec-WebSocket-Key (no extension);
+// false when either fails. The fake provider and the tests' own WebSocket
+// servers share it.
+func Upgrade(w http.ResponseWriter, key string) (net.Conn, *bufio.ReadWriter, bool) {
 	sum := sha1.Sum([]byte(key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
@@ -191,8 +193,10 @@ func (p *Provider) answerCreate(send func(byte, []byte) error, id, model, cred s
 	return nil
 }
 
-// readFrame reads one client frame and unmasks its payload.
-func readFrame(r *bufio.Reader) (wsrelay.Header, []byte, error) {
+// ReadFrame reads one frame (a client's, masked, or a server's) and
+// unmasks a masked payload; a frame with reserved bits set or a payload
+// over 64 MiB is refused.
+func ReadFrame(r *bufio.Reader) (wsrelay.Header, []byte, error) {
 	b, err := r.Peek(2)
 	if err != nil {
 		return wsrelay.Header{}, nil, err

@@ -140,14 +140,7 @@ var agentClients = []agentClient{
 // Skipped with -short or when npm or a CLI cannot run. The npm install is
 // cached under $TT_NPM_CACHE or os.UserCacheDir().
 func TestAgentCLIs(t *testing.T) {
-	if testing.Short() {
-		t.Skip("agent CLI test skipped in -short mode")
-	}
-	for _, tool := range []string{"npm", "node"} { // Codex's npm entry point is a node script
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not found: cannot install and run Claude Code and Codex", tool)
-		}
-	}
+	needNode(t, "agent CLI test")
 	bin := filepath.Join(npmInstall(t, "token-terminator-agents-test", claudeCodePackage, codexPackage), ".bin")
 	for _, cli := range []string{"claude", "codex"} {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -1,15 +1,10 @@
 package integration
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha1"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -21,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/fakeprovider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/wsrelay"
 )
 
@@ -60,22 +56,18 @@ func wsAgentProvider(t *testing.T, p *agentProvider) (*httptest.Server, func() [
 			inner.ServeHTTP(w, r)
 			return
 		}
-		conn, brw, err := http.NewResponseController(w).Hijack()
-		if err != nil {
+		conn, brw, ok := fakeprovider.Upgrade(w, r.Header.Get("Sec-WebSocket-Key"))
+		if !ok {
 			return
 		}
 		defer conn.Close()
-		conn.(*net.TCPConn).SetNoDelay(true)
-		sum := sha1.Sum([]byte(r.Header.Get("Sec-WebSocket-Key") + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
-		fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n", base64.StdEncoding.EncodeToString(sum[:]))
-		brw.Flush()
 		send := func(op byte, p []byte) error {
 			_, err := conn.Write(wsrelay.AppendFrame(nil, true, op, false, [4]byte{}, p))
 			return err
 		}
 		var msg []byte
 		for {
-			h, payload, err := readClientFrame(brw.Reader)
+			h, payload, err := fakeprovider.ReadFrame(brw.Reader)
 			if err != nil {
 				return
 			}
@@ -148,31 +140,6 @@ func wsAgentProvider(t *testing.T, p *agentProvider) (*httptest.Server, func() [
 	}
 }
 
-func readClientFrame(r *bufio.Reader) (wsrelay.Header, []byte, error) {
-	b, err := r.Peek(2)
-	if err != nil {
-		return wsrelay.Header{}, nil, err
-	}
-	size := 2 + map[byte]int{126: 2, 127: 8}[b[1]&0x7F]
-	if b[1]&0x80 != 0 {
-		size += 4
-	}
-	if b, err = r.Peek(size); err != nil {
-		return wsrelay.Header{}, nil, err
-	}
-	h, _, err := wsrelay.ParseHeader(b)
-	if err != nil || h.Rsv != 0 {
-		return h, nil, fmt.Errorf("frame refused (rsv %x)", h.Rsv)
-	}
-	r.Discard(size)
-	p := make([]byte, h.Length)
-	if _, err := io.ReadFull(r, p); err != nil {
-		return h, nil, err
-	}
-	wsrelay.MaskBytes(h.Key, 0, p)
-	return h, p, nil
-}
-
 // runCodexBuiltin runs the scripted tasks with Codex's default
 // configuration: the built-in OpenAI provider (Responses WebSocket first),
 // its base URL pointed at baseURL.
@@ -234,14 +201,7 @@ func wsCreates(p *agentProvider) (bodies [][]byte, total int) {
 // forwarded message obeys the Responses rules, each is logged, and the
 // bytes at the provider fall.
 func TestCodexWebSocketDefault(t *testing.T) {
-	if testing.Short() {
-		t.Skip("agent CLI test skipped in -short mode")
-	}
-	for _, tool := range []string{"npm", "node"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not found", tool)
-		}
-	}
+	needNode(t, "agent CLI test")
 	bin := filepath.Join(npmInstall(t, "token-terminator-agents-test", claudeCodePackage, codexPackage), ".bin")
 	ctx, cancel := context.WithTimeout(context.Background(), 170*time.Second)
 	defer cancel()

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io/fs"
@@ -10,7 +9,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -62,41 +60,8 @@ func TestEncryptedAtRest(t *testing.T) {
 	reverse_proxy $UPSTREAM
 `, srv.URL()), up)
 		plantMarkers(t, g, up)
-		ctx := context.Background()
-		c := srv.Client()
-		keys, err := c.Keys(ctx, "*").Result()
-		if err != nil || len(keys) == 0 {
-			t.Fatalf("keys: %d, %v", len(keys), err)
-		}
-		for _, k := range keys {
-			vals := []string{k}
-			if d, err := c.Dump(ctx, k).Result(); err == nil {
-				vals = append(vals, d)
-			}
-			switch typ, _ := c.Type(ctx, k).Result(); typ {
-			case "string":
-				v, _ := c.Get(ctx, k).Result()
-				vals = append(vals, v)
-			case "hash":
-				m, _ := c.HGetAll(ctx, k).Result()
-				for f, v := range m {
-					vals = append(vals, f, v)
-				}
-			case "zset":
-				m, _ := c.ZRange(ctx, k, 0, -1).Result()
-				vals = append(vals, m...)
-			case "set":
-				m, _ := c.SMembers(ctx, k).Result()
-				vals = append(vals, m...)
-			case "list":
-				m, _ := c.LRange(ctx, k, 0, -1).Result()
-				vals = append(vals, m...)
-			}
-			for _, v := range vals {
-				if strings.Contains(v, atRestMarker) {
-					t.Errorf("redis key %q holds the marker", k)
-				}
-			}
+		for _, k := range srv.KeysHolding(t, atRestMarker) {
+			t.Errorf("redis key %q holds the marker", k)
 		}
 	})
 }

@@ -81,14 +81,7 @@ func checkGeminiSignatures(t *testing.T, taps []tapped, fwd map[int]forwarded) {
 //
 // Skipped with -short or when npm or the CLI cannot run.
 func TestGeminiCLI(t *testing.T) {
-	if testing.Short() {
-		t.Skip("agent CLI test skipped in -short mode")
-	}
-	for _, tool := range []string{"npm", "node"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not found: cannot install and run the Gemini CLI", tool)
-		}
-	}
+	needNode(t, "agent CLI test")
 	bin := filepath.Join(npmInstall(t, "token-terminator-gemini-test", geminiPackages...), ".bin")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "gemini"), "--version")

@@ -2,17 +2,13 @@ package integration
 
 import (
 	"bytes"
-	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
@@ -59,14 +55,7 @@ func newGeminiProvider(t *testing.T) *upstream {
 // one the SDK sent directly, and the SDK must read the same answer and
 // the simulated implicit cache in usageMetadata.
 func TestGeminiSDK(t *testing.T) {
-	if testing.Short() {
-		t.Skip("SDK test skipped in -short mode")
-	}
-	for _, tool := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not found: the @google/genai SDK test needs node and npm", tool)
-		}
-	}
+	needNode(t, "SDK test")
 	modules := npmInstall(t, "token-terminator-gemini-test", geminiPackages...)
 
 	out := fixtures.ToolOutput(900, 12000)
@@ -76,31 +65,9 @@ func TestGeminiSDK(t *testing.T) {
 		{Tool: "read_file", Args: `{"absolute_path":"/w/big.py"}`, Output: out},
 	}
 	body := fixtures.GeminiBody(turns, "go on", fixtures.GeminiOptions{Thoughts: true, Parallel: true})
-	work := t.TempDir()
-	if err := os.Symlink(modules, filepath.Join(work, "node_modules")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(work, "body.json"), body, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(work, "drive.mjs"), []byte(geminiSDKScript), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	work := nodeWork(t, modules, geminiSDKScript, map[string][]byte{"body.json": body})
 	run := func(base string) map[string]string {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, "node", "drive.mjs", base, filepath.Join(work, "body.json"))
-		cmd.Dir = work
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("node: %v\nstdout: %s\nstderr: %s", err, stdout.String(), stderr.String())
-		}
-		var got map[string]string
-		if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
-			t.Fatalf("node output: %v\n%s", err, stdout.String())
-		}
-		return got
+		return runNode(t, work, base, filepath.Join(work, "body.json"))
 	}
 
 	direct := newGeminiProvider(t)

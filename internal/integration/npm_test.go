@@ -1,7 +1,9 @@
 package integration
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,4 +63,60 @@ func npmInstall(t *testing.T, name string, packages ...string) string {
 		}
 	}
 	return filepath.Join(tmp, "node_modules")
+}
+
+// needNode skips the test (what: "SDK test", "agent CLI test") in -short
+// mode or when node or npm is missing: it installs npm packages and runs
+// node (Codex's npm entry point is a node script too).
+func needNode(t *testing.T, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("%s skipped in -short mode", what)
+	}
+	for _, tool := range []string{"npm", "node"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not found: the %s installs npm packages and runs node", tool, what)
+		}
+	}
+}
+
+// nodeWork is a work directory for a node script: node_modules linked to
+// modules, script written as drive.mjs, and each of files (name → bytes)
+// beside it.
+func nodeWork(t *testing.T, modules, script string, files map[string][]byte) string {
+	t.Helper()
+	work := t.TempDir()
+	if err := os.Symlink(modules, filepath.Join(work, "node_modules")); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(work, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(work, "drive.mjs"), []byte(script), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return work
+}
+
+// runNode runs drive.mjs in work with args, two minutes at most, and
+// returns the JSON object of strings it printed; the test fails when node
+// fails or prints anything else.
+func runNode(t *testing.T, work string, args ...string) map[string]string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", append([]string{"drive.mjs"}, args...)...)
+	cmd.Dir = work
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("node: %v\nstdout: %.2000s\nstderr: %.2000s", err, stdout.String(), stderr.String())
+	}
+	var got map[string]string
+	if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
+		t.Fatalf("node output: %v\n%.2000s\nstderr: %.2000s", err, stdout.String(), stderr.String())
+	}
+	return got
 }

@@ -93,14 +93,7 @@ var recoveryCLITasks = []agentTask{
 // Skipped with -short or when npm or a CLI cannot run (installed and cached
 // as for TestAgentCLIs).
 func TestCLIRecoveringSession(t *testing.T) {
-	if testing.Short() {
-		t.Skip("agent CLI test skipped in -short mode")
-	}
-	for _, tool := range []string{"npm", "node"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not found: cannot install and run the CLIs", tool)
-		}
-	}
+	needNode(t, "agent CLI test")
 	bin := filepath.Join(npmInstall(t, "token-terminator-agents-test", claudeCodePackage, codexPackage), ".bin")
 	for _, c := range recoveringCLIs {
 		t.Run(c.name, func(t *testing.T) { testCLIRecovering(t, c, bin) })

@@ -2,19 +2,16 @@ package integration
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fakeprovider"
@@ -31,14 +28,7 @@ import (
 // Skipped with -short or when node/npm are missing. The npm install is
 // cached under os.UserCacheDir()/token-terminator-sdk-test.
 func TestOfficialSDKs(t *testing.T) {
-	if testing.Short() {
-		t.Skip("SDK test skipped in -short mode")
-	}
-	for _, tool := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not found", tool)
-		}
-	}
+	needNode(t, "SDK test")
 	modules := installSDKs(t)
 
 	prov := newFakeProvider(t)
@@ -57,30 +47,9 @@ func TestOfficialSDKs(t *testing.T) {
 		"responses": fixtures.ResponsesBody("gpt-5", dup, "go on", fixtures.ResponsesOptions{Reasoning: true}),
 		"messages":  fixtures.AnthropicBody("claude-sonnet-4-5", dup, "go on", fixtures.AnthropicOptions{System: true, Thinking: true, CacheLast: true}),
 	}
-	work := t.TempDir()
-	if err := os.Symlink(modules, filepath.Join(work, "node_modules")); err != nil {
-		t.Fatal(err)
-	}
 	bodies, _ := json.Marshal(reqs)
-	if err := os.WriteFile(filepath.Join(work, "bodies.json"), bodies, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(work, "drive.mjs"), []byte(sdkScript), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", "drive.mjs", g.URL, filepath.Join(work, "bodies.json"))
-	cmd.Dir = work
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("node: %v\nstdout: %s\nstderr: %s", err, stdout.String(), stderr.String())
-	}
-	var got map[string]string
-	if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
-		t.Fatalf("node output: %v\n%s\nstderr: %s", err, stdout.String(), stderr.String())
-	}
+	work := nodeWork(t, modules, sdkScript, map[string][]byte{"bodies.json": bodies})
+	got := runNode(t, work, g.URL, filepath.Join(work, "bodies.json"))
 	t.Logf("SDK versions: %s", got["versions"])
 	for _, call := range []string{"chat", "chat_stream", "responses", "responses_stream", "messages", "messages_stream"} {
 		if want := "compiled:receipts=1"; got[call] != want {
@@ -275,14 +244,7 @@ process.stdout.write(JSON.stringify(out));
 // answered it. Every SDK call, plain and streaming, must complete with the
 // exact vaulted content in its text and no trace of the tool.
 func TestOfficialSDKsRecoveryRound(t *testing.T) {
-	if testing.Short() {
-		t.Skip("SDK test skipped in -short mode")
-	}
-	for _, tool := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not found", tool)
-		}
-	}
+	needNode(t, "SDK test")
 	modules := installSDKs(t)
 	prov := newRecoveryProvider(t)
 	g := startGateway(t, corpusSnippet, prov.up)
@@ -298,30 +260,9 @@ func TestOfficialSDKsRecoveryRound(t *testing.T) {
 		"responses": fixtures.ResponsesBody("gpt-5", dup, "go on", fixtures.ResponsesOptions{}),
 		"messages":  fixtures.AnthropicBody("claude-sonnet-4-5", dup, "go on", fixtures.AnthropicOptions{}),
 	}
-	work := t.TempDir()
-	if err := os.Symlink(modules, filepath.Join(work, "node_modules")); err != nil {
-		t.Fatal(err)
-	}
 	bodies, _ := json.Marshal(reqs)
-	if err := os.WriteFile(filepath.Join(work, "bodies.json"), bodies, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(work, "drive.mjs"), []byte(sdkRecoveryScript), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", "drive.mjs", g.URL, filepath.Join(work, "bodies.json"))
-	cmd.Dir = work
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("node: %v\nstdout: %.2000s\nstderr: %.2000s", err, stdout.String(), stderr.String())
-	}
-	var got map[string]string
-	if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
-		t.Fatalf("node output: %v\n%.2000s", err, stdout.String())
-	}
+	work := nodeWork(t, modules, sdkRecoveryScript, map[string][]byte{"bodies.json": bodies})
+	got := runNode(t, work, g.URL, filepath.Join(work, "bodies.json"))
 	for _, call := range []string{"chat", "chat_stream", "responses", "responses_stream", "messages", "messages_stream"} {
 		if !strings.HasSuffix(got[call], "recovered: "+out) || strings.Contains(got[call], "token_terminator") {
 			t.Errorf("%s: SDK got %.200q…, want the recovered content", call, got[call])

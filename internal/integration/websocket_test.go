@@ -7,7 +7,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -71,22 +70,9 @@ func maskedFrame(fin bool, op byte, p []byte) []byte {
 // next reads the next frame from the server: its opcode and payload.
 func (c *wsClient) next() (byte, []byte) {
 	c.t.Helper()
-	b, err := c.br.Peek(2)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	size := 2 + map[byte]int{126: 2, 127: 8}[b[1]&0x7F]
-	if b, err = c.br.Peek(size); err != nil {
-		c.t.Fatal(err)
-	}
-	h, _, err := wsrelay.ParseHeader(b)
-	if err != nil || h.Masked || h.Rsv != 0 || !h.Fin {
+	h, p, err := fakeprovider.ReadFrame(c.br) // refuses reserved bits
+	if err != nil || h.Masked || !h.Fin {
 		c.t.Fatalf("server frame %+v, %v", h, err)
-	}
-	c.br.Discard(size)
-	p := make([]byte, h.Length)
-	if _, err := io.ReadFull(c.br, p); err != nil {
-		c.t.Fatal(err)
 	}
 	return h.Op, p
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -113,4 +114,51 @@ func (s *Server) Client() *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", s.Port), MaxRetries: -1})
 	s.t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// KeysHolding returns the keys whose name, DUMP, or value read by type
+// (string, hash fields and values, set, sorted set and list members)
+// holds marker. The test fails when the server holds no key at all: a
+// check of nothing proves nothing.
+func (s *Server) KeysHolding(t testing.TB, marker string) []string {
+	t.Helper()
+	ctx := context.Background()
+	c := s.Client()
+	keys, err := c.Keys(ctx, "*").Result()
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("keys: %d, %v", len(keys), err)
+	}
+	var holding []string
+	for _, k := range keys {
+		vals := []string{k}
+		if d, err := c.Dump(ctx, k).Result(); err == nil {
+			vals = append(vals, d)
+		}
+		switch typ, _ := c.Type(ctx, k).Result(); typ {
+		case "string":
+			v, _ := c.Get(ctx, k).Result()
+			vals = append(vals, v)
+		case "hash":
+			m, _ := c.HGetAll(ctx, k).Result()
+			for f, v := range m {
+				vals = append(vals, f, v)
+			}
+		case "zset":
+			m, _ := c.ZRange(ctx, k, 0, -1).Result()
+			vals = append(vals, m...)
+		case "set":
+			m, _ := c.SMembers(ctx, k).Result()
+			vals = append(vals, m...)
+		case "list":
+			m, _ := c.LRange(ctx, k, 0, -1).Result()
+			vals = append(vals, m...)
+		}
+		for _, v := range vals {
+			if strings.Contains(v, marker) {
+				holding = append(holding, k)
+				break
+			}
+		}
+	}
+	return holding
 }
