@@ -104,7 +104,7 @@ func TestGeminiSDK(t *testing.T) {
 		if !bytes.Contains(r.Body, jsonString(out)) {
 			t.Errorf("%s: newest copy not inline", path)
 		}
-		if err := compiler.CheckRewrite(path, orig[i].Body, r.Body); err != nil {
+		if err := compiler.CheckRewriteKeyed(path, orig[i].Body, r.Body); err != nil {
 			t.Errorf("%s: checker: %v", path, err)
 		}
 		if err := compiler.CheckRules(path, r.Body); err != nil {

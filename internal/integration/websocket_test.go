@@ -193,7 +193,7 @@ func TestWebSocketResponsesCompiled(t *testing.T) {
 				if !bytes.Equal(got, orig) {
 					rewritten++
 				}
-				if err := compiler.CheckCompacted("/v1/responses", orig, got); err != nil {
+				if err := compiler.CheckCompactedKeyed("/v1/responses", orig, got); err != nil {
 					t.Fatalf("step %d: forwarded message fails the Responses checker: %v", i, err)
 				}
 			}
