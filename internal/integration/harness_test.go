@@ -640,7 +640,11 @@ func caddyBinary(t testing.TB) string {
 			return
 		}
 		built.bin = filepath.Join(built.dir, "caddy")
-		build := exec.Command("go", "build", "-o", built.bin, "./cmd/caddy")
+		args := []string{"build", "-o", built.bin}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		build := exec.Command("go", append(args, "./cmd/caddy")...)
 		build.Dir = "../.."
 		built.out, built.err = build.CombinedOutput()
 	})

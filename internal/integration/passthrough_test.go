@@ -249,24 +249,29 @@ func TestTooLargeChunkedStreamsUnbuffered(t *testing.T) {
 	expectPassthroughHeader(t, chatPath, r, "too_large")
 }
 
-func TestGzipBodyPassesThrough(t *testing.T) {
+// An encoded body the gateway decodes (gzip) is compiled; with nothing to
+// replace the client's exact bytes go on, still gzip. A coding it does not
+// decode (deflate) passes through as content_encoding.
+func TestEncodedBodyPassesThrough(t *testing.T) {
 	up := newUpstream(t)
 	g := startGateway(t, defaultSnippet, up)
 	var zb bytes.Buffer
 	zw := gzip.NewWriter(&zb)
 	zw.Write(newConversation("sys", "u").tool("bash", "{}", bigOutput("gz", 9000)).body())
 	zw.Close()
-	body := zb.Bytes()
-	r := g.post(chatPath, body, "Content-Encoding: gzip")
-	if r.Status != http.StatusOK {
-		t.Fatalf("status %d", r.Status)
+	for _, tc := range []struct{ coding, reason string }{{"gzip", "nothing_to_replace"}, {"deflate", "content_encoding"}} {
+		body := zb.Bytes()
+		r := g.post(chatPath, body, "Content-Encoding: "+tc.coding)
+		if r.Status != http.StatusOK {
+			t.Fatalf("%s: status %d", tc.coding, r.Status)
+		}
+		got := up.last(t)
+		expectSame(t, body, got)
+		if got.Header.Get("Content-Encoding") != tc.coding {
+			t.Fatalf("%s: Content-Encoding not forwarded", tc.coding)
+		}
+		expectPassthroughHeader(t, chatPath, r, tc.reason)
 	}
-	got := up.last(t)
-	expectSame(t, body, got)
-	if got.Header.Get("Content-Encoding") != "gzip" {
-		t.Fatal("Content-Encoding not forwarded")
-	}
-	expectPassthroughHeader(t, chatPath, r, "content_encoding")
 }
 
 func TestChunkedCandidateGetsContentLength(t *testing.T) {

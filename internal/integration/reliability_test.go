@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/seal"
 	"github.com/tokenterminator/caddy-token-terminator/internal/vault/badgervault"
 )
 
@@ -323,11 +324,17 @@ func TestReliabilityKill9(t *testing.T) {
 		t.Fatalf("opening the vault after kill -9: %v", err)
 	}
 	defer st.Close()
-	ctx := t.Context()
+	tenantKey, err := st.TenantKey(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
 	checked := 0
 	for _, got := range up.all() {
 		sent := res.sent[got.Header.Get("X-Load-Id")]
 		tenant := st.Tenant(got.Header.Get("Authorization"))
+		// Sealed under the request's data keys (encrypt on), which derive
+		// from its credential and the vault's tenant key.
+		ctx := seal.NewContext(t.Context(), fleetKeys(t, string(tenantKey), got.Header.Get("Authorization")))
 		for _, m := range receiptRE.FindAllSubmatch(got.Body, -1) {
 			id := "a_" + string(m[1])
 			d, ok, err := st.Resolve(ctx, tenant, id)
