@@ -49,7 +49,25 @@ func (g *Gateway) EnableRecovery(mode string, cfg recovery.Config, backend vault
 			zap.String("recovery", mode), zap.String("backend_type", fmt.Sprintf("%T", backend)))
 		return
 	}
+	arts = countedArtifacts{Artifacts: arts, g: g}
 	g.Recovery = &RecoveryRuntime{mode: mode, cfg: cfg, arts: arts, api: recovery.NewAPI(arts, g.apiTenant, cfg)}
+}
+
+// countedArtifacts counts the vault reads of the artifact API and the
+// recovery tool (recovery_reads_total, by action): both read through it.
+type countedArtifacts struct {
+	recovery.Artifacts
+	g *Gateway
+}
+
+func (c countedArtifacts) Get(ctx context.Context, tenant string, d artifact.Digest) (artifact.Artifact, bool, error) {
+	c.g.Metrics.RecoveryRead("get")
+	return c.Artifacts.Get(ctx, tenant, d)
+}
+
+func (c countedArtifacts) Search(ctx context.Context, tenant, query string, limit int) ([]artifact.Artifact, error) {
+	c.g.Metrics.RecoveryRead("search")
+	return c.Artifacts.Search(ctx, tenant, query, limit)
 }
 
 // CompilerRecovery is what the compiler is told of the effective recovery:
