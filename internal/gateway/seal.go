@@ -20,8 +20,10 @@ import (
 // encrypting reports whether the request path seals what it stores.
 func (g *Gateway) encrypting() bool { return g.Encrypt && g.SealKey != nil }
 
-// tenantSecret returns the secret the request's data keys derive from,
-// "" when it has no tenant. It decides exactly as tenant does.
+// tenantSecret returns what decides the request's tenant (tenant hashes
+// it) and its data keys derive from, "" when it has none: the configured
+// identity, prefixed so that it never equals a credential, else the
+// provider credential.
 func (g *Gateway) tenantSecret(r *http.Request, format provider.Format) string {
 	if g.Tenant != "" {
 		repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)

@@ -37,20 +37,8 @@ func TenantHasher(key []byte) TenantFunc {
 // tenant. Without one, the credential the provider authenticates the
 // request by decides.
 func (g *Gateway) tenant(r *http.Request, format provider.Format) string {
-	if g.Tenant != "" {
-		repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-		if !ok {
-			return ""
-		}
-		v := repl.ReplaceAll(g.Tenant, "")
-		if v == "" {
-			return ""
-		}
-		// Prefixed so that a configured identity never equals a credential.
-		return g.Tenants("tenant\x00" + v)
-	}
-	if c := requestCredential(r, format); c != "" {
-		return g.Tenants(c)
+	if secret := g.tenantSecret(r, format); secret != "" {
+		return g.Tenants(secret)
 	}
 	return ""
 }
