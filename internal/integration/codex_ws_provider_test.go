@@ -1,0 +1,513 @@
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/tokenterminator/caddy-token-terminator/internal/fakeprovider"
+	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
+	"github.com/tokenterminator/caddy-token-terminator/internal/wsrelay"
+)
+
+// This file holds the scripted agent provider's Responses WebSocket side,
+// as the Responses API's WebSocket mode behaves: each response.create
+// message is answered on its socket by the events an HTTPS stream carries,
+// one message each; previous_response_id resolves only against responses
+// produced on the same connection (an unknown id is answered with an
+// error event, previous_response_not_found, as the API does); usage is
+// billed on the whole history the message stands for (the responses it
+// continues plus its input), through the session's simulated prompt cache.
+// With a recovering model it also plays a model that calls the gateway's
+// tool for a receipt it was sent, and continues the script once the
+// tool's result is in its history.
+
+// wsMessage is one text message the provider received over a socket.
+type wsMessage struct {
+	Socket int    // the socket's number, in the order they opened
+	Body   []byte // the message as it arrived
+	Create bool   // a response.create
+}
+
+// wsAgentProvider is the scripted provider's WebSocket front: requests
+// that are not upgrades go to the HTTPS provider p as they are.
+type wsAgentProvider struct {
+	*httptest.Server
+	p       *agentProvider
+	recover *wsRecovering // nil: the model never calls the gateway's tool
+
+	mu      sync.Mutex
+	sockets int
+	msgs    []wsMessage
+	billed  [][]byte // the whole Responses body of each answered create (warm-ups left out), in order
+	refused int      // creates answered previous_response_not_found
+}
+
+// newWSAgentProvider serves p's script over the Responses WebSocket;
+// recovering, when set, is the model that calls the gateway's tool.
+func newWSAgentProvider(t *testing.T, p *agentProvider, recovering *wsRecovering) *wsAgentProvider {
+	w := &wsAgentProvider{p: p, recover: recovering}
+	inner := p.Server.Config.Handler
+	w.Server = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet || !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+			inner.ServeHTTP(rw, r)
+			return
+		}
+		conn, brw, ok := fakeprovider.Upgrade(rw, r.Header.Get("Sec-WebSocket-Key"))
+		if !ok {
+			return
+		}
+		defer conn.Close()
+		w.mu.Lock()
+		w.sockets++
+		c := &wsConversation{w: w, socket: w.sockets, path: r.URL.Path, header: r.Header.Clone(), inner: inner, hist: map[string][]json.RawMessage{}}
+		w.mu.Unlock()
+		c.send = func(p []byte) error {
+			_, err := conn.Write(wsrelay.AppendFrame(nil, true, wsrelay.OpText, false, [4]byte{}, p))
+			return err
+		}
+		serveFrames(brw.Reader, func(op byte, p []byte) error {
+			_, err := conn.Write(wsrelay.AppendFrame(nil, true, op, false, [4]byte{}, p))
+			return err
+		}, c.message)
+	}))
+	t.Cleanup(w.Server.Close)
+	return w
+}
+
+// serveFrames reads a client's frames: pings are answered, a close is
+// echoed and ends the socket, fragments are joined, and each whole text
+// message goes to onText; an error from onText ends the socket.
+func serveFrames(r *bufio.Reader, send func(op byte, p []byte) error, onText func([]byte) error) {
+	var msg []byte
+	var op byte
+	for {
+		h, payload, err := fakeprovider.ReadFrame(r)
+		if err != nil {
+			return
+		}
+		switch h.Op {
+		case wsrelay.OpPing:
+			if send(wsrelay.OpPong, payload) != nil {
+				return
+			}
+			continue
+		case wsrelay.OpPong:
+			continue
+		case wsrelay.OpClose:
+			_ = send(wsrelay.OpClose, payload)
+			return
+		case wsrelay.OpText, wsrelay.OpBinary:
+			op, msg = h.Op, append(msg[:0], payload...)
+		default:
+			msg = append(msg, payload...)
+		}
+		if !h.Fin || op != wsrelay.OpText {
+			continue
+		}
+		if onText(append([]byte(nil), msg...)) != nil {
+			return
+		}
+	}
+}
+
+// wsConversation is one socket's state: the responses produced on it,
+// each with the whole history it ends (its request's history and its
+// output), which a later previous_response_id on this socket continues.
+type wsConversation struct {
+	w      *wsAgentProvider
+	socket int
+	path   string
+	header http.Header
+	inner  http.Handler
+	send   func([]byte) error
+	hist   map[string][]json.RawMessage
+	warm   int
+}
+
+// wsCreateHead is what the provider reads of a client message.
+type wsCreateHead struct {
+	Type     string          `json:"type"`
+	Model    string          `json:"model"`
+	Prev     string          `json:"previous_response_id"`
+	Generate *bool           `json:"generate"`
+	Input    json.RawMessage `json:"input"`
+}
+
+func (c *wsConversation) message(msg []byte) error {
+	var head wsCreateHead
+	create := json.Unmarshal(msg, &head) == nil && head.Type == "response.create"
+	w := c.w
+	w.mu.Lock()
+	w.msgs = append(w.msgs, wsMessage{Socket: c.socket, Body: msg, Create: create})
+	w.mu.Unlock()
+	if !create {
+		return nil
+	}
+	whole, ok := c.resolve(head)
+	if !ok {
+		w.mu.Lock()
+		w.refused++
+		w.mu.Unlock()
+		return c.send([]byte(fmt.Sprintf(`{"type":"error","status":400,"error":{"type":"invalid_request_error","code":"previous_response_not_found","message":%q,"param":"previous_response_id"}}`,
+			fmt.Sprintf("Previous response with id '%s' not found.", head.Prev))))
+	}
+	if head.Generate != nil && !*head.Generate {
+		return c.warmUp(head.Model, whole)
+	}
+	body := wholeBody(msg, whole)
+	w.mu.Lock()
+	w.billed = append(w.billed, body)
+	w.mu.Unlock()
+	if w.recover != nil {
+		if id, ok := w.recover.call(body); ok {
+			return c.callTool(head.Model, body, whole, id)
+		}
+	}
+	return c.scripted(body, whole)
+}
+
+// resolve is the whole history a create stands for; false when its
+// previous_response_id is not a response of this socket.
+func (c *wsConversation) resolve(head wsCreateHead) ([]json.RawMessage, bool) {
+	var prior []json.RawMessage
+	if head.Prev != "" {
+		h, ok := c.hist[head.Prev]
+		if !ok {
+			return nil, false
+		}
+		prior = h
+	}
+	var items []json.RawMessage
+	if json.Unmarshal(head.Input, &items) != nil && len(head.Input) > 0 {
+		var s string
+		if json.Unmarshal(head.Input, &s) == nil {
+			b, _ := json.Marshal(map[string]any{"role": "user", "content": s})
+			items = []json.RawMessage{b}
+		}
+	}
+	return append(append([]json.RawMessage(nil), prior...), items...), true
+}
+
+// keep records a response produced on this socket.
+func (c *wsConversation) keep(id string, whole, output []json.RawMessage) {
+	c.hist[id] = append(append([]json.RawMessage(nil), whole...), output...)
+}
+
+// warmUp answers a generate:false message with an empty completed
+// response, which a later message may continue.
+func (c *wsConversation) warmUp(model string, whole []json.RawMessage) error {
+	c.warm++
+	id := fmt.Sprintf("resp_warm%d", c.warm)
+	c.keep(id, whole, nil)
+	resp := fmt.Sprintf(`{"id":%q,"object":"response","created_at":1,"status":"%%s","model":%q,"output":[],"usage":{"input_tokens":0,"output_tokens":0,"total_tokens":0,"input_tokens_details":{"cached_tokens":0},"output_tokens_details":{"reasoning_tokens":0}}}`, id, model)
+	if err := c.send([]byte(`{"type":"response.created","sequence_number":0,"response":` + fmt.Sprintf(resp, "in_progress") + `}`)); err != nil {
+		return err
+	}
+	return c.send([]byte(`{"type":"response.completed","sequence_number":1,"response":` + fmt.Sprintf(resp, "completed") + `}`))
+}
+
+// scripted answers body from the script (the HTTPS provider's answer,
+// one message per event).
+func (c *wsConversation) scripted(body []byte, whole []json.RawMessage) error {
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodPost, c.path, bytes.NewReader(body))
+	req.Header = c.header.Clone()
+	req.Header.Del("Upgrade")
+	c.inner.ServeHTTP(rec, req)
+	for _, line := range strings.Split(rec.Body.String(), "\n") {
+		data, ok := strings.CutPrefix(line, "data: ")
+		if !ok || data == "[DONE]" {
+			continue
+		}
+		var ev struct {
+			Type     string `json:"type"`
+			Response struct {
+				ID     string            `json:"id"`
+				Output []json.RawMessage `json:"output"`
+			} `json:"response"`
+		}
+		if json.Unmarshal([]byte(data), &ev) == nil && ev.Type == "response.completed" {
+			c.keep(ev.Response.ID, whole, ev.Response.Output)
+		}
+		if err := c.send([]byte(data)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// callTool answers body with the model's call of the gateway's tool for
+// artifact id (a reasoning item first, as a reasoning model answers),
+// streamed, billed through the session's prompt cache.
+func (c *wsConversation) callTool(model string, body []byte, whole []json.RawMessage, artifact string) error {
+	p := c.w.p
+	p.mu.Lock()
+	u := p.bill(c.path, body)
+	p.mu.Unlock()
+	n := c.w.recover.made()
+	id := fmt.Sprintf("resp_rcv%d", n)
+	args, _ := json.Marshal(map[string]any{"action": "artifact_get", "artifact_id": artifact, "offset": 0, "limit": wsRecoverPage})
+	reasoning := fmt.Sprintf(`{"type":"reasoning","id":"rs_rcv%d","summary":[],"encrypted_content":"gAAAAB-enc-rcv%d"}`, n, n)
+	item := func(status, a string) string {
+		return fmt.Sprintf(`{"type":"function_call","id":"fc_rcv%d","status":%q,"arguments":%s,"call_id":"tt_ws%d","name":%q}`, n, status, jsonString(a), n, recovery.ToolName)
+	}
+	resp := func(status, out, usage string) string {
+		return fmt.Sprintf(`{"id":%q,"object":"response","created_at":1,"status":%q,"model":%q,"output":[%s],"parallel_tool_calls":true,"tool_choice":"auto","tools":[],"usage":%s}`, id, status, model, out, usage)
+	}
+	usage := fmt.Sprintf(`{"input_tokens":%d,"output_tokens":20,"total_tokens":%d,"input_tokens_details":{"cached_tokens":%d},"output_tokens_details":{"reasoning_tokens":0}}`, u.input(), u.input()+20, u.read)
+	half := len(args) / 2
+	events := []string{
+		fmt.Sprintf(`{"type":"response.created","sequence_number":0,"response":%s}`, resp("in_progress", "", "null")),
+		fmt.Sprintf(`{"type":"response.output_item.added","sequence_number":1,"output_index":0,"item":%s}`, reasoning),
+		fmt.Sprintf(`{"type":"response.output_item.done","sequence_number":2,"output_index":0,"item":%s}`, reasoning),
+		fmt.Sprintf(`{"type":"response.output_item.added","sequence_number":3,"output_index":1,"item":%s}`, item("in_progress", "")),
+		fmt.Sprintf(`{"type":"response.function_call_arguments.delta","sequence_number":4,"item_id":"fc_rcv%d","output_index":1,"delta":%s}`, n, jsonString(string(args[:half]))),
+		fmt.Sprintf(`{"type":"response.function_call_arguments.delta","sequence_number":5,"item_id":"fc_rcv%d","output_index":1,"delta":%s}`, n, jsonString(string(args[half:]))),
+		fmt.Sprintf(`{"type":"response.function_call_arguments.done","sequence_number":6,"item_id":"fc_rcv%d","output_index":1,"arguments":%s}`, n, jsonString(string(args))),
+		fmt.Sprintf(`{"type":"response.output_item.done","sequence_number":7,"output_index":1,"item":%s}`, item("completed", string(args))),
+		fmt.Sprintf(`{"type":"response.completed","sequence_number":8,"response":%s}`, resp("completed", reasoning+","+item("completed", string(args)), usage)),
+	}
+	c.keep(id, whole, []json.RawMessage{json.RawMessage(reasoning), json.RawMessage(item("completed", string(args)))})
+	for _, ev := range events {
+		if err := c.send([]byte(ev)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// wsRecoverPage is the characters of the artifact the model asks for: a
+// page of what it needs, as a model quoting a few lines would.
+const wsRecoverPage = 2000
+
+// wholeBody is the Responses body a create stands for: its own fields
+// (model, tools, instructions…) with the whole history as input, without
+// the socket's fields (type, previous_response_id, generate); streamed.
+func wholeBody(msg []byte, whole []json.RawMessage) []byte {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(msg, &m) != nil {
+		return msg
+	}
+	for _, k := range []string{"type", "previous_response_id", "generate"} {
+		delete(m, k)
+	}
+	m["input"] = joinItems(whole)
+	m["stream"] = json.RawMessage("true")
+	return marshalNoEscape(m)
+}
+
+func joinItems(items []json.RawMessage) json.RawMessage {
+	return json.RawMessage("[" + string(bytes.Join(func() [][]byte {
+		out := make([][]byte, len(items))
+		for i, it := range items {
+			out[i] = it
+		}
+		return out
+	}(), []byte(","))) + "]")
+}
+
+// marshalNoEscape encodes v as the clients do: no HTML escaping.
+func marshalNoEscape(v any) []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if enc.Encode(v) != nil {
+		return nil
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+}
+
+// messages returns the text messages received, in order.
+func (w *wsAgentProvider) messages() []wsMessage {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]wsMessage(nil), w.msgs...)
+}
+
+// counts returns the sockets opened and the creates answered
+// previous_response_not_found.
+func (w *wsAgentProvider) counts() (sockets, refused int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.sockets, w.refused
+}
+
+// wholeBodies returns the whole Responses body of every answered create.
+func (w *wsAgentProvider) wholeBodies() [][]byte {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([][]byte(nil), w.billed...)
+}
+
+// wsRecovering is a model that recovers receipts with the gateway's tool:
+// a create that offers the tool and carries a receipt it has not read yet
+// (at most max receipts in the session) is answered with a call of the
+// tool for that receipt; the gateway's follow-up (the call's output in the
+// history, whether continued by previous_response_id or sent whole) is
+// answered from the script, as if the call had not been made
+// (ownToolHidden).
+type wsRecovering struct {
+	max   int
+	mu    sync.Mutex
+	read  []string // the receipts' artifact ids, in the order called
+	calls int
+}
+
+// call returns the artifact the model calls the tool for; false when it
+// answers from the script.
+func (m *wsRecovering) call(body []byte) (string, bool) {
+	if !offersTool(body, recovery.ToolName) || endsWithOwnOutput(body) {
+		return "", false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.read) >= m.max {
+		return "", false
+	}
+	for _, sub := range receiptIDRE.FindAllSubmatch(body, -1) {
+		id := string(sub[1])
+		if !containsString(m.read, id) {
+			m.read = append(m.read, id)
+			return id, true
+		}
+	}
+	return "", false
+}
+
+// made counts a tool call and returns its number.
+func (m *wsRecovering) made() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.calls++
+	return m.calls
+}
+
+// recovered returns the artifact ids the model called the tool for.
+func (m *wsRecovering) recovered() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.read...)
+}
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// offersTool reports whether a Responses body defines the function tool name.
+func offersTool(body []byte, name string) bool {
+	var req struct {
+		Tools []struct {
+			Name string `json:"name"`
+		} `json:"tools"`
+	}
+	if json.Unmarshal(body, &req) != nil {
+		return false
+	}
+	for _, t := range req.Tools {
+		if t.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// responsesItem is what the scripted model reads of an input item.
+type responsesItem struct {
+	Type   string `json:"type"`
+	Name   string `json:"name"`
+	CallID string `json:"call_id"`
+	Output any    `json:"output"`
+}
+
+// ownToolOutputs returns the outputs of the gateway's tool calls in a
+// Responses body's input (the calls found by name, their outputs by
+// call_id), in order.
+func ownToolOutputs(body []byte) []string {
+	items, own := ownToolItems(body)
+	var out []string
+	for i, it := range items {
+		if own[i] && it.Type == "function_call_output" {
+			s, _ := it.Output.(string)
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// ownToolItems parses a body's input and marks the gateway's tool calls
+// and their outputs.
+func ownToolItems(body []byte) ([]responsesItem, []bool) {
+	var req struct {
+		Input []responsesItem `json:"input"`
+	}
+	_ = json.Unmarshal(body, &req)
+	calls := map[string]bool{}
+	own := make([]bool, len(req.Input))
+	for i, it := range req.Input {
+		switch {
+		case it.Type == "function_call" && it.Name == recovery.ToolName:
+			calls[it.CallID], own[i] = true, true
+		case it.Type == "function_call_output" && calls[it.CallID]:
+			own[i] = true
+		}
+	}
+	return req.Input, own
+}
+
+// endsWithOwnOutput reports whether the body's last input item is an
+// output of the gateway's tool: a follow-up.
+func endsWithOwnOutput(body []byte) bool {
+	items, own := ownToolItems(body)
+	return len(items) > 0 && own[len(items)-1] && items[len(items)-1].Type == "function_call_output"
+}
+
+// ownToolHidden is a dialect that answers a request as the inner dialect
+// answers it without the gateway's tool calls and their outputs: the
+// scripted model continues where it was before it called the tool.
+type ownToolHidden struct{ agentDialect }
+
+func (d ownToolHidden) next(body []byte) (int, int, bool) {
+	return d.agentDialect.next(withoutOwnTool(body))
+}
+
+func (d ownToolHidden) reply(w http.ResponseWriter, body []byte, task, step int, calls []agentAction, final string, u cacheUsage) {
+	d.agentDialect.reply(w, withoutOwnTool(body), task, step, calls, final, u)
+}
+
+// withoutOwnTool returns body with the gateway's tool calls and their
+// outputs (and the reasoning item right before a call) left out of input.
+func withoutOwnTool(body []byte) []byte {
+	var m map[string]json.RawMessage
+	var raw []json.RawMessage
+	if json.Unmarshal(body, &m) != nil || json.Unmarshal(m["input"], &raw) != nil {
+		return body
+	}
+	items, own := ownToolItems(body)
+	if len(items) != len(raw) {
+		return body
+	}
+	var kept []json.RawMessage
+	for i := range raw {
+		if own[i] || items[i].Type == "reasoning" && i+1 < len(raw) && own[i+1] {
+			continue
+		}
+		kept = append(kept, raw[i])
+	}
+	if len(kept) == len(raw) {
+		return body
+	}
+	m["input"] = joinItems(kept)
+	return marshalNoEscape(m)
+}
