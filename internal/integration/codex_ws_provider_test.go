@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fakeprovider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
 	"github.com/tokenterminator/caddy-token-terminator/internal/wsrelay"
@@ -510,4 +511,134 @@ func withoutOwnTool(body []byte) []byte {
 	}
 	m["input"] = joinItems(kept)
 	return marshalNoEscape(m)
+}
+
+// untilEnd reads server messages up to the end of a response
+// (response.completed) or an error event, and returns them.
+func (c *wsClient) untilEnd() [][]byte {
+	c.t.Helper()
+	var out [][]byte
+	for {
+		op, p := c.next()
+		if op != wsrelay.OpText {
+			continue
+		}
+		out = append(out, p)
+		var ev struct {
+			Type string `json:"type"`
+		}
+		if json.Unmarshal(p, &ev) != nil {
+			c.t.Fatalf("server message is not JSON: %.80q", p)
+		}
+		if ev.Type == "response.completed" || ev.Type == "error" {
+			return out
+		}
+	}
+}
+
+// wsCompleted is what a test reads of a response's last event.
+type wsCompleted struct {
+	Type     string `json:"type"`
+	Response struct {
+		ID     string `json:"id"`
+		Output []struct {
+			Type      string `json:"type"`
+			Name      string `json:"name"`
+			CallID    string `json:"call_id"`
+			Arguments string `json:"arguments"`
+		} `json:"output"`
+		Usage struct {
+			Input   int `json:"input_tokens"`
+			Details struct {
+				Cached int `json:"cached_tokens"`
+			} `json:"input_tokens_details"`
+		} `json:"usage"`
+	} `json:"response"`
+	Error struct {
+		Code  string `json:"code"`
+		Param string `json:"param"`
+	} `json:"error"`
+}
+
+// The scripted provider's socket, driven by hand: a create offering the
+// gateway's tool with a receipt is answered by a streamed call of the
+// tool for that receipt; the follow-up, chained by previous_response_id
+// or sent whole, continues the script; usage is the whole history's,
+// with the prefix the socket's earlier request shares read from the
+// cache; previous_response_id resolves only on the socket that produced
+// the response.
+func TestWSAgentProviderRecovers(t *testing.T) {
+	tasks := []agentTask{{taskTag(1) + " Read a.txt.", [][]agentAction{{{kind: actRead, file: "a.txt"}}}}}
+	prov := newAgentProvider(t, tasks, ownToolHidden{codexDialect{}})
+	m := &wsRecovering{max: 1}
+	w := newWSAgentProvider(t, prov, m)
+	receipt := "a_0123456789abcdef0123456789abcdef"
+	person := fmt.Sprintf(`{"type":"message","role":"user","content":[{"type":"input_text","text":%s}]}`,
+		jsonString(taskTag(1)+" Read a.txt. "+strings.Repeat("context ", 1200)+"[Token Terminator artifact "+receipt+" 9000 chars]"))
+	tools := `"tools":[{"type":"function","name":"exec_command","parameters":{}},{"type":"function","name":"token_terminator","parameters":{}}]`
+	create := func(prev string, items ...string) []byte {
+		p := ""
+		if prev != "" {
+			p = fmt.Sprintf(`"previous_response_id":%q,`, prev)
+		}
+		return []byte(fmt.Sprintf(`{"type":"response.create","model":"gpt-5",%s%s,"input":[%s]}`, p, tools, strings.Join(items, ",")))
+	}
+	last := func(c *wsClient, msg []byte) wsCompleted {
+		t.Helper()
+		c.send(maskedFrame(true, wsrelay.OpText, msg))
+		evs := c.untilEnd()
+		var ev wsCompleted
+		if err := json.Unmarshal(evs[len(evs)-1], &ev); err != nil {
+			t.Fatal(err)
+		}
+		return ev
+	}
+	output := `{"type":"function_call_output","call_id":"tt_ws1","output":"{\"artifact_id\":\"` + receipt + `\",\"content\":\"line\"}"}`
+
+	c1 := dialWS(t, w.URL, "/v1/responses", "sk-ws-provider")
+	first := last(c1, create("", person))
+	calls := first.Response.Output
+	if first.Type != "response.completed" || len(calls) != 2 || calls[1].Name != recovery.ToolName || calls[1].CallID != "tt_ws1" || !strings.Contains(calls[1].Arguments, receipt) {
+		t.Fatalf("first answer: %+v, want a call of the gateway's tool for %s", first, receipt)
+	}
+	chained := last(c1, create(first.Response.ID, output))
+	if chained.Response.ID != "resp_t1s0" || chained.Response.Output[1].Name != "exec_command" {
+		t.Fatalf("the chained follow-up was answered %+v, want the script's t1s0", chained)
+	}
+	t.Logf("usage: first %+v, chained %+v", first.Response.Usage, chained.Response.Usage)
+	if u := chained.Response.Usage; u.Input <= first.Response.Usage.Input || u.Details.Cached == 0 {
+		t.Fatalf("chained usage %+v after %+v: want the whole history billed, its prefix read from the cache", u, first.Response.Usage)
+	}
+	if ev := last(c1, create("resp_unknown", output)); ev.Type != "error" || ev.Error.Code != "previous_response_not_found" || ev.Error.Param != "previous_response_id" {
+		t.Fatalf("an unknown previous_response_id was answered %+v", ev)
+	}
+	c2 := dialWS(t, w.URL, "/v1/responses", "sk-ws-provider")
+	if ev := last(c2, create(chained.Response.ID, `{"type":"function_call_output","call_id":"call_t1s0c0","output":"x"}`)); ev.Type != "error" {
+		t.Fatalf("a response of another socket was continued: %+v", ev)
+	}
+	// The follow-up sent whole (the original input, the round's output
+	// items and the tool's output) continues the script too, and the
+	// receipt, read once, is not asked for again.
+	reasoning := `{"type":"reasoning","id":"rs_rcv1","summary":[],"encrypted_content":"gAAAAB-enc-rcv1"}`
+	call := `{"type":"function_call","id":"fc_rcv1","status":"completed","arguments":"{}","call_id":"tt_ws1","name":"token_terminator"}`
+	if ev := last(c2, create("", person, reasoning, call, output)); ev.Response.ID != "resp_t1s0" {
+		t.Fatalf("the whole follow-up was answered %+v, want the script's t1s0", ev)
+	}
+	if ev := last(c1, create(chained.Response.ID, `{"type":"function_call_output","call_id":"call_t1s0c0","output":"x"}`)); ev.Response.ID != "resp_t1s1" {
+		t.Fatalf("the client's next step was answered %+v, want the script's t1s1", ev)
+	}
+	if got := strings.Join(prov.script(), ","); got != "t1s0,t1s0,t1s1" {
+		t.Fatalf("script %s", got)
+	}
+	if read := m.recovered(); len(read) != 1 || read[0] != receipt {
+		t.Fatalf("the model read %v", read)
+	}
+	for i, b := range w.wholeBodies() {
+		if err := compiler.CheckRules("/v1/responses", b); err != nil {
+			t.Fatalf("whole body %d breaks the Responses rules: %v", i, err)
+		}
+	}
+	if sockets, refused := w.counts(); sockets != 2 || refused != 2 {
+		t.Fatalf("%d sockets, %d refused", sockets, refused)
+	}
 }
