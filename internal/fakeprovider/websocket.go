@@ -20,7 +20,11 @@ import (
 // the events a streamed Responses answer carries (response.created …
 // response.completed, whose usage comes from the simulated prompt cache);
 // a ping is answered by a pong and a close by a close. No extension is
-// negotiated.
+// negotiated. As in the Responses API's WebSocket mode, a message's
+// previous_response_id resolves only against the responses produced on
+// the same socket (an unknown one is answered with an error event,
+// previous_response_not_found), and usage is billed on the whole history
+// the message stands for: the responses it continues, then its input.
 
 // WebSocketStats is what the fake provider received over its sockets.
 type WebSocketStats struct {
@@ -81,7 +85,7 @@ func (p *Provider) ServeWebSocket(w http.ResponseWriter, r *http.Request) {
 		_, err := conn.Write(wsrelay.AppendFrame(nil, true, op, false, [4]byte{}, p))
 		return err
 	}
-	n := 0
+	conv := &conversation{}
 	for {
 		h, payload, err := ReadFrame(brw.Reader)
 		if err != nil {
@@ -112,9 +116,7 @@ func (p *Provider) ServeWebSocket(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		st.created(msg)
-		id := fmt.Sprintf("resp_ws%d", n)
-		n++
-		if p.answerCreate(send, id, model, cred, msg) != nil {
+		if p.answerCreate(send, conv, model, cred, msg) != nil {
 			return
 		}
 	}
@@ -180,12 +182,21 @@ func createModel(msg []byte) (string, bool) {
 	return req.Model, true
 }
 
-// answerCreate bills the response.create message msg and sends, through
-// send, the events of its streamed answer as response id.
-func (p *Provider) answerCreate(send func(byte, []byte) error, id, model, cred string, msg []byte) error {
-	u := p.bill("openai_responses", model, cred, msg)
+// answerCreate bills the response.create message msg on the whole
+// history it stands for and sends, through send, the events of its
+// streamed answer; a previous_response_id the socket did not produce is
+// answered with the API's error event.
+func (p *Provider) answerCreate(send func(byte, []byte) error, conv *conversation, model, cred string, msg []byte) error {
+	whole, prev, ok := conv.resolve(msg)
+	if !ok {
+		return send(wsrelay.OpText, PreviousResponseNotFound(prev))
+	}
+	id := conv.nextID()
+	u := p.bill("openai_responses", model, cred, WholeBody(msg, whole))
 	text := fmt.Sprintf("Fake answer to %d bytes (%d input tokens, %d read from the cache).", len(msg), u.Input, u.CacheRead)
-	for _, ev := range responsesEvents(id, model, text, u) {
+	events := responsesEvents(id, model, text, u)
+	conv.keep(id, whole, []byte(fmt.Sprintf(`{"type":"message","id":"msg_%s","status":"completed","role":"assistant","content":[{"type":"output_text","text":%q,"annotations":[]}]}`, id, text)))
+	for _, ev := range events {
 		if err := send(wsrelay.OpText, []byte(ev)); err != nil {
 			return err
 		}

@@ -156,13 +156,12 @@ func (c *wsConversation) message(msg []byte) error {
 		w.mu.Lock()
 		w.refused++
 		w.mu.Unlock()
-		return c.send([]byte(fmt.Sprintf(`{"type":"error","status":400,"error":{"type":"invalid_request_error","code":"previous_response_not_found","message":%q,"param":"previous_response_id"}}`,
-			fmt.Sprintf("Previous response with id '%s' not found.", head.Prev))))
+		return c.send(fakeprovider.PreviousResponseNotFound(head.Prev))
 	}
 	if head.Generate != nil && !*head.Generate {
 		return c.warmUp(head.Model, whole)
 	}
-	body := wholeBody(msg, whole)
+	body := fakeprovider.WholeBody(msg, whole)
 	w.mu.Lock()
 	w.billed = append(w.billed, body)
 	w.mu.Unlock()
@@ -287,22 +286,6 @@ func (c *wsConversation) callTool(model string, body []byte, whole []json.RawMes
 // wsRecoverPage is the characters of the artifact the model asks for: a
 // page of what it needs, as a model quoting a few lines would.
 const wsRecoverPage = 2000
-
-// wholeBody is the Responses body a create stands for: its own fields
-// (model, tools, instructions…) with the whole history as input, without
-// the socket's fields (type, previous_response_id, generate); streamed.
-func wholeBody(msg []byte, whole []json.RawMessage) []byte {
-	var m map[string]json.RawMessage
-	if json.Unmarshal(msg, &m) != nil {
-		return msg
-	}
-	for _, k := range []string{"type", "previous_response_id", "generate"} {
-		delete(m, k)
-	}
-	m["input"] = joinItems(whole)
-	m["stream"] = json.RawMessage("true")
-	return marshalNoEscape(m)
-}
 
 func joinItems(items []json.RawMessage) json.RawMessage {
 	return json.RawMessage("[" + string(bytes.Join(func() [][]byte {

@@ -1,0 +1,100 @@
+package fakeprovider
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+)
+
+// maxSocketResponses bounds the responses one socket keeps for
+// previous_response_id; past it the oldest are forgotten, and a message
+// continuing one is answered previous_response_not_found.
+const maxSocketResponses = 64
+
+// conversation is one socket's responses, each with the whole history it
+// ends (the history its request stood for, then its output).
+type conversation struct {
+	n     int
+	order []string
+	hist  map[string][]json.RawMessage
+}
+
+func (c *conversation) nextID() string {
+	c.n++
+	return fmt.Sprintf("resp_ws%d", c.n-1)
+}
+
+// resolve returns the whole history a response.create message stands for
+// and its previous_response_id; false when that id is not a response of
+// this socket.
+func (c *conversation) resolve(msg []byte) (whole []json.RawMessage, prev string, ok bool) {
+	var req struct {
+		Prev  string          `json:"previous_response_id"`
+		Input json.RawMessage `json:"input"`
+	}
+	_ = json.Unmarshal(msg, &req)
+	if req.Prev != "" {
+		h, found := c.hist[req.Prev]
+		if !found {
+			return nil, req.Prev, false
+		}
+		whole = append(whole, h...)
+	}
+	var items []json.RawMessage
+	if json.Unmarshal(req.Input, &items) == nil {
+		whole = append(whole, items...)
+	} else if len(req.Input) > 0 && req.Input[0] == '"' { // a string input is one user message
+		whole = append(whole, json.RawMessage(`{"role":"user","content":`+string(req.Input)+`}`))
+	}
+	return whole, req.Prev, true
+}
+
+// keep records response id, produced on this socket.
+func (c *conversation) keep(id string, whole []json.RawMessage, output ...json.RawMessage) {
+	if c.hist == nil {
+		c.hist = make(map[string][]json.RawMessage)
+	}
+	if len(c.order) >= maxSocketResponses {
+		delete(c.hist, c.order[0])
+		c.order = c.order[1:]
+	}
+	c.order = append(c.order, id)
+	c.hist[id] = append(append([]json.RawMessage(nil), whole...), output...)
+}
+
+// PreviousResponseNotFound is the error event the Responses WebSocket
+// sends for a previous_response_id the socket cannot continue.
+func PreviousResponseNotFound(id string) []byte {
+	msg, _ := json.Marshal(fmt.Sprintf("Previous response with id '%s' not found.", id))
+	return []byte(`{"type":"error","status":400,"error":{"type":"invalid_request_error","code":"previous_response_not_found","message":` + string(msg) + `,"param":"previous_response_id"}}`)
+}
+
+// WholeBody is the Responses body a response.create message stands for:
+// its own fields with the whole history as input, without the socket's
+// fields (type, previous_response_id, generate). The prompt cache and the
+// bill see this body, as the provider renders it for the model.
+func WholeBody(msg []byte, whole []json.RawMessage) []byte {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(msg, &m) != nil {
+		return msg
+	}
+	for _, k := range []string{"type", "previous_response_id", "generate"} {
+		delete(m, k)
+	}
+	m["input"] = append(append([]byte("["), bytes.Join(rawBytes(whole), []byte(","))...), ']')
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // as the clients encode: the bytes billed are theirs
+	if enc.Encode(m) != nil {
+		return msg
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+}
+
+func rawBytes(items []json.RawMessage) [][]byte {
+	out := make([][]byte, len(items))
+	for i, it := range items {
+		out[i] = it
+	}
+	return out
+}
