@@ -22,7 +22,8 @@ import (
 // a ping is answered by a pong and a close by a close. No extension is
 // negotiated. As in the Responses API's WebSocket mode, a message's
 // previous_response_id resolves only against the responses produced on
-// the same socket (an unknown one is answered with an error event,
+// the same socket, with store false only against the most recent one
+// (Conversation; an unknown one is answered with an error event,
 // previous_response_not_found), and usage is billed on the whole history
 // the message stands for: the responses it continues, then its input.
 
@@ -85,7 +86,7 @@ func (p *Provider) ServeWebSocket(w http.ResponseWriter, r *http.Request) {
 		_, err := conn.Write(wsrelay.AppendFrame(nil, true, op, false, [4]byte{}, p))
 		return err
 	}
-	conv := &conversation{}
+	conv := &Conversation{}
 	for {
 		h, payload, err := ReadFrame(brw.Reader)
 		if err != nil {
@@ -186,8 +187,8 @@ func createModel(msg []byte) (string, bool) {
 // history it stands for and sends, through send, the events of its
 // streamed answer; a previous_response_id the socket did not produce is
 // answered with the API's error event.
-func (p *Provider) answerCreate(send func(byte, []byte) error, conv *conversation, model, cred string, msg []byte) error {
-	whole, prev, ok := conv.resolve(msg)
+func (p *Provider) answerCreate(send func(byte, []byte) error, conv *Conversation, model, cred string, msg []byte) error {
+	whole, prev, ok := conv.Resolve(msg)
 	if !ok {
 		return send(wsrelay.OpText, PreviousResponseNotFound(prev))
 	}
@@ -195,7 +196,7 @@ func (p *Provider) answerCreate(send func(byte, []byte) error, conv *conversatio
 	u := p.bill("openai_responses", model, cred, WholeBody(msg, whole))
 	text := fmt.Sprintf("Fake answer to %d bytes (%d input tokens, %d read from the cache).", len(msg), u.Input, u.CacheRead)
 	events := responsesEvents(id, model, text, u)
-	conv.keep(id, whole, []byte(fmt.Sprintf(`{"type":"message","id":"msg_%s","status":"completed","role":"assistant","content":[{"type":"output_text","text":%q,"annotations":[]}]}`, id, text)))
+	conv.Keep(id, whole, []byte(fmt.Sprintf(`{"type":"message","id":"msg_%s","status":"completed","role":"assistant","content":[{"type":"output_text","text":%q,"annotations":[]}]}`, id, text)))
 	for _, ev := range events {
 		if err := send(wsrelay.OpText, []byte(ev)); err != nil {
 			return err

@@ -52,11 +52,11 @@ type wsEnd struct {
 }
 
 // wsCreate sends one response.create and reads up to its last event.
-func wsCreate(t *testing.T, conn net.Conn, br *bufio.Reader, prev, text string) wsEnd {
+func wsCreate(t *testing.T, conn net.Conn, br *bufio.Reader, prev, text string, fields ...string) wsEnd {
 	t.Helper()
-	p := ""
+	p := strings.Join(append(fields, ""), ",")
 	if prev != "" {
-		p = fmt.Sprintf(`"previous_response_id":%q,`, prev)
+		p += fmt.Sprintf(`"previous_response_id":%q,`, prev)
 	}
 	msg := fmt.Sprintf(`{"type":"response.create","model":"gpt-5",%s"input":[{"role":"user","content":[{"type":"input_text","text":%q}]}]}`, p, text)
 	if _, err := conn.Write(wsrelay.AppendFrame(nil, true, wsrelay.OpText, true, [4]byte{1, 2, 3, 4}, []byte(msg))); err != nil {
@@ -78,9 +78,10 @@ func wsCreate(t *testing.T, conn net.Conn, br *bufio.Reader, prev, text string) 
 }
 
 // The socket keeps its responses as the Responses WebSocket mode does:
-// previous_response_id continues one of the same socket, billed on the
-// whole history (the earlier request's prefix read from the cache); an
-// id the socket did not produce is answered previous_response_not_found.
+// previous_response_id continues one of the same socket (with store false
+// only the most recent), billed on the whole history (the earlier
+// request's prefix read from the cache); any other id is answered
+// previous_response_not_found.
 func TestWebSocketResponseState(t *testing.T) {
 	srv := httptest.NewServer(&Provider{})
 	defer srv.Close()
@@ -91,12 +92,19 @@ func TestWebSocketResponseState(t *testing.T) {
 	if second.Type != "response.completed" || second.Response.Usage.Input <= first.Response.Usage.Input || second.Response.Usage.Details.Cached == 0 {
 		t.Fatalf("chained: %+v after %+v; want the whole history billed, its prefix cached", second, first)
 	}
+	// With store true (the default) any response of the socket can be
+	// continued; with store false only the most recent one.
+	if ev := wsCreate(t, conn, br, first.Response.ID, "a fork", `"store":true`); ev.Type != "response.completed" {
+		t.Fatalf("store true, an older response of the socket: %+v", ev)
+	}
 	tests := []struct {
 		name, prev string
 		other      bool // on another socket
+		fields     []string
 	}{
-		{"unknown id", "resp_unknown", false},
-		{"another socket's response", first.Response.ID, true},
+		{"unknown id", "resp_unknown", false, nil},
+		{"another socket's response", first.Response.ID, true, nil},
+		{"store false, not the most recent", first.Response.ID, false, []string{`"store":false`}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -104,7 +112,7 @@ func TestWebSocketResponseState(t *testing.T) {
 			if tc.other {
 				c, r = wsDial(t, srv)
 			}
-			ev := wsCreate(t, c, r, tc.prev, "continue")
+			ev := wsCreate(t, c, r, tc.prev, "continue", tc.fields...)
 			if ev.Type != "error" || ev.Error.Code != "previous_response_not_found" || ev.Error.Param != "previous_response_id" {
 				t.Fatalf("answered %+v, want previous_response_not_found", ev)
 			}
@@ -112,5 +120,9 @@ func TestWebSocketResponseState(t *testing.T) {
 	}
 	if ev := wsCreate(t, conn, br, second.Response.ID, "still there"); ev.Type != "response.completed" {
 		t.Fatalf("after an error the socket's responses are gone: %+v", ev)
+	}
+	latest := wsCreate(t, conn, br, "", "a new turn", `"store":false`)
+	if ev := wsCreate(t, conn, br, latest.Response.ID, "go on", `"store":false`); ev.Type != "response.completed" {
+		t.Fatalf("store false, the most recent response: %+v", ev)
 	}
 }

@@ -11,31 +11,40 @@ import (
 // continuing one is answered previous_response_not_found.
 const maxSocketResponses = 64
 
-// conversation is one socket's responses, each with the whole history it
-// ends (the history its request stood for, then its output).
-type conversation struct {
+// Conversation is one socket's responses, each with the whole history it
+// ends (the history its request stood for, then its output), as the
+// Responses WebSocket mode keeps them: a previous_response_id resolves
+// only against responses produced on the same socket, and with store
+// false only against the most recent one (the service keeps that one in
+// the connection's memory and stores none). The zero value is ready; it
+// is not safe for concurrent use (a socket's messages are answered in
+// order).
+type Conversation struct {
 	n     int
 	order []string
+	last  string
 	hist  map[string][]json.RawMessage
 }
 
-func (c *conversation) nextID() string {
+func (c *Conversation) nextID() string {
 	c.n++
 	return fmt.Sprintf("resp_ws%d", c.n-1)
 }
 
-// resolve returns the whole history a response.create message stands for
-// and its previous_response_id; false when that id is not a response of
-// this socket.
-func (c *conversation) resolve(msg []byte) (whole []json.RawMessage, prev string, ok bool) {
+// Resolve returns the whole history a response.create message stands for
+// and its previous_response_id; false when the socket cannot continue
+// that id (not one of its responses, or with store false not its most
+// recent one).
+func (c *Conversation) Resolve(msg []byte) (whole []json.RawMessage, prev string, ok bool) {
 	var req struct {
 		Prev  string          `json:"previous_response_id"`
+		Store *bool           `json:"store"`
 		Input json.RawMessage `json:"input"`
 	}
 	_ = json.Unmarshal(msg, &req)
 	if req.Prev != "" {
 		h, found := c.hist[req.Prev]
-		if !found {
+		if !found || req.Store != nil && !*req.Store && req.Prev != c.last {
 			return nil, req.Prev, false
 		}
 		whole = append(whole, h...)
@@ -49,8 +58,9 @@ func (c *conversation) resolve(msg []byte) (whole []json.RawMessage, prev string
 	return whole, req.Prev, true
 }
 
-// keep records response id, produced on this socket.
-func (c *conversation) keep(id string, whole []json.RawMessage, output ...json.RawMessage) {
+// Keep records response id, produced on this socket with output for the
+// whole history whole.
+func (c *Conversation) Keep(id string, whole []json.RawMessage, output ...json.RawMessage) {
 	if c.hist == nil {
 		c.hist = make(map[string][]json.RawMessage)
 	}
@@ -58,7 +68,7 @@ func (c *conversation) keep(id string, whole []json.RawMessage, output ...json.R
 		delete(c.hist, c.order[0])
 		c.order = c.order[1:]
 	}
-	c.order = append(c.order, id)
+	c.order, c.last = append(c.order, id), id
 	c.hist[id] = append(append([]json.RawMessage(nil), whole...), output...)
 }
 

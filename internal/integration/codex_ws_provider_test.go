@@ -67,7 +67,7 @@ func newWSAgentProvider(t *testing.T, p *agentProvider, recovering *wsRecovering
 		defer conn.Close()
 		w.mu.Lock()
 		w.sockets++
-		c := &wsConversation{w: w, socket: w.sockets, path: r.URL.Path, header: r.Header.Clone(), inner: inner, hist: map[string][]json.RawMessage{}}
+		c := &wsConversation{w: w, socket: w.sockets, path: r.URL.Path, header: r.Header.Clone(), inner: inner}
 		w.mu.Unlock()
 		c.send = func(p []byte) error {
 			_, err := conn.Write(wsrelay.AppendFrame(nil, true, wsrelay.OpText, false, [4]byte{}, p))
@@ -118,9 +118,9 @@ func serveFrames(r *bufio.Reader, send func(op byte, p []byte) error, onText fun
 	}
 }
 
-// wsConversation is one socket's state: the responses produced on it,
-// each with the whole history it ends (its request's history and its
-// output), which a later previous_response_id on this socket continues.
+// wsConversation is one socket's state: the responses produced on it
+// (fakeprovider.Conversation: what a later previous_response_id on this
+// socket continues).
 type wsConversation struct {
 	w      *wsAgentProvider
 	socket int
@@ -128,7 +128,7 @@ type wsConversation struct {
 	header http.Header
 	inner  http.Handler
 	send   func([]byte) error
-	hist   map[string][]json.RawMessage
+	conv   fakeprovider.Conversation
 	warm   int
 }
 
@@ -151,7 +151,7 @@ func (c *wsConversation) message(msg []byte) error {
 	if !create {
 		return nil
 	}
-	whole, ok := c.resolve(head)
+	whole, _, ok := c.conv.Resolve(msg)
 	if !ok {
 		w.mu.Lock()
 		w.refused++
@@ -173,31 +173,9 @@ func (c *wsConversation) message(msg []byte) error {
 	return c.scripted(body, whole)
 }
 
-// resolve is the whole history a create stands for; false when its
-// previous_response_id is not a response of this socket.
-func (c *wsConversation) resolve(head wsCreateHead) ([]json.RawMessage, bool) {
-	var prior []json.RawMessage
-	if head.Prev != "" {
-		h, ok := c.hist[head.Prev]
-		if !ok {
-			return nil, false
-		}
-		prior = h
-	}
-	var items []json.RawMessage
-	if json.Unmarshal(head.Input, &items) != nil && len(head.Input) > 0 {
-		var s string
-		if json.Unmarshal(head.Input, &s) == nil {
-			b, _ := json.Marshal(map[string]any{"role": "user", "content": s})
-			items = []json.RawMessage{b}
-		}
-	}
-	return append(append([]json.RawMessage(nil), prior...), items...), true
-}
-
 // keep records a response produced on this socket.
 func (c *wsConversation) keep(id string, whole, output []json.RawMessage) {
-	c.hist[id] = append(append([]json.RawMessage(nil), whole...), output...)
+	c.conv.Keep(id, whole, output...)
 }
 
 // warmUp answers a generate:false message with an empty completed
