@@ -28,10 +28,13 @@ type codexFigures struct {
 // billSession prices a session's whole request bodies, in order, through
 // a fresh simulated prompt cache (cost.Simulator, the fake provider's),
 // the requests 20 s apart so that the figure does not depend on how fast
-// the machine ran the session.
+// the machine ran the session. Each input item is priced as the model
+// reads it (canonicalItems), so that the same history costs the same over
+// either transport.
 func billSession(bodies [][]byte) (tokens, read, total float64) {
 	var sim *cost.Simulator
 	for i, b := range bodies {
+		b = canonicalItems(b)
 		if sim == nil {
 			var m struct{ Model string }
 			_ = json.Unmarshal(b, &m)
@@ -43,6 +46,24 @@ func billSession(bodies [][]byte) (tokens, read, total float64) {
 		total += bill.Cost
 	}
 	return tokens, read, total
+}
+
+// canonicalItems returns body with each input item re-encoded without its
+// id and status: a model output item comes back over the socket as the
+// provider wrote it (previous_response_id) and over HTTPS as the client
+// re-serialises it, while the model reads the same item either way.
+func canonicalItems(body []byte) []byte {
+	var m map[string]json.RawMessage
+	var items []map[string]any
+	if json.Unmarshal(body, &m) != nil || json.Unmarshal(m["input"], &items) != nil {
+		return body
+	}
+	for _, it := range items {
+		delete(it, "id")
+		delete(it, "status")
+	}
+	m["input"] = marshalNoEscape(items)
+	return marshalNoEscape(m)
 }
 
 // wsFigures measures a session over the Responses WebSocket.

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"net/http"
 	"net/http/httptest"
 	"slices"
 	"testing"
@@ -12,7 +13,7 @@ import (
 )
 
 // BenchmarkWebSocketMessage times one response.create round trip (sent to
-// response.completed read) over two sockets to the same fake provider: one
+// response.completed read) over two sockets to the same upstream: one
 // directly, one through Caddy with the handler compiling. Each iteration
 // sends the same message on both, alternating which goes first, so that
 // load on a shared machine falls on both alike; p50 and p99 of each and of
@@ -20,12 +21,57 @@ import (
 // are reported. Both sockets first carry one small message, untimed, so
 // that neither side's first-use costs land on a scripted step.
 //
+// Two upstreams: the fake provider, whose work grows with the prompt it
+// bills (a compiled message is smaller, so it answers sooner, as a model
+// reading fewer tokens would), and a constant one that answers every
+// message alike, which leaves the gateway's own cost: compile and relay.
+//
 //	go test ./internal/integration -run '^$' -bench BenchmarkWebSocketMessage -benchtime 64x
 func BenchmarkWebSocketMessage(b *testing.B) {
+	b.Run("fakeprovider", func(b *testing.B) {
+		srv := httptest.NewServer(&fakeprovider.Provider{})
+		defer srv.Close()
+		benchWebSocketMessage(b, srv)
+	})
+	b.Run("constant", func(b *testing.B) {
+		srv := constantWSUpstream()
+		defer srv.Close()
+		benchWebSocketMessage(b, srv)
+	})
+}
+
+// constantWSUpstream answers every response.create with the same short
+// streamed response, whatever the message: its time does not depend on
+// what the gateway forwarded.
+func constantWSUpstream() *httptest.Server {
+	events := []string{
+		`{"type":"response.created","sequence_number":0,"response":{"id":"resp_c","object":"response","status":"in_progress","output":[],"usage":null}}`,
+		`{"type":"response.completed","sequence_number":1,"response":{"id":"resp_c","object":"response","status":"completed","output":[],"usage":{"input_tokens":1000,"input_tokens_details":{"cached_tokens":0},"output_tokens":16,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":1016}}}`,
+	}
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, brw, ok := fakeprovider.Upgrade(w, r.Header.Get("Sec-WebSocket-Key"))
+		if !ok {
+			return
+		}
+		defer conn.Close()
+		send := func(op byte, p []byte) error {
+			_, err := conn.Write(wsrelay.AppendFrame(nil, true, op, false, [4]byte{}, p))
+			return err
+		}
+		serveFrames(brw.Reader, send, func([]byte) error {
+			for _, ev := range events {
+				if err := send(wsrelay.OpText, []byte(ev)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}))
+}
+
+func benchWebSocketMessage(b *testing.B, srv *httptest.Server) {
 	steps := fixtures.Session(fixtures.SessionOptions{Format: "openai_responses", Steps: 16, PersonTurns: 4,
 		OutputChars: 9000, ReReadEvery: 3, Seed: 4, Client: "codex"})
-	srv := httptest.NewServer(&fakeprovider.Provider{})
-	defer srv.Close()
 	g := startGateway(b, wsSnippet, &upstream{Server: srv})
 	// Distinct credentials: each side has its own simulated prompt cache
 	// at the provider, and the gateway's tenant state is its own.
