@@ -474,9 +474,9 @@ func withoutOwnTool(body []byte) []byte {
 	return marshalNoEscape(m)
 }
 
-// untilEnd reads server messages up to the end of a response
+// readUntilEnd reads server messages up to the end of a response
 // (response.completed) or an error event, and returns them.
-func (c *wsClient) untilEnd() [][]byte {
+func (c *wsClient) readUntilEnd() [][]byte {
 	c.t.Helper()
 	var out [][]byte
 	for {
@@ -547,7 +547,7 @@ func TestWSAgentProviderRecovers(t *testing.T) {
 	last := func(c *wsClient, msg []byte) wsCompleted {
 		t.Helper()
 		c.send(maskedFrame(true, wsrelay.OpText, msg))
-		evs := c.untilEnd()
+		evs := c.readUntilEnd()
 		var ev wsCompleted
 		if err := json.Unmarshal(evs[len(evs)-1], &ev); err != nil {
 			t.Fatal(err)
