@@ -185,6 +185,9 @@ func checkCodexWS(t *testing.T, direct, got codexWSRun) {
 			t.Fatalf("whole history %d breaks the Responses rules: %v", i, err)
 		}
 	}
+	if !bytes.Contains(got.tap.clientRead(), []byte(`"type":"response.completed"`)) || len(got.tap.clientGot()) == 0 {
+		t.Fatal("the tap saw no response reach Codex")
+	}
 	creates := 0
 	for _, m := range got.tap.clientSent() {
 		if bytes.HasPrefix(m, []byte(`{"type":"response.create"`)) {
