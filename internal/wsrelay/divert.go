@@ -1,0 +1,145 @@
+package wsrelay
+
+// Diversion: with Tap.Divert set, the tap reads the server's frames before
+// writing them. A text message Divert claims (asked at its first frame) is
+// held, frames and all, and handed whole to Diverted, which writes what
+// the client gets in its place; control frames between its fragments are
+// written as they come. Every other frame is written as it came, in order,
+// and On observes its text messages as without diversion. A diverted
+// message that grows past Max is written as it came from that point on
+// (the frames held so far first), and Diverted gets nil at its end: the
+// owner knows a message escaped. A frame the tap cannot read (reserved
+// bits, a masked server frame) ends observing and diverting for good:
+// what is held goes out, then every byte as it comes (and Diverted gets
+// nil if a diverted message was under way).
+
+// diversion is the tap's state for diverting.
+type diversion struct {
+	on      bool   // the current message is diverted
+	spilled bool   // the current diverted message outgrew Max
+	held    []byte // its frames so far
+	wbuf    []byte // bytes to write, gathered within one Write
+}
+
+func (t *Tap) writeDivert(p []byte) (int, error) {
+	d, n, lost := &t.div, len(p), false
+	for len(p) > 0 {
+		if t.dead {
+			d.wbuf = append(d.wbuf, p...)
+			break
+		}
+		if t.left > 0 {
+			k := int(min(t.left, int64(len(p))))
+			t.payload(p[:k])
+			p, t.left = p[k:], t.left-int64(k)
+			if t.left == 0 {
+				if err := t.endDiverted(); err != nil {
+					return 0, err
+				}
+			}
+			continue
+		}
+		t.hdr = append(t.hdr, p[0])
+		p = p[1:]
+		h, ok, err := ParseHeader(t.hdr)
+		if err != nil || (ok && (h.Rsv != 0 || h.Masked)) {
+			t.dead, lost = true, d.on || d.spilled
+			d.wbuf = append(append(d.wbuf, d.held...), t.hdr...)
+			t.hdr, d.held, d.on, d.spilled = t.hdr[:0], nil, false, false
+			continue
+		}
+		if !ok {
+			continue
+		}
+		t.header(h)
+		if t.left == 0 {
+			if err := t.endDiverted(); err != nil {
+				return 0, err
+			}
+		}
+	}
+	if err := t.flush(); err != nil {
+		return 0, err
+	}
+	if lost {
+		t.Diverted(nil)
+	}
+	return n, nil
+}
+
+// header takes a parsed frame header: it decides a new text message's
+// diversion and sends the header where the frame goes.
+func (t *Tap) header(h Header) {
+	d := &t.div
+	t.cur, t.left = h, h.Length
+	if !h.Control() {
+		switch h.Op {
+		case OpText:
+			t.inText, t.collect, t.msg = true, true, t.msg[:0]
+			d.on, d.spilled, d.held = t.Divert(), false, d.held[:0]
+		case OpBinary:
+			t.inText, t.collect, d.on = false, false, false
+		}
+		if t.collect && int64(len(t.msg))+h.Length > t.Max {
+			t.collect, t.msg = false, t.msg[:0]
+			if d.on {
+				d.wbuf = append(d.wbuf, d.held...)
+				d.on, d.spilled, d.held = false, true, d.held[:0]
+			}
+		}
+	}
+	if d.on && !h.Control() {
+		d.held = append(d.held, t.hdr...)
+	} else {
+		d.wbuf = append(d.wbuf, t.hdr...)
+	}
+	t.hdr = t.hdr[:0]
+}
+
+// payload takes payload bytes of the current frame.
+func (t *Tap) payload(b []byte) {
+	d := &t.div
+	if t.collect && !t.cur.Control() {
+		t.msg = append(t.msg, b...)
+	}
+	if d.on && !t.cur.Control() {
+		d.held = append(d.held, b...)
+		return
+	}
+	d.wbuf = append(d.wbuf, b...)
+}
+
+// flush writes what was gathered for W.
+func (t *Tap) flush() error {
+	d := &t.div
+	if len(d.wbuf) == 0 {
+		return nil
+	}
+	_, err := t.W.Write(d.wbuf)
+	d.wbuf = d.wbuf[:0]
+	return err
+}
+
+// endDiverted ends a frame: at a message's end, a diverted message goes
+// to Diverted and an observed one to On, after what precedes it was
+// written.
+func (t *Tap) endDiverted() error {
+	d := &t.div
+	if t.cur.Control() || !t.cur.Fin {
+		return nil
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	switch {
+	case d.on:
+		t.Diverted(t.msg)
+	case d.spilled:
+		t.Diverted(nil)
+	case t.inText && t.collect && t.On != nil:
+		t.On(t.msg)
+	}
+	d.on, d.spilled, d.held = false, false, d.held[:0]
+	t.inText, t.collect, t.msg = false, false, t.msg[:0]
+	return nil
+}
