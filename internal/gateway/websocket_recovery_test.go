@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
@@ -27,7 +28,7 @@ type wsLoopRig struct {
 	fwd chan []byte
 }
 
-func newWSLoopRig(t *testing.T, commits *atomic.Int32) *wsLoopRig {
+func newWSLoopRig(t *testing.T, commits *atomic.Int32, wait time.Duration) *wsLoopRig {
 	fc := &fakeCompiler{fn: func(_ context.Context, req compiler.Request) compiler.Result {
 		tool := strings.Contains(string(req.Body), "receipt")
 		out := []byte(`{"type":"response.create","model":"m","store":false,"input":[],"tools":[{"type":"function","name":"token_terminator"}]}`)
@@ -37,6 +38,7 @@ func newWSLoopRig(t *testing.T, commits *atomic.Int32) *wsLoopRig {
 	h, _ := testHandler(t, fc, func(h *Gateway) {
 		h.Mode = compiler.ModeEnforce
 		h.Recovery = &RecoveryRuntime{mode: RecoveryTool, arts: stubArtifacts{}}
+		h.BodyReadTimeout = wait
 	})
 	cc, sc := net.Pipe()
 	s := &wsSession{h: h, ctx: context.Background(), path: "/v1/responses", scope: artifact.Scope{Tenant: "t"}}
@@ -137,7 +139,7 @@ func textRound(id string) []string {
 func TestWebSocketLoopCommitsOnce(t *testing.T) {
 	for _, refuse := range []bool{false, true} {
 		var commits atomic.Int32
-		r := newWSLoopRig(t, &commits)
+		r := newWSLoopRig(t, &commits, 30*time.Second)
 		r.create(`{"type":"response.create","receipt":1}`)
 		for _, ev := range callRound("resp_0") {
 			if _, err := r.rc.Write(wsrelay.AppendFrame(nil, true, wsrelay.OpText, false, [4]byte{}, []byte(ev))); err != nil {
@@ -182,5 +184,35 @@ func TestWebSocketLoopCommitsOnce(t *testing.T) {
 		if n := commits.Load(); n != map[bool]int32{false: 2, true: 1}[refuse] {
 			t.Fatalf("refused %v: %d commits after the plain message", refuse, n)
 		}
+	}
+}
+
+// A follow-up the provider does not start answering within
+// body_read_timeout: the client's response is ended from the first
+// response, nothing is committed, the late answer never reaches the
+// client, and the next message is served.
+func TestWebSocketLoopFollowUpDeadline(t *testing.T) {
+	var commits atomic.Int32
+	r := newWSLoopRig(t, &commits, time.Millisecond)
+	r.create(`{"type":"response.create","receipt":1}`)
+	got := r.provider(callRound("resp_0")) // ends when the deadline passes
+	last := got[len(got)-1]
+	if !strings.Contains(last, `"id":"resp_0"`) || strings.Contains(strings.Join(got, ""), "call_tt") {
+		t.Fatalf("client got %q", got)
+	}
+	go r.cc.Write(wsrelay.ClientText([]byte(`{"type":"response.create","plain":1}`)))
+	if p := r.upstream(); strings.Contains(string(p), `"previous_response_id":"resp_0"`) {
+		// The follow-up went out before its deadline passed (otherwise
+		// it was withdrawn): its late answer is dropped.
+		for _, ev := range textRound("resp_1") {
+			if _, err := r.rc.Write(wsrelay.AppendFrame(nil, true, wsrelay.OpText, false, [4]byte{}, []byte(ev))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r.upstream() // the plain message
+	}
+	got = r.provider(textRound("resp_2"))
+	if len(got) != 4 || !strings.Contains(got[3], `"id":"resp_2"`) || commits.Load() != 1 {
+		t.Fatalf("after the deadline: client got %q, %d commits", got, commits.Load())
 	}
 }
