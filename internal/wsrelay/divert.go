@@ -39,12 +39,15 @@ func (t *Tap) writeDivert(p []byte) (int, error) {
 			}
 			continue
 		}
-		t.hdr = append(t.hdr, p[0])
+		t.headerByte(p[0])
 		p = p[1:]
 		h, ok, err := ParseHeader(t.hdr)
 		if err != nil || (ok && (h.Rsv != 0 || h.Masked)) {
 			t.dead, lost = true, d.on || d.spilled
-			d.wbuf = append(append(d.wbuf, d.held...), t.hdr...)
+			d.wbuf = append(d.wbuf, d.held...)
+			if t.holdHdr {
+				d.wbuf = append(d.wbuf, t.hdr...)
+			}
 			t.hdr, d.held, d.on, d.spilled = t.hdr[:0], nil, false, false
 			continue
 		}
@@ -67,33 +70,59 @@ func (t *Tap) writeDivert(p []byte) (int, error) {
 	return n, nil
 }
 
-// header takes a parsed frame header: it decides a new text message's
-// diversion and sends the header where the frame goes.
+// headerByte takes a header byte. The first names the opcode, which is
+// all a diversion is decided on: a new text message is offered to Divert
+// there. While no diverted message is open, header bytes go out as they
+// come; inside one, a header waits until it is whole (a control frame's
+// then goes out, a fragment's is held with the message, and an unreadable
+// one follows what was held).
+func (t *Tap) headerByte(b byte) {
+	d := &t.div
+	if len(t.hdr) == 0 {
+		if op := b & 0x0F; b&0x70 == 0 && (op == OpText || op == OpBinary) {
+			// A new message; one still held (cut off by it, as no
+			// conforming server does) goes out as it came.
+			d.wbuf = append(d.wbuf, d.held...)
+			d.on, d.spilled, d.held = op == OpText && t.Divert(), false, d.held[:0]
+		}
+		t.holdHdr = d.on
+	}
+	t.hdr = append(t.hdr, b)
+	if !t.holdHdr {
+		d.wbuf = append(d.wbuf, b)
+	}
+}
+
+// header takes a parsed frame header.
 func (t *Tap) header(h Header) {
 	d := &t.div
-	t.cur, t.left = h, h.Length
-	if !h.Control() {
-		switch h.Op {
-		case OpText:
-			t.inText, t.collect, t.msg = true, true, t.msg[:0]
-			d.on, d.spilled, d.held = t.Divert(), false, d.held[:0]
-		case OpBinary:
-			t.inText, t.collect, d.on = false, false, false
+	hdr := t.hdr
+	t.cur, t.left, t.hdr = h, h.Length, t.hdr[:0]
+	if h.Control() {
+		if t.holdHdr {
+			d.wbuf = append(d.wbuf, hdr...)
 		}
-		if t.collect && int64(len(t.msg))+h.Length > t.Max {
-			t.collect, t.msg = false, t.msg[:0]
-			if d.on {
-				d.wbuf = append(d.wbuf, d.held...)
-				d.on, d.spilled, d.held = false, true, d.held[:0]
-			}
+		return
+	}
+	switch h.Op {
+	case OpText:
+		t.inText, t.collect, t.msg = true, true, t.msg[:0]
+	case OpBinary:
+		t.inText, t.collect = false, false
+	}
+	if t.collect && int64(len(t.msg))+h.Length > t.Max {
+		t.collect, t.msg = false, t.msg[:0]
+		if d.on {
+			d.wbuf = append(d.wbuf, d.held...)
+			d.on, d.spilled, d.held = false, true, d.held[:0]
 		}
 	}
-	if d.on && !h.Control() {
-		d.held = append(d.held, t.hdr...)
-	} else {
-		d.wbuf = append(d.wbuf, t.hdr...)
+	switch {
+	case d.on:
+		d.held = append(d.held, hdr...)
+	case t.holdHdr: // spilled just now
+		d.wbuf = append(d.wbuf, hdr...)
 	}
-	t.hdr = t.hdr[:0]
 }
 
 // payload takes payload bytes of the current frame.

@@ -63,3 +63,43 @@ func TestTapDivert(t *testing.T) {
 		}
 	}
 }
+
+// FuzzTapDivert: a tap that diverts nothing writes and observes exactly
+// what a plain tap does; one that diverts every text message hands over
+// messages within the bound and never more bytes than came.
+func FuzzTapDivert(f *testing.F) {
+	sframe := func(fin bool, op byte, p string) []byte { return AppendFrame(nil, fin, op, false, key, []byte(p)) }
+	f.Add(join(sframe(false, OpText, "a"), sframe(true, OpPing, ""), sframe(true, OpContinuation, "b")), uint8(3))
+	f.Add(join(sframe(true, OpBinary, "x"), sframe(true, OpText, strings.Repeat("y", 40))), uint8(1))
+	f.Add([]byte{0x81, 0x7E, 0x00}, uint8(2))
+	f.Fuzz(func(t *testing.T, in []byte, step uint8) {
+		k := int(step%16) + 1
+		write := func(tap *Tap) {
+			for b := in; len(b) > 0; {
+				n := min(k, len(b))
+				if _, err := tap.Write(b[:n]); err != nil {
+					t.Fatal(err)
+				}
+				b = b[n:]
+			}
+		}
+		var plainW, noneW, allW bytes.Buffer
+		var plainOn, noneOn []string
+		write(&Tap{W: &plainW, Max: 32, On: func(m []byte) { plainOn = append(plainOn, string(m)) }})
+		write(&Tap{W: &noneW, Max: 32, On: func(m []byte) { noneOn = append(noneOn, string(m)) },
+			Divert: func() bool { return false }, Diverted: func([]byte) { t.Fatal("diverted without a claim") }})
+		if !bytes.Equal(plainW.Bytes(), in) || !bytes.Equal(noneW.Bytes(), in) || strings.Join(plainOn, "\x00") != strings.Join(noneOn, "\x00") {
+			t.Fatal("a tap diverting nothing differs from a plain tap")
+		}
+		diverted := 0
+		write(&Tap{W: &allW, Max: 32, Divert: func() bool { return true }, Diverted: func(m []byte) {
+			if len(m) > 32 {
+				t.Fatalf("diverted a message of %d bytes over the bound", len(m))
+			}
+			diverted += len(m)
+		}})
+		if allW.Len()+diverted > len(in) {
+			t.Fatalf("wrote %d and diverted %d payload bytes of %d", allW.Len(), diverted, len(in))
+		}
+	})
+}

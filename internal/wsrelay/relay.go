@@ -258,6 +258,7 @@ type Tap struct {
 	Divert   func() bool
 	Diverted func(msg []byte)
 	div      diversion
+	holdHdr  bool // the header being read is held with a diverted message
 }
 
 // Write implements io.Writer.
