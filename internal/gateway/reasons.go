@@ -33,8 +33,9 @@ const (
 	// ReasonTenantRate: the tenant is not verified and the cap on new
 	// tenants per minute was reached.
 	ReasonTenantRate compiler.Reason = "tenant_rate"
-	// ReasonRecoveryWebSocket: a WebSocket message whose rewrite would
-	// carry the recovery tool, whose loop runs over HTTP only, goes out as
-	// the client sent it (websocket.go).
-	ReasonRecoveryWebSocket compiler.Reason = "recovery_tool_websocket"
+	// ReasonRecoveryUnavailable: a WebSocket message whose rewrite
+	// carries the recovery tool, on a socket where its loop cannot run (the
+	// relay cannot inject follow-ups), goes out as the client sent it
+	// (websocket_recovery.go).
+	ReasonRecoveryUnavailable compiler.Reason = "recovery_unavailable"
 )

@@ -37,10 +37,8 @@ import (
 //   - the permessage-deflate offer is taken out of the handshake, so no
 //     message on the socket is compressed and none has to be re-deflated
 //     (a rewrite would otherwise need the sender's compression context);
-//   - the recovery tool's loop does not run over the socket: a rewrite
-//     that would carry the tool is not forwarded (the original goes on,
-//     passthrough=recovery_tool_websocket), so no receipt reaches the
-//     model that it could not get back.
+//   - with the recovery tool, a rewrite that carries it goes out and the
+//     tool's loop runs over the socket (websocket_recovery.go).
 
 // wsCompiledFormat is the format whose WebSocket messages are compiled.
 const wsCompiledFormat = provider.Responses
@@ -117,6 +115,15 @@ func (w *wsWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	rc := &relayConn{Conn: conn}
 	rc.rd = wsrelay.NewReader(src, max, w.s.rewrite)
 	rc.tap = &wsrelay.Tap{W: conn, Max: wsEventMax, On: w.s.providerMessage}
+	// The recovery loop (websocket_recovery.go): provider messages of a
+	// message that carried the tool are diverted to it, and its follow-ups
+	// are injected into the client's stream.
+	if rt := w.s.h.Recovery; rt != nil && rt.mode == RecoveryTool {
+		rc.rd.EnableInject()
+		rc.injecting = true
+		rc.tap.Divert, rc.tap.Diverted = w.s.divert, w.s.diverted
+	}
+	w.s.rc = rc
 	return rc, bufio.NewReadWriter(bufio.NewReader(rc), bufio.NewWriter(rc)), nil
 }
 
@@ -127,12 +134,19 @@ const wsEventMax = 8 << 20
 // relayConn is the client connection with the relay in both directions.
 type relayConn struct {
 	net.Conn
-	rd  *wsrelay.Reader
-	tap *wsrelay.Tap
-	mu  sync.Mutex // Write: reverse_proxy's copier and its graceful close
+	rd        *wsrelay.Reader
+	tap       *wsrelay.Tap
+	injecting bool       // rd injects (the recovery loop's follow-ups)
+	mu        sync.Mutex // Write: reverse_proxy's copier, its graceful close and the loop's deadline
 }
 
 func (c *relayConn) Read(p []byte) (int, error) { return c.rd.Read(p) }
+
+// Close stops the relay's reader with the connection.
+func (c *relayConn) Close() error {
+	c.rd.Close()
+	return c.Conn.Close()
+}
 
 func (c *relayConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
@@ -149,8 +163,10 @@ type wsSession struct {
 	scope artifact.Scope
 	keyID func(artifact.Digest) artifact.Digest // Request.KeyID under the socket's data keys (seal.go)
 
+	rc *relayConn // set at the hijack, before the first message
+
 	mu      sync.Mutex
-	pending []func() // one per response.create forwarded; nil: nothing to commit
+	pending []wsPending // one per response.create forwarded
 }
 
 // wsHead is what the relay reads of a message: its type.
@@ -170,7 +186,7 @@ func (s *wsSession) rewrite(msg []byte) (out []byte, ok bool) {
 		// the tenant since the socket opened.
 		if ok, why, _ := h.Gate.check(s.ctx, s.scope.Tenant); !ok {
 			s.mu.Lock()
-			s.pending = append(s.pending, nil)
+			s.pending = append(s.pending, wsPending{})
 			s.mu.Unlock()
 			h.Logger.Info("websocket message", zap.String("decision", string(compiler.Passthrough)), zap.String("reason", string(why)),
 				zap.String("format", string(wsCompiledFormat)), zap.String("path", s.path), zap.Bool("websocket", true), zap.Int("raw_bytes", len(msg)))
@@ -199,16 +215,18 @@ func (s *wsSession) rewrite(msg []byte) (out []byte, ok bool) {
 	}
 	cancel()
 	forward := mode == compiler.ModeEnforce && res.Decision == compiler.Accepted && res.Body != nil
-	if forward && res.RecoveryTool {
-		forward = false
-		res.Decision, res.Reason, res.Commit = compiler.Passthrough, ReasonRecoveryWebSocket, nil
+	entry := wsPending{commit: res.Commit}
+	if forward && res.RecoveryTool { // the tool's loop runs over the socket (websocket_recovery.go)
+		if entry, forward = s.recoveryLoop(res, body); !forward {
+			res.Decision, res.Reason, entry = compiler.Passthrough, ReasonRecoveryUnavailable, wsPending{}
+		}
 	}
 	sent := len(body)
 	if forward {
 		out, sent = res.Body, len(res.Body)
 	}
 	s.mu.Lock()
-	s.pending = append(s.pending, res.Commit)
+	s.pending = append(s.pending, entry)
 	s.mu.Unlock()
 	fields := []zap.Field{zap.String("decision", string(res.Decision)), zap.String("format", string(wsCompiledFormat)),
 		zap.String("path", s.path), zap.Bool("websocket", true), zap.Int("raw_bytes", len(body)), zap.Int("sent_bytes", sent),
@@ -236,7 +254,7 @@ func (s *wsSession) providerMessage(msg []byte) {
 		s.mu.Unlock()
 		return
 	}
-	commit := s.pending[0]
+	commit := s.pending[0].commit
 	s.pending = s.pending[1:]
 	s.mu.Unlock()
 	if head.Type == "response.completed" && commit != nil {

@@ -12,7 +12,8 @@ import (
 // Over the socket each response.create is compiled; its lineage is
 // committed on the provider's response.completed and dropped on a failure,
 // in the order the messages went out; other messages are not compiled; a
-// rewrite carrying the recovery tool is not forwarded.
+// rewrite carrying the recovery tool is not forwarded where its loop cannot
+// run (no relay to inject follow-ups).
 func TestWebSocketSessionCommitsOnCompleted(t *testing.T) {
 	var committed []string
 	fc := &fakeCompiler{fn: func(_ context.Context, req compiler.Request) compiler.Result {
@@ -37,7 +38,7 @@ func TestWebSocketSessionCommitsOnCompleted(t *testing.T) {
 		t.Fatal("b not rewritten")
 	}
 	if _, ok := s.rewrite([]byte(c)); ok {
-		t.Fatal("a rewrite carrying the recovery tool was forwarded")
+		t.Fatal("a rewrite carrying the recovery tool was forwarded without its loop")
 	}
 	s.providerMessage([]byte(`{"type":"response.output_text.delta","delta":"x"}`))
 	s.providerMessage([]byte(`{"type":"response.failed"}`)) // a's
@@ -50,7 +51,7 @@ func TestWebSocketSessionCommitsOnCompleted(t *testing.T) {
 	for _, e := range logs.All() {
 		if e.Message == "websocket message" {
 			lines++
-			if e.ContextMap()["reason"] == string(ReasonRecoveryWebSocket) {
+			if e.ContextMap()["reason"] == string(ReasonRecoveryUnavailable) {
 				declined++
 			}
 		}

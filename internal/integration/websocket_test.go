@@ -215,34 +215,3 @@ func TestWebSocketResponsesCompiled(t *testing.T) {
 		})
 	}
 }
-
-// With the default recovery tool, whose loop does not run over the socket,
-// no rewrite is forwarded on it: the provider gets the client's messages
-// byte for byte, and each is logged with its reason.
-func TestWebSocketRecoveryToolNotOffered(t *testing.T) {
-	steps := fixtures.Session(fixtures.SessionOptions{Format: "openai_responses", Steps: 8, PersonTurns: 2,
-		OutputChars: 9000, ReReadEvery: 3, Seed: 5, Client: "codex"})
-	fp := &fakeprovider.Provider{}
-	srv := httptest.NewServer(fp)
-	defer srv.Close()
-	g := startGateway(t, defaultSnippet, &upstream{Server: srv})
-	runWSSession(t, g.URL, "/v1/responses", steps, 4)
-	ws := fp.WebSocket()
-	if len(ws.Creates) != len(steps) {
-		t.Fatalf("%d creates", len(ws.Creates))
-	}
-	for i, got := range ws.Creates {
-		if !bytes.Equal(got, createMessage(steps[i].Body)) {
-			t.Fatalf("step %d: a rewrite went out over the socket with the recovery tool configured", i)
-		}
-	}
-	declined := 0
-	for _, l := range g.logLines() {
-		if strings.Contains(l, `"msg":"websocket message"`) && strings.Contains(l, `"reason":"recovery_tool_websocket"`) {
-			declined++
-		}
-	}
-	if declined == 0 {
-		t.Fatal("no message was logged as declined for the recovery tool")
-	}
-}

@@ -15,6 +15,7 @@ type Rewrite func(msg []byte) (out []byte, ok bool)
 // Reader is the client-to-server direction: it reads the client's frames
 // from src and yields the bytes for the server.
 type Reader struct {
+	in      io.Reader // the client's stream, under src
 	src     *bufio.Reader
 	max     int64
 	rewrite Rewrite
@@ -30,12 +31,14 @@ type Reader struct {
 	ctrl    []byte // of held, the control frames between the message's fragments
 	msg     []byte // the held message's payload, unmasked
 	err     error
+
+	inj *injector // nil unless EnableInject
 }
 
 // NewReader relays the client frames read from src; text messages up to
 // max payload bytes are offered to rewrite.
 func NewReader(src io.Reader, max int64, rewrite Rewrite) *Reader {
-	return &Reader{src: bufio.NewReaderSize(src, 32<<10), max: max, rewrite: rewrite}
+	return &Reader{in: src, src: bufio.NewReaderSize(src, 32<<10), max: max, rewrite: rewrite}
 }
 
 // Read implements io.Reader.
@@ -50,7 +53,14 @@ func (r *Reader) Read(p []byte) (int, error) {
 			return n, nil
 		}
 		if r.err != nil {
+			r.inj.stop()
 			return 0, r.err
+		}
+		if r.inj != nil && r.atBoundary() {
+			if f := r.inj.take(); f != nil {
+				r.out, r.off = append(r.out[:0], f...), 0
+				continue
+			}
 		}
 		if r.raw || r.stream > 0 {
 			q := p
@@ -86,12 +96,15 @@ func (r *Reader) goRaw() {
 		r.holding = false
 	}
 	r.raw = true
+	r.inj.stop()
 }
 
 // next reads the next frame header and decides what happens to the frame.
 func (r *Reader) next() error {
-	b, err := r.src.Peek(2)
+	b, err := r.peek(2)
 	switch {
+	case err == errWake:
+		return nil
 	case len(b) == 0:
 		return err
 	case len(b) < 2:
@@ -108,7 +121,10 @@ func (r *Reader) next() error {
 	if b[1]&0x80 != 0 {
 		size += 4
 	}
-	b, _ = r.src.Peek(size)
+	b, err = r.peek(size)
+	if err == errWake {
+		return nil
+	}
 	if len(b) < size {
 		r.goRaw() // the partial header goes on as it came, then the error
 		return nil
@@ -145,6 +161,19 @@ func (r *Reader) next() error {
 		r.stream = whole
 	}
 	return nil
+}
+
+// peek peeks at a frame header. At a message boundary an injection may
+// interrupt the wait for it (errWake), and then goes out first: nothing of
+// the frame has been handed out.
+func (r *Reader) peek(n int) ([]byte, error) {
+	if r.inj == nil {
+		return r.src.Peek(n)
+	}
+	r.inj.pump.wakeable = !r.holding && !r.passing
+	b, err := r.src.Peek(n)
+	r.inj.pump.wakeable = false
+	return b, err
 }
 
 // clientValid reports a frame header a conforming client sends, given
@@ -223,10 +252,20 @@ type Tap struct {
 	collect bool
 	msg     []byte
 	dead    bool
+
+	// Divert, when set, is asked at the first frame of each text message
+	// whether the message goes whole to Diverted instead of W (divert.go).
+	Divert   func() bool
+	Diverted func(msg []byte)
+	div      diversion
+	holdHdr  bool // the header being read is held with a diverted message
 }
 
 // Write implements io.Writer.
 func (t *Tap) Write(p []byte) (int, error) {
+	if t.Divert != nil {
+		return t.writeDivert(p)
+	}
 	n, err := t.W.Write(p)
 	t.observe(p[:n])
 	return n, err

@@ -1,0 +1,344 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
+	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
+	"github.com/tokenterminator/caddy-token-terminator/internal/wsrelay"
+)
+
+// The recovery tool's loop over the Responses WebSocket. A compiled
+// response.create that carries the tool goes out as compiled; the
+// provider's messages of its response are diverted from the client
+// (wsrelay.Tap.Divert) into a recovery.Stitcher, each message wrapped as
+// the SSE event it would be over HTTPS, and the stitcher's events go back
+// to the client as one text frame each, as they come: the client sees one
+// response, renumbered, with no trace of the tool. When a round ends with
+// calls of the tool, they are answered from the vault (within what the
+// conversation reached) and the follow-up response.create goes out on the
+// same upstream socket, injected into the client's stream at a message
+// boundary (wsrelay.Reader.Inject). The follow-up continues the round's
+// own response (recovery.FollowUpChained says why).
+//
+// Bounds: max_recovery_rounds follow-ups per client message; each
+// follow-up's first provider message must come within body_read_timeout
+// (after it, the stream is bound by reverse_proxy's own timeouts, as the
+// client's own responses are). Failure before anything of the response
+// reached the client resends the client's original message; after, the
+// response is ended well formed from its last complete round and the
+// rest of an abandoned follow-up's answer is dropped. Only a final
+// response.completed commits the message's lineage.
+
+// wsPending is one forwarded response.create waiting for its response.
+type wsPending struct {
+	commit func()  // the lineage commit; nil: nothing to commit
+	loop   *wsLoop // the recovery loop of a message that carried the tool
+}
+
+// wsLoop is the recovery loop of one client message. Its fields belong to
+// whoever holds the connection's write lock (relayConn.mu).
+type wsLoop struct {
+	s        *wsSession
+	rc       *relayConn
+	st       *recovery.Stitcher
+	arts     *recordingArtifacts
+	res      compiler.Result // the compile: Commit, Recovered
+	request  []byte          // the compiled message, with the tool
+	original []byte          // the client's message as it came
+
+	rounds   int
+	lastID   string // the id of the last round's response
+	draining bool   // an abandoned follow-up's answer is still coming
+	gen      int    // bumps on each provider message; a stale timer does nothing
+	cancel   func() bool
+	timer    *time.Timer
+	failed   error
+}
+
+// recoveryLoop returns the pending entry of a forwarded message that
+// carries the tool, or false when no loop can run for it (no recovery
+// tool configured, or the socket has no relay).
+func (s *wsSession) recoveryLoop(res compiler.Result, original []byte) (wsPending, bool) {
+	rt := s.h.Recovery
+	if rt == nil || rt.mode != RecoveryTool || s.rc == nil || !s.rc.injecting {
+		return wsPending{}, false
+	}
+	l := &wsLoop{s: s, rc: s.rc, res: res, request: res.Body, original: original,
+		arts: &recordingArtifacts{Artifacts: recovery.Within(rt.arts, res.Reachable)}}
+	st, err := recovery.NewStitcher(provider.Responses, &wsFrames{w: s.rc.Conn}, rt.cfg)
+	if err != nil {
+		return wsPending{}, false
+	}
+	l.st = st
+	return wsPending{loop: l}, true
+}
+
+// divert reports whether the provider's next message belongs to a loop.
+func (s *wsSession) divert() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.pending) > 0 && s.pending[0].loop != nil
+}
+
+// diverted hands a provider message to the loop of the oldest pending
+// message (the relay's write lock is held); nil: a message of it escaped.
+func (s *wsSession) diverted(msg []byte) {
+	s.mu.Lock()
+	var l *wsLoop
+	if len(s.pending) > 0 {
+		l = s.pending[0].loop
+	}
+	s.mu.Unlock()
+	if l != nil {
+		l.message(msg)
+	}
+}
+
+// settle replaces the loop's pending entry: next nil pops it, otherwise
+// the rest of its response passes as it comes and settles as next says.
+func (s *wsSession) settle(l *wsLoop, next *wsPending) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.pending) == 0 || s.pending[0].loop != l {
+		return
+	}
+	if next == nil {
+		s.pending = s.pending[1:]
+		return
+	}
+	s.pending[0] = *next
+}
+
+// wsEventHead is what the loop reads of a provider message.
+type wsEventHead struct {
+	Type     string `json:"type"`
+	Response struct {
+		ID string `json:"id"`
+	} `json:"response"`
+}
+
+func wsTerminal(typ string) bool {
+	switch typ {
+	case "response.completed", "response.failed", "response.incomplete", "error":
+		return true
+	}
+	return false
+}
+
+// message takes one provider message of the loop's response.
+func (l *wsLoop) message(msg []byte) {
+	var head wsEventHead
+	if msg != nil {
+		_ = json.Unmarshal(msg, &head)
+	}
+	if l.draining {
+		if wsTerminal(head.Type) || msg == nil {
+			l.s.settle(l, nil)
+		}
+		return
+	}
+	l.stop()
+	if msg == nil {
+		// A message too large to stitch reached the client as it came:
+		// the rest of the response passes the same way, nothing committed.
+		l.fail(errors.New("recovery: a provider message over the relay's bound"), false)
+		l.s.settle(l, &wsPending{})
+		return
+	}
+	if head.Type == "error" && l.rounds > 0 {
+		// A follow-up refused: the client, which never sent it, gets its
+		// response ended from the last complete round instead.
+		l.fail(errors.New("recovery: the provider refused the follow-up"), false)
+		return
+	}
+	_, _ = l.st.Write(sseOf(head.Type, msg))
+	if !wsTerminal(head.Type) {
+		return
+	}
+	if head.Type == "response.completed" {
+		l.lastID = head.Response.ID
+	}
+	round, err := l.st.EndRound()
+	switch {
+	case err != nil:
+		l.fail(err, false)
+	case !round.Continue:
+		l.finish(head.Type)
+	default:
+		l.followUp(round)
+	}
+}
+
+// followUp answers a round's calls and injects the next request.
+func (l *wsLoop) followUp(round recovery.Round) {
+	h := l.s.h
+	ctx, cancel := context.WithTimeout(l.s.ctx, l.deadline())
+	recovery.Run(ctx, h.Recovery.cfg, l.arts, l.s.scope.Tenant, round.Calls)
+	cancel()
+	body, err := recovery.FollowUpChained(l.request, l.lastID, round.Answer, round.Calls)
+	if err != nil {
+		l.fail(err, false)
+		return
+	}
+	withdraw, ok := l.rc.rd.Inject(wsrelay.ClientText(body))
+	if !ok {
+		l.fail(errors.New("recovery: the client's stream takes no follow-up"), false)
+		return
+	}
+	l.rounds++
+	l.markRecovered()
+	l.request, l.cancel = body, withdraw
+	l.arm()
+}
+
+// deadline is the wait for a follow-up's first provider message.
+func (l *wsLoop) deadline() time.Duration {
+	if d := l.s.h.BodyReadTimeout; d > 0 {
+		return d
+	}
+	return defaultFollowUpWait
+}
+
+// defaultFollowUpWait bounds the wait when body_read_timeout is off.
+const defaultFollowUpWait = 30 * time.Second
+
+// arm starts the follow-up's deadline.
+func (l *wsLoop) arm() {
+	gen := l.gen
+	l.timer = time.AfterFunc(l.deadline(), func() {
+		l.rc.mu.Lock()
+		defer l.rc.mu.Unlock()
+		if l.gen != gen || l.draining || l.failed != nil {
+			return
+		}
+		l.fail(errors.New("recovery: no answer to the follow-up within body_read_timeout"), true)
+	})
+}
+
+// stop ends a pending deadline: the provider answered.
+func (l *wsLoop) stop() {
+	l.gen++
+	if l.timer != nil {
+		l.timer.Stop()
+		l.timer = nil
+	}
+}
+
+// fail ends the loop. inFlight: a follow-up may still be answered.
+func (l *wsLoop) fail(err error, inFlight bool) {
+	l.failed = err
+	if inFlight && l.cancel != nil && l.cancel() {
+		inFlight = false // withdrawn before it went out
+	}
+	if !l.st.Started() && !inFlight {
+		// Nothing reached the client: it gets the answer to its own
+		// message, which passes as it comes and commits nothing.
+		if _, ok := l.rc.rd.Inject(wsrelay.ClientText(l.original)); ok {
+			l.log(zapcore.InfoLevel, fallbackRoundFailed, err)
+			l.s.settle(l, &wsPending{})
+			return
+		}
+	}
+	if cerr := l.st.Close(); cerr != nil && !errors.Is(cerr, recovery.ErrIncomplete) {
+		err = errors.Join(err, cerr)
+	}
+	l.log(zapcore.WarnLevel, "", err)
+	if inFlight {
+		l.draining = true
+		return
+	}
+	l.s.settle(l, nil)
+}
+
+// finish ends a loop whose stream ended: a final response.completed
+// commits the lineage, with what the loop recovered.
+func (l *wsLoop) finish(typ string) {
+	if typ == "response.completed" {
+		l.markRecovered()
+		if l.res.Commit != nil {
+			l.res.Commit()
+		}
+	}
+	if l.rounds > 0 {
+		l.log(zapcore.InfoLevel, "", nil)
+	}
+	l.s.settle(l, nil)
+}
+
+func (l *wsLoop) markRecovered() {
+	if l.res.Recovered != nil && len(l.arts.got) > l.arts.noted {
+		l.res.Recovered(l.arts.got[l.arts.noted:]...)
+		l.arts.noted = len(l.arts.got)
+	}
+}
+
+func (l *wsLoop) log(level zapcore.Level, fallback string, err error) {
+	f := []zap.Field{zap.String("format", string(wsCompiledFormat)), zap.String("path", l.s.path), zap.Bool("websocket", true),
+		zap.Bool("recovery_tool", true), zap.Int("recovery_rounds", l.rounds)}
+	if fallback != "" {
+		f = append(f, zap.String("recovery_fallback", fallback))
+	}
+	if err != nil {
+		f = append(f, zap.String("recovery_error", err.Error()))
+	}
+	l.s.h.Logger.Log(level, "websocket recovery", f...)
+}
+
+// sseOf wraps a provider message as the SSE event it is over HTTPS.
+func sseOf(typ string, msg []byte) []byte {
+	out := make([]byte, 0, len(msg)+len(typ)+24)
+	if typ != "" {
+		out = append(append(append(out, "event: "...), typ...), '\n')
+	}
+	for line := range bytes.SplitSeq(msg, []byte{'\n'}) {
+		out = append(append(append(out, "data: "...), line...), '\n')
+	}
+	return append(out, '\n')
+}
+
+// wsFrames turns the stitcher's SSE events back into provider messages:
+// one unmasked text frame per event, its data lines joined.
+type wsFrames struct {
+	w   interface{ Write([]byte) (int, error) }
+	buf []byte
+}
+
+func (f *wsFrames) Write(p []byte) (int, error) {
+	f.buf = append(f.buf, p...)
+	for {
+		i := bytes.Index(f.buf, []byte("\n\n"))
+		if i < 0 {
+			return len(p), nil
+		}
+		var data []byte
+		n := 0
+		for line := range bytes.SplitSeq(f.buf[:i], []byte{'\n'}) {
+			v, ok := bytes.CutPrefix(line, []byte("data:"))
+			if !ok {
+				continue
+			}
+			v = bytes.TrimPrefix(v, []byte{' '})
+			if n > 0 {
+				data = append(data, '\n')
+			}
+			data = append(data, v...)
+			n++
+		}
+		f.buf = f.buf[:copy(f.buf, f.buf[i+2:])]
+		if n == 0 {
+			continue
+		}
+		if _, err := f.w.Write(wsrelay.AppendFrame(nil, true, wsrelay.OpText, false, [4]byte{}, data)); err != nil {
+			return 0, err
+		}
+	}
+}
