@@ -5,12 +5,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"net"
 	"net/http"
 	"sync"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -37,6 +35,11 @@ import (
 //   - the permessage-deflate offer is taken out of the handshake, so no
 //     message on the socket is compressed and none has to be re-deflated
 //     (a rewrite would otherwise need the sender's compression context);
+//   - each response.create is one outcome record (websocket_outcome.go),
+//     settled by the provider's terminal event for it, reserved in
+//     max_buffered_bytes while held and compiled (websocket_admit.go),
+//     and in its conversation's holdout arm, which a continuation
+//     (previous_response_id) inherits (websocket_state.go);
 //   - the recovery tool's loop does not run over the socket: a rewrite
 //     that would carry the tool is not forwarded (the original goes on,
 //     passthrough=recovery_tool_websocket), so no receipt reaches the
@@ -114,8 +117,9 @@ func (w *wsWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		src = io.MultiReader(bytes.NewReader(bytes.Clone(b)), conn)
 	}
 	max := w.s.h.MaxBodySize
-	rc := &relayConn{Conn: conn}
+	rc := &relayConn{Conn: conn, s: w.s}
 	rc.rd = wsrelay.NewReader(src, max, w.s.rewrite)
+	rc.rd.Admit, rc.rd.Passed = w.s.admit, w.s.passedUnread // websocket_admit.go
 	rc.tap = &wsrelay.Tap{W: conn, Max: wsEventMax, On: w.s.providerMessage}
 	return rc, bufio.NewReadWriter(bufio.NewReader(rc), bufio.NewWriter(rc)), nil
 }
@@ -130,9 +134,25 @@ type relayConn struct {
 	rd  *wsrelay.Reader
 	tap *wsrelay.Tap
 	mu  sync.Mutex // Write: reverse_proxy's copier and its graceful close
+	s   *wsSession
+	end sync.Once
 }
 
-func (c *relayConn) Read(p []byte) (int, error) { return c.rd.Read(p) }
+func (c *relayConn) Read(p []byte) (int, error) {
+	n, err := c.rd.Read(p)
+	if c.rd.Buffered() == 0 {
+		c.s.forwarded() // what the relay decided on is handed on: its reservations go
+	}
+	return n, err
+}
+
+// Close settles the socket's unanswered messages and returns its
+// reservations (websocket_outcome.go).
+func (c *relayConn) Close() error {
+	err := c.Conn.Close()
+	c.end.Do(c.s.closeSocket)
+	return err
+}
 
 func (c *relayConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
@@ -150,96 +170,31 @@ type wsSession struct {
 	keyID func(artifact.Digest) artifact.Digest // Request.KeyID under the socket's data keys (seal.go)
 
 	mu      sync.Mutex
-	pending []func() // one per response.create forwarded; nil: nothing to commit
-}
-
-// wsHead is what the relay reads of a message: its type.
-type wsHead struct {
-	Type string `json:"type"`
+	wsState // websocket_state.go
 }
 
 // rewrite compiles one client text message; ok false forwards it as it came.
 func (s *wsSession) rewrite(msg []byte) (out []byte, ok bool) {
+	held := s.takeHeld() // websocket_admit.go: released once the message is handed on
 	var head wsHead
 	if json.Unmarshal(msg, &head) != nil || head.Type != "response.create" {
 		return nil, false
 	}
-	h := s.h
-	if h.Gate != nil {
-		// Checked per message: the handshake's answer may have verified
-		// the tenant since the socket opened.
-		if ok, why, _ := h.Gate.check(s.ctx, s.scope.Tenant); !ok {
-			s.mu.Lock()
-			s.pending = append(s.pending, nil)
-			s.mu.Unlock()
-			h.Logger.Info("websocket message", zap.String("decision", string(compiler.Passthrough)), zap.String("reason", string(why)),
-				zap.String("format", string(wsCompiledFormat)), zap.String("path", s.path), zap.Bool("websocket", true), zap.Int("raw_bytes", len(msg)))
-			return nil, false
-		}
+	m := s.begin(head, msg)
+	defer s.queueMessage(m) // websocket_outcome.go: settled by the provider's terminal event
+	out, res := s.compileMessage(m, msg, held)
+	if out != nil && res.RecoveryTool {
+		s.declineMessage(m, ReasonRecoveryWebSocket)
+		return nil, false
 	}
-	start := time.Now()
-	mode := h.Mode
-	body := append([]byte(nil), msg...) // the relay reuses msg
-	res := compiler.Result{Decision: compiler.Passthrough, RawBytes: len(body), SentBytes: len(body)}
-	ctx, cancel := context.WithTimeout(s.ctx, h.CompileTimeout)
-	slot, acquired := h.Slots.acquire(ctx)
-	if acquired {
-		// As on HTTPS, a compile abandoned at compile_timeout keeps its
-		// slot until its work stops (Request.Done).
-		stopped := sync.OnceFunc(slot)
-		res = h.compile(ctx, compiler.Request{Path: s.path, Body: body, Scope: s.scope, Mode: mode, DeferCommit: true, Done: stopped, KeyID: s.keyID})
-		if res.Reason != compiler.ReasonTimeout {
-			stopped()
-		}
-	} else {
-		res.Reason = ReasonBusy
-		if errors.Is(s.ctx.Err(), context.Canceled) {
-			res.Reason = ReasonClientAbort
-		}
-	}
-	cancel()
-	forward := mode == compiler.ModeEnforce && res.Decision == compiler.Accepted && res.Body != nil
-	if forward && res.RecoveryTool {
-		forward = false
-		res.Decision, res.Reason, res.Commit = compiler.Passthrough, ReasonRecoveryWebSocket, nil
-	}
-	sent := len(body)
-	if forward {
-		out, sent = res.Body, len(res.Body)
-	}
-	s.mu.Lock()
-	s.pending = append(s.pending, res.Commit)
-	s.mu.Unlock()
-	fields := []zap.Field{zap.String("decision", string(res.Decision)), zap.String("format", string(wsCompiledFormat)),
-		zap.String("path", s.path), zap.Bool("websocket", true), zap.Int("raw_bytes", len(body)), zap.Int("sent_bytes", sent),
-		zap.Int("receipts", res.Receipts), zap.Int("folded", res.Folded), zap.Duration("compile", time.Since(start))}
-	if res.Reason != "" {
-		fields = append(fields, zap.String("reason", string(res.Reason)))
-	}
-	h.Logger.Info("websocket message", fields...)
-	return out, forward
+	return out, out != nil
 }
 
-// providerMessage settles the oldest pending message on a terminal event.
+// providerMessage settles the message a terminal event answers.
 func (s *wsSession) providerMessage(msg []byte) {
 	var head wsHead
 	if json.Unmarshal(msg, &head) != nil {
 		return
 	}
-	switch head.Type {
-	case "response.completed", "response.failed", "response.incomplete", "error":
-	default:
-		return
-	}
-	s.mu.Lock()
-	if len(s.pending) == 0 {
-		s.mu.Unlock()
-		return
-	}
-	commit := s.pending[0]
-	s.pending = s.pending[1:]
-	s.mu.Unlock()
-	if head.Type == "response.completed" && commit != nil {
-		commit()
-	}
+	s.providerEvent(head, msg) // websocket_outcome.go
 }
