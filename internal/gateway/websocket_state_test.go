@@ -79,7 +79,7 @@ type wsTest struct {
 	commits []string
 }
 
-func newWSTest(t *testing.T, mutate func(*Gateway)) *wsTest {
+func newWSTest(t testing.TB, mutate func(*Gateway)) *wsTest {
 	t.Helper()
 	w := &wsTest{}
 	h, logs := testHandler(t, wsCompiler(&w.commits), mutate)
