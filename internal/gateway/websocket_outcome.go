@@ -82,6 +82,14 @@ func (s *wsSession) compileMessage(m *wsMessage, msg []byte, held *reservation) 
 		return nil, res
 	}
 	o.tenant = tenant
+	if s.waiting() >= wsQueueMax {
+		if held != nil {
+			held.endWork()
+		}
+		o.passthrough(ReasonBusy)
+		o.detail = "too many messages awaiting the provider's answers"
+		return nil, res
+	}
 	if held != nil && !held.admitWork(len(msg)) {
 		o.passthrough(ReasonBusy)
 		o.detail = "no room in max_buffered_bytes for the compile's working memory"

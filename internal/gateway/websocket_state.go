@@ -69,6 +69,18 @@ func (s *wsSession) remember(id string, c wsChain) {
 	s.chains[id] = c
 }
 
+// wsQueueMax bounds the compiled messages a socket keeps waiting for the
+// provider's answers: each holds its lineage record (the compile's plan)
+// until then. Past it a message goes on uncompiled (passthrough=busy).
+const wsQueueMax = 64
+
+// waiting is the number of messages awaiting their answers.
+func (s *wsSession) waiting() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.queue)
+}
+
 // enqueue queues a message forwarded; false when the socket has closed
 // (the message is then settled at once by the caller).
 func (s *wsSession) enqueue(m *wsMessage) bool {

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -250,6 +251,7 @@ func TestWebSocketReservation(t *testing.T) {
 		{"all fit", 0, []string{small, small}, []bool{true, true}, 0, 0},
 		{"too large to hold", 0, []string{big, small}, []bool{false, true}, 1, 1},
 		{"no room for the compile", 1500, []string{small}, []bool{false}, 1, 0},
+		{"too many awaiting answers", 0, slices.Repeat([]string{small}, wsQueueMax+1), append(slices.Repeat([]bool{true}, wsQueueMax), false), 1, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -268,7 +270,8 @@ func TestWebSocketReservation(t *testing.T) {
 				t.Fatalf("%d bytes buffered, %d reading after the messages went on", b-tt.others, r)
 			}
 			for i := range tt.msgs {
-				w.answer("r"+string(rune('0'+i)), completed("r"+string(rune('0'+i))))
+				id := "r" + strconv.Itoa(i)
+				w.answer(id, completed(id))
 			}
 			busy, unread := 0, 0
 			for _, l := range w.lines() {
