@@ -152,6 +152,7 @@ func ledgerRecord(o *outcome, at time.Time) vault.LedgerRecord {
 		CostHorizonRaw:  o.costHorizonRaw,
 		CostHorizonSent: o.costHorizonSent,
 		Usage:           o.billed,
+		WebSocket:       o.websocket,
 	}
 	if o.tokens.Status.Measured() {
 		r.RawTokens, r.SentTokens = o.tokens.Raw, o.tokens.Sent

@@ -65,6 +65,11 @@ type outcome struct {
 	label        string             // the operator's tenant label, if one matches
 	accounted    bool               // counted and queued: a request is accounted once
 	hold         holdoutObs         // the request's holdout arm (holdout.go)
+
+	// websocket: a response.create message on a Responses WebSocket
+	// (websocket_outcome.go), settled by the provider's terminal event
+	// for it rather than by an HTTP answer.
+	websocket bool
 }
 
 func (o *outcome) passthrough(reason compiler.Reason) {
@@ -210,6 +215,12 @@ func (o *outcome) fields() []zap.Field {
 	}
 	if o.tenant != "" {
 		f = append(f, zap.String("tenant", o.tenant))
+	}
+	if arm := o.hold.arm(); arm != "" {
+		f = append(f, zap.String("arm", arm))
+	}
+	if o.websocket {
+		f = append(f, zap.Bool("websocket", true))
 	}
 	if o.tokens.Status != "" {
 		f = append(f, zap.String("tokens", string(o.tokens.Status)))

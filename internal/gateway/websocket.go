@@ -5,12 +5,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"net"
 	"net/http"
 	"sync"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -38,7 +36,13 @@ import (
 //     message on the socket is compressed and none has to be re-deflated
 //     (a rewrite would otherwise need the sender's compression context);
 //   - with the recovery tool, a rewrite that carries it goes out and the
-//     tool's loop runs over the socket (websocket_recovery.go).
+//     tool's loop runs over the socket (websocket_recovery.go);
+//   - each response.create is one outcome record (websocket_outcome.go),
+//     settled by the provider's terminal event for it (or, for a message
+//     whose recovery loop ran, by the loop's end), reserved in
+//     max_buffered_bytes while held and compiled (websocket_admit.go),
+//     and in its conversation's holdout arm, which a continuation
+//     (previous_response_id) inherits (websocket_state.go).
 
 // wsCompiledFormat is the format whose WebSocket messages are compiled.
 const wsCompiledFormat = provider.Responses
@@ -112,8 +116,9 @@ func (w *wsWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		src = io.MultiReader(bytes.NewReader(bytes.Clone(b)), conn)
 	}
 	max := w.s.h.MaxBodySize
-	rc := &relayConn{Conn: conn}
+	rc := &relayConn{Conn: conn, s: w.s}
 	rc.rd = wsrelay.NewReader(src, max, w.s.rewrite)
+	rc.rd.Admit, rc.rd.Passed = w.s.admit, w.s.passedUnread // websocket_admit.go
 	rc.tap = &wsrelay.Tap{W: conn, Max: wsEventMax, On: w.s.providerMessage}
 	// The recovery loop (websocket_recovery.go): provider messages of a
 	// message that carried the tool are diverted to it, and its follow-ups
@@ -138,14 +143,26 @@ type relayConn struct {
 	tap       *wsrelay.Tap
 	injecting bool       // rd injects (the recovery loop's follow-ups)
 	mu        sync.Mutex // Write: reverse_proxy's copier, its graceful close and the loop's deadline
+	s         *wsSession
+	end       sync.Once
 }
 
-func (c *relayConn) Read(p []byte) (int, error) { return c.rd.Read(p) }
+func (c *relayConn) Read(p []byte) (int, error) {
+	n, err := c.rd.Read(p)
+	if c.rd.Buffered() == 0 {
+		c.s.forwarded() // what the relay decided on is handed on: its reservations go
+	}
+	return n, err
+}
 
-// Close stops the relay's reader with the connection.
+// Close stops the relay's reader with the connection, settles the
+// socket's unanswered messages and returns its reservations
+// (websocket_outcome.go).
 func (c *relayConn) Close() error {
 	c.rd.Close()
-	return c.Conn.Close()
+	err := c.Conn.Close()
+	c.end.Do(c.s.closeSocket)
+	return err
 }
 
 func (c *relayConn) Write(p []byte) (int, error) {
@@ -166,98 +183,35 @@ type wsSession struct {
 	rc *relayConn // set at the hijack, before the first message
 
 	mu      sync.Mutex
-	pending []wsPending // one per response.create forwarded
-}
-
-// wsHead is what the relay reads of a message: its type.
-type wsHead struct {
-	Type string `json:"type"`
+	wsState // websocket_state.go
 }
 
 // rewrite compiles one client text message; ok false forwards it as it came.
 func (s *wsSession) rewrite(msg []byte) (out []byte, ok bool) {
+	held := s.takeHeld() // websocket_admit.go: released once the message is handed on
 	var head wsHead
 	if json.Unmarshal(msg, &head) != nil || head.Type != "response.create" {
 		return nil, false
 	}
-	h := s.h
-	if h.Gate != nil {
-		// Checked per message: the handshake's answer may have verified
-		// the tenant since the socket opened.
-		if ok, why, _ := h.Gate.check(s.ctx, s.scope.Tenant); !ok {
-			s.mu.Lock()
-			s.pending = append(s.pending, wsPending{})
-			s.mu.Unlock()
-			h.Logger.Info("websocket message", zap.String("decision", string(compiler.Passthrough)), zap.String("reason", string(why)),
-				zap.String("format", string(wsCompiledFormat)), zap.String("path", s.path), zap.Bool("websocket", true), zap.Int("raw_bytes", len(msg)))
+	m := s.begin(head, msg)
+	defer s.queueMessage(m) // websocket_outcome.go: settled by the provider's terminal event
+	out, res := s.compileMessage(m, msg, held)
+	if out != nil && res.RecoveryTool { // the tool's loop runs over the socket (websocket_recovery.go)
+		loop, ok := s.recoveryLoop(m, res, bytes.Clone(msg))
+		if !ok {
+			s.declineMessage(m, ReasonRecoveryUnavailable)
 			return nil, false
 		}
+		m.loop = loop
 	}
-	start := time.Now()
-	mode := h.Mode
-	body := append([]byte(nil), msg...) // the relay reuses msg
-	res := compiler.Result{Decision: compiler.Passthrough, RawBytes: len(body), SentBytes: len(body)}
-	ctx, cancel := context.WithTimeout(s.ctx, h.CompileTimeout)
-	slot, acquired := h.Slots.acquire(ctx)
-	if acquired {
-		// As on HTTPS, a compile abandoned at compile_timeout keeps its
-		// slot until its work stops (Request.Done).
-		stopped := sync.OnceFunc(slot)
-		res = h.compile(ctx, compiler.Request{Path: s.path, Body: body, Scope: s.scope, Mode: mode, DeferCommit: true, Done: stopped, KeyID: s.keyID})
-		if res.Reason != compiler.ReasonTimeout {
-			stopped()
-		}
-	} else {
-		res.Reason = ReasonBusy
-		if errors.Is(s.ctx.Err(), context.Canceled) {
-			res.Reason = ReasonClientAbort
-		}
-	}
-	cancel()
-	forward := mode == compiler.ModeEnforce && res.Decision == compiler.Accepted && res.Body != nil
-	entry := wsPending{commit: res.Commit}
-	if forward && res.RecoveryTool { // the tool's loop runs over the socket (websocket_recovery.go)
-		if entry, forward = s.recoveryLoop(res, body); !forward {
-			res.Decision, res.Reason, entry = compiler.Passthrough, ReasonRecoveryUnavailable, wsPending{}
-		}
-	}
-	sent := len(body)
-	if forward {
-		out, sent = res.Body, len(res.Body)
-	}
-	s.mu.Lock()
-	s.pending = append(s.pending, entry)
-	s.mu.Unlock()
-	fields := []zap.Field{zap.String("decision", string(res.Decision)), zap.String("format", string(wsCompiledFormat)),
-		zap.String("path", s.path), zap.Bool("websocket", true), zap.Int("raw_bytes", len(body)), zap.Int("sent_bytes", sent),
-		zap.Int("receipts", res.Receipts), zap.Int("folded", res.Folded), zap.Duration("compile", time.Since(start))}
-	if res.Reason != "" {
-		fields = append(fields, zap.String("reason", string(res.Reason)))
-	}
-	h.Logger.Info("websocket message", fields...)
-	return out, forward
+	return out, out != nil
 }
 
-// providerMessage settles the oldest pending message on a terminal event.
+// providerMessage settles the message a terminal event answers.
 func (s *wsSession) providerMessage(msg []byte) {
 	var head wsHead
 	if json.Unmarshal(msg, &head) != nil {
 		return
 	}
-	switch head.Type {
-	case "response.completed", "response.failed", "response.incomplete", "error":
-	default:
-		return
-	}
-	s.mu.Lock()
-	if len(s.pending) == 0 {
-		s.mu.Unlock()
-		return
-	}
-	commit := s.pending[0].commit
-	s.pending = s.pending[1:]
-	s.mu.Unlock()
-	if head.Type == "response.completed" && commit != nil {
-		commit()
-	}
+	s.providerEvent(head, msg) // websocket_outcome.go
 }

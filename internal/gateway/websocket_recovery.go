@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -38,16 +40,12 @@ import (
 // rest of an abandoned follow-up's answer is dropped. Only a final
 // response.completed commits the message's lineage.
 
-// wsPending is one forwarded response.create waiting for its response.
-type wsPending struct {
-	commit func()  // the lineage commit; nil: nothing to commit
-	loop   *wsLoop // the recovery loop of a message that carried the tool
-}
-
 // wsLoop is the recovery loop of one client message. Its fields belong to
 // whoever holds the connection's write lock (relayConn.mu).
 type wsLoop struct {
 	s        *wsSession
+	m        *wsMessage // the client's message: its outcome record
+	usage    provider.Usage
 	rc       *relayConn
 	st       *recovery.Stitcher
 	arts     *recordingArtifacts
@@ -64,29 +62,30 @@ type wsLoop struct {
 	failed   error
 }
 
-// recoveryLoop returns the pending entry of a forwarded message that
-// carries the tool, or false when no loop can run for it (no recovery
-// tool configured, or the socket has no relay).
-func (s *wsSession) recoveryLoop(res compiler.Result, original []byte) (wsPending, bool) {
+// recoveryLoop returns the loop of a forwarded message m that carries
+// the tool, or false when no loop can run for it (no recovery tool
+// configured, or the socket has no relay).
+func (s *wsSession) recoveryLoop(m *wsMessage, res compiler.Result, original []byte) (*wsLoop, bool) {
 	rt := s.h.Recovery
 	if rt == nil || rt.mode != RecoveryTool || s.rc == nil || !s.rc.injecting {
-		return wsPending{}, false
+		return nil, false
 	}
-	l := &wsLoop{s: s, rc: s.rc, res: res, request: res.Body, original: original,
+	l := &wsLoop{s: s, m: m, rc: s.rc, res: res, request: res.Body, original: original,
 		arts: &recordingArtifacts{Artifacts: recovery.Within(rt.arts, res.Reachable)}}
 	st, err := recovery.NewStitcher(provider.Responses, &wsFrames{w: s.rc.Conn}, rt.cfg)
 	if err != nil {
-		return wsPending{}, false
+		return nil, false
 	}
 	l.st = st
-	return wsPending{loop: l}, true
+	m.ex.out.recovery.offered = true
+	return l, true
 }
 
 // divert reports whether the provider's next message belongs to a loop.
 func (s *wsSession) divert() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.pending) > 0 && s.pending[0].loop != nil
+	return len(s.queue) > 0 && s.queue[0].loop != nil
 }
 
 // diverted hands a provider message to the loop of the oldest pending
@@ -94,8 +93,8 @@ func (s *wsSession) divert() bool {
 func (s *wsSession) diverted(msg []byte) {
 	s.mu.Lock()
 	var l *wsLoop
-	if len(s.pending) > 0 {
-		l = s.pending[0].loop
+	if len(s.queue) > 0 {
+		l = s.queue[0].loop
 	}
 	s.mu.Unlock()
 	if l != nil {
@@ -103,20 +102,57 @@ func (s *wsSession) diverted(msg []byte) {
 	}
 }
 
-// settle replaces the loop's pending entry: next nil pops it, otherwise
-// the rest of its response passes as it comes and settles as next says.
-func (s *wsSession) settle(l *wsLoop, next *wsPending) {
+// release hands the rest of the loop's response back to the tap: it
+// passes as it comes and settles the message (providerEvent) with
+// nothing committed.
+func (s *wsSession) release(l *wsLoop) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.pending) == 0 || s.pending[0].loop != l {
-		return
+	if l.m.loop == l {
+		l.m.loop = nil
+		l.m.ex.commit = nil
 	}
-	if next == nil {
-		s.pending = s.pending[1:]
-		return
-	}
-	s.pending[0] = *next
 }
+
+// endLoop settles the loop's message once the stream the client saw has
+// ended: outcome "" when it completed (the lineage is committed), else
+// what ended it.
+func (s *wsSession) endLoop(l *wsLoop, outcome string) {
+	s.mu.Lock()
+	at := -1
+	for i, m := range s.queue {
+		if m == l.m && m.loop == l {
+			at = i
+			break
+		}
+	}
+	if at < 0 {
+		s.mu.Unlock()
+		return
+	}
+	s.queue = append(s.queue[:at], s.queue[at+1:]...)
+	s.mu.Unlock()
+	m := l.m
+	m.ex.out.recovery.rounds = l.rounds
+	if l.failed != nil {
+		m.ex.out.recovery.err = l.failed.Error()
+	}
+	if l.lastID != "" {
+		m.respID = l.lastID // a continuation names the last round's response
+	}
+	if outcome != "" {
+		m.ex.commit = nil
+	}
+	s.settle(m, http.StatusOK, outcome, loopUsage(l.usage))
+}
+
+// loopUsage is the usage summed over a loop's rounds, as the outcome
+// reads a response's.
+type loopUsage provider.Usage
+
+func (u loopUsage) Write(p []byte) (int, error) { return len(p), nil }
+func (u loopUsage) Usage() provider.Usage       { return provider.Usage(u) }
+func (u loopUsage) Complete() bool              { return true }
 
 // wsEventHead is what the loop reads of a provider message.
 type wsEventHead struct {
@@ -142,7 +178,7 @@ func (l *wsLoop) message(msg []byte) {
 	}
 	if l.draining {
 		if wsTerminal(head.Type) || msg == nil {
-			l.s.settle(l, nil)
+			l.s.endLoop(l, "recovery_failed")
 		}
 		return
 	}
@@ -151,7 +187,7 @@ func (l *wsLoop) message(msg []byte) {
 		// A message too large to stitch reached the client as it came:
 		// the rest of the response passes the same way, nothing committed.
 		l.fail(errors.New("recovery: a provider message over the relay's bound"), false)
-		l.s.settle(l, &wsPending{})
+		l.s.release(l)
 		return
 	}
 	if head.Type == "error" && l.rounds > 0 {
@@ -168,6 +204,7 @@ func (l *wsLoop) message(msg []byte) {
 		l.lastID = head.Response.ID
 	}
 	round, err := l.st.EndRound()
+	l.usage = l.usage.Add(round.Usage)
 	switch {
 	case err != nil:
 		l.fail(err, false)
@@ -244,7 +281,8 @@ func (l *wsLoop) fail(err error, inFlight bool) {
 		// message, which passes as it comes and commits nothing.
 		if _, ok := l.rc.rd.Inject(wsrelay.ClientText(l.original)); ok {
 			l.log(zapcore.InfoLevel, fallbackRoundFailed, err)
-			l.s.settle(l, &wsPending{})
+			l.m.ex.out.recovery.fallback = fallbackRoundFailed
+			l.s.release(l)
 			return
 		}
 	}
@@ -256,22 +294,23 @@ func (l *wsLoop) fail(err error, inFlight bool) {
 		l.draining = true
 		return
 	}
-	l.s.settle(l, nil)
+	l.s.endLoop(l, "recovery_failed")
 }
 
 // finish ends a loop whose stream ended: a final response.completed
 // commits the lineage, with what the loop recovered.
 func (l *wsLoop) finish(typ string) {
 	if typ == "response.completed" {
-		l.markRecovered()
-		if l.res.Commit != nil {
-			l.res.Commit()
-		}
+		l.markRecovered() // before the commit (endLoop) records the lineage
 	}
 	if l.rounds > 0 {
 		l.log(zapcore.InfoLevel, "", nil)
 	}
-	l.s.settle(l, nil)
+	outcome := ""
+	if typ != "response.completed" {
+		outcome = strings.TrimPrefix(typ, "response.")
+	}
+	l.s.endLoop(l, outcome)
 }
 
 func (l *wsLoop) markRecovered() {

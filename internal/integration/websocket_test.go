@@ -199,8 +199,15 @@ func TestWebSocketResponsesCompiled(t *testing.T) {
 			}
 			n := 0
 			for _, l := range g.logLines() {
-				if strings.Contains(l, `"msg":"websocket message"`) {
-					n++
+				if !strings.Contains(l, `"msg":"websocket message"`) {
+					continue
+				}
+				n++
+				// One outcome record per message, settled by its
+				// response.completed: the usage it reports, the lineage
+				// committed.
+				if !strings.Contains(l, `"websocket":true`) || !strings.Contains(l, `"usage_input":`) || !strings.Contains(l, `"status":200`) {
+					t.Fatalf("websocket message line without its answer: %s", l)
 				}
 			}
 			if n != len(steps) {

@@ -59,6 +59,11 @@ type LedgerRecord struct {
 	ShadowSkipped   bool    `json:"shadow_skipped,omitempty"`
 	ShadowSentBytes int64   `json:"shadow_sent_bytes,omitempty"`
 	ShadowCostSent  float64 `json:"shadow_cost_sent,omitempty"`
+	// WebSocket: a message on a Responses WebSocket, not an HTTP request;
+	// Status is then what an HTTP stream of the same answer would have
+	// had (200 once the provider's terminal event for it came, 0 when
+	// none came).
+	WebSocket bool `json:"websocket,omitempty"`
 }
 
 // LedgerUsage is the provider's own account of a request's input tokens,

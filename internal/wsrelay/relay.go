@@ -33,7 +33,26 @@ type Reader struct {
 	err     error
 
 	inj *injector // nil unless EnableInject
+	// Admit, when set, is asked before each data frame of a held message
+	// is read, with the bytes holding it takes (the frame as sent and its
+	// payload unmasked); false: the message is held no further and goes
+	// on as it comes, what was held first, as one over the bound does.
+	Admit func(n int64) bool
+	// Passed, when set, is told of a text message that would have been
+	// offered to the rewrite but goes on unread, over the bound (over) or
+	// refused by Admit: prefix is the start of its payload, unmasked, at
+	// most PassedPrefix bytes; it must not be kept.
+	Passed func(prefix []byte, over bool)
 }
+
+// PassedPrefix bounds the payload Reader.Passed is shown: enough for a
+// message's leading "type" member.
+const PassedPrefix = 512
+
+// keepMax is the buffer capacity a Reader keeps between messages; a
+// larger one, grown for one large message, is let go once it has been
+// handed on, so an idle socket holds no more than this.
+const keepMax = 1 << 20
 
 // NewReader relays the client frames read from src; text messages up to
 // max payload bytes are offered to rewrite.
@@ -49,6 +68,9 @@ func (r *Reader) Read(p []byte) (int, error) {
 			r.off += n
 			if r.off == len(r.out) {
 				r.out, r.off = r.out[:0], 0
+				if cap(r.out) > keepMax {
+					r.out = nil
+				}
 			}
 			return n, nil
 		}
@@ -145,17 +167,22 @@ func (r *Reader) next() error {
 		r.passing = !h.Fin
 		r.stream = whole
 	case h.Op == OpContinuation: // of a held message
-		if int64(len(r.msg))+h.Length > r.max {
+		if over := int64(len(r.msg))+h.Length > r.max; over || !r.admit(whole+h.Length) {
+			r.passed(r.msg, over)
 			r.out, r.off = append(r.out[:0], r.held...), 0
 			r.holding, r.passing = false, !h.Fin
 			r.stream = whole
 			return nil
 		}
 		return r.hold(h, true)
-	case h.Op == OpText && r.rewrite != nil && h.Length <= r.max:
+	case h.Op == OpText && r.rewrite != nil && h.Length <= r.max && r.admit(whole+h.Length):
 		r.holding = true
 		r.held, r.ctrl, r.msg = r.held[:0], r.ctrl[:0], r.msg[:0]
 		return r.hold(h, true)
+	case h.Op == OpText && r.rewrite != nil: // over the bound, or not admitted
+		r.passed(r.peekPayload(h), h.Length > r.max)
+		r.passing = !h.Fin
+		r.stream = whole
 	default: // binary, or a text message not offered
 		r.passing = !h.Fin
 		r.stream = whole
@@ -175,6 +202,35 @@ func (r *Reader) peek(n int) ([]byte, error) {
 	r.inj.pump.wakeable = false
 	return b, err
 }
+
+// admit asks Admit, when set, for n more bytes of holding.
+func (r *Reader) admit(n int64) bool { return r.Admit == nil || r.Admit(n) }
+
+// passed tells Passed, when set, of a message going on unread.
+func (r *Reader) passed(prefix []byte, over bool) {
+	if r.Passed != nil {
+		r.Passed(prefix[:min(len(prefix), PassedPrefix)], over)
+	}
+}
+
+// peekPayload is the start of a frame's payload, unmasked, read ahead
+// without consuming it (the frame streams on as it came).
+func (r *Reader) peekPayload(h Header) []byte {
+	if r.Passed == nil {
+		return nil
+	}
+	b, _ := r.src.Peek(h.Size + int(min(h.Length, PassedPrefix)))
+	if len(b) <= h.Size {
+		return nil
+	}
+	p := append([]byte(nil), b[h.Size:]...)
+	MaskBytes(h.Key, 0, p)
+	return p
+}
+
+// Buffered is the bytes decided and not yet handed out: 0 once a
+// message's bytes have all been read from the Reader.
+func (r *Reader) Buffered() int { return len(r.out) - r.off }
 
 // clientValid reports a frame header a conforming client sends, given
 // whether a fragmented message is open.
@@ -224,16 +280,21 @@ func (r *Reader) hold(h Header, data bool) error {
 func (r *Reader) finish() {
 	r.holding = false
 	r.out, r.off = r.out[:0], 0
+	out, ok := []byte(nil), false
 	if utf8.Valid(r.msg) {
-		if out, ok := r.rewrite(r.msg); ok {
-			var key [4]byte
-			_, _ = rand.Read(key[:])
-			r.out = append(r.out, r.ctrl...)
-			r.out = AppendFrame(r.out, true, OpText, true, key, out)
-			return
-		}
+		out, ok = r.rewrite(r.msg)
 	}
-	r.out = append(r.out, r.held...)
+	if ok {
+		var key [4]byte
+		_, _ = rand.Read(key[:])
+		r.out = append(r.out, r.ctrl...)
+		r.out = AppendFrame(r.out, true, OpText, true, key, out)
+	} else {
+		r.out = append(r.out, r.held...)
+	}
+	if cap(r.held) > keepMax {
+		r.held, r.ctrl, r.msg = nil, nil, nil
+	}
 }
 
 // Tap is the server-to-client direction: it writes every byte to W as it
