@@ -42,7 +42,7 @@ func newWSLoopRig(t *testing.T, commits *atomic.Int32, wait time.Duration) *wsLo
 	})
 	cc, sc := net.Pipe()
 	s := &wsSession{h: h, ctx: context.Background(), path: "/v1/responses", scope: artifact.Scope{Tenant: "t"}}
-	rc := &relayConn{Conn: sc, injecting: true}
+	rc := &relayConn{Conn: sc, injecting: true, s: s}
 	rc.rd = wsrelay.NewReader(sc, 1<<20, s.rewrite)
 	rc.rd.EnableInject()
 	rc.tap = &wsrelay.Tap{W: sc, Max: wsEventMax, On: s.providerMessage, Divert: s.divert, Diverted: s.diverted}
