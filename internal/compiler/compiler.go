@@ -609,27 +609,9 @@ func (c *Compiler) rewrite(ctx context.Context, f format, p *plan, req Request, 
 			return nil, ReasonInvalidOutput
 		}
 	}
-	tg := time.Now()
-	out, reason := c.gateWorkingState(ctx, f, p, req.Body, out, res)
-	res.Gate = time.Since(tg)
-	if reason != "" {
-		return nil, reason
-	}
-	// Nothing is lost: receipts go out only once their content is durable.
-	// Shadow mode forwards no receipt, so it stores nothing.
-	if req.Mode != ModeShadow {
-		tv := time.Now()
-		err := c.persist(ctx, req.Scope, p)
-		res.Vault += time.Since(tv)
-		if err != nil {
-			res.Detail = err.Error()
-			return nil, vaultReason(ctx, err)
-		}
-	}
-	if ctx.Err() != nil {
-		return nil, ReasonTimeout
-	}
-	return out, ""
+	// The gate and the write of the artifacts run at once; receipts go out
+	// only once their content is durable (persist_overlap.go).
+	return c.gateAndPersist(ctx, f, p, req, out, res)
 }
 
 // persist makes every artifact the rewrite names durable. Artifacts the
