@@ -85,6 +85,8 @@ type Compiler struct {
 	invalid atomic.Uint64
 	// usage holds what providers reported about recent responses.
 	usage *usageNotes
+	// precounting: a background count of a body runs (precount.go).
+	precounting precounting
 }
 
 // InvalidOutputs returns how many rewrites failed the validity check and
@@ -399,6 +401,9 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, trees *js
 	}
 	p, ch := c.choose(p, f.name(), req)
 	forwarded := c.finish(ctx, f, p, ch, req, res)
+	if res.Reason == ReasonNothingToDo && ctx.Err() == nil {
+		c.precount(p.d, d.model, req.Body, req)
+	}
 	return func() time.Duration { return c.record(ctx, req.Scope, p, forwarded) }
 }
 
