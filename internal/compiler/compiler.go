@@ -87,6 +87,8 @@ type Compiler struct {
 	usage *usageNotes
 	// precounting: a background count of a body runs (precount.go).
 	precounting precounting
+	// prestoring: a background write of a body's results runs (prestore.go).
+	prestoring prestoring
 }
 
 // InvalidOutputs returns how many rewrites failed the validity check and
@@ -401,8 +403,9 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, trees *js
 	}
 	p, ch := c.choose(p, f.name(), req)
 	forwarded := c.finish(ctx, f, p, ch, req, res)
-	if res.Reason == ReasonNothingToDo && ctx.Err() == nil {
-		c.precount(p.d, d.model, req.Body, req)
+	if c.opts.WorkAhead && res.Reason == ReasonNothingToDo && ctx.Err() == nil {
+		c.precount(p.d, d.model, req)
+		c.prestore(ctx, req, p)
 	}
 	return func() time.Duration { return c.record(ctx, req.Scope, p, forwarded) }
 }

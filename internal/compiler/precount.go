@@ -27,23 +27,14 @@ import (
 // precounting is 1 while a background count runs.
 type precounting = atomic.Bool
 
-// precount starts the background count of d's original body raw for model,
+// precount starts the background count of d's original body (req.Body) for model,
 // unless one is running, there is no tokenizer, or nothing was eligible.
-func (c *Compiler) precount(d *doc, model string, raw []byte, req Request) {
+func (c *Compiler) precount(d *doc, model string, req Request) {
 	if c.tokens == nil || !c.precounting.CompareAndSwap(false, true) {
 		return
 	}
 	hints, _ := tokenHints(d, nil)
-	body, release := raw, func() {}
-	if req.Hold != nil {
-		if r, ok := req.Hold(); ok {
-			release = r
-		} else {
-			body = nil
-		}
-	} else {
-		body = append([]byte(nil), raw...) // the caller may reuse raw once Compile returns
-	}
+	body, release := heldBody(req)
 	if body == nil {
 		c.precounting.Store(false)
 		return

@@ -83,7 +83,7 @@ func TestPrecountAfterNothingToReplace(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tc := &precountTokens{bg: make(chan precountCall, 4)}
-			c := newCompiler(t, compiler.Options{InlineLeases: 1}, compilertest.NewMemStore(), tc)
+			c := newCompiler(t, compiler.Options{InlineLeases: 1, WorkAhead: true}, compilertest.NewMemStore(), tc)
 			var holds, released atomic.Int32
 			req := compiler.Request{Path: chatPath, Body: bytes.Clone(tt.body), Scope: artifact.Scope{Tenant: "t"}, Mode: compiler.ModeEnforce}
 			if tt.withHold {
@@ -132,7 +132,7 @@ func TestPrecountOneAtATime(t *testing.T) {
 	turns := fixtures.Turns(72, 1, 9000)
 	other := fixtures.Turns(73, 1, 9000)
 	tc := &precountTokens{bg: make(chan precountCall, 4), block: make(chan struct{})}
-	c := newCompiler(t, compiler.Options{}, compilertest.NewMemStore(), tc)
+	c := newCompiler(t, compiler.Options{WorkAhead: true}, compilertest.NewMemStore(), tc)
 	first := compile(c, "t", fixtures.ChatBody("gpt-4o", turns, ""))
 	for tc.countCalls() == 0 {
 		// the first count has started once it is counted as called
