@@ -81,6 +81,14 @@ func (c *Compiler) gateAndPersist(ctx context.Context, f format, p *plan, req Re
 	defer stopGate()
 	if req.Mode != ModeShadow && len(out) < len(req.Body) {
 		pending = c.startPersist(ctx, req.Scope, p, stopGate)
+		defer func() {
+			if r := recover(); r != nil {
+				// The gate panicked: the write stops before Compile's
+				// recover releases the trees it may decode from.
+				pending.wait(true)
+				panic(r)
+			}
+		}()
 	}
 	tg := time.Now()
 	out, reason := c.gateWorkingState(gctx, f, p, req.Body, out, res)

@@ -40,6 +40,7 @@ func (s *overlapStore) Persist(ctx context.Context, scope artifact.Scope, arts [
 // once both bodies of one gate are counted.
 type overlapTokens struct {
 	more    bool
+	panics  bool // the count of the original panics
 	wait    func(ctx context.Context)
 	n       atomic.Int32
 	once    sync.Once
@@ -49,6 +50,9 @@ type overlapTokens struct {
 func (o *overlapTokens) Count(ctx context.Context, _ string, body []byte) artifact.TokenCount {
 	if o.wait != nil {
 		o.wait(ctx)
+	}
+	if o.panics && !bytes.Contains(body, []byte(artifact.ReceiptPrefix)) {
+		panic("count failed")
 	}
 	defer func() {
 		if o.n.Add(1) == 2 {
@@ -80,6 +84,7 @@ func TestGateAndPersistOverlap(t *testing.T) {
 		mode    compiler.Mode
 		timeout time.Duration // a minute unless set: a compile that waits for the wrong thing ends as a timeout
 		more    bool
+		panics  bool
 		wait    func(tc *overlapTokens) func(ctx context.Context)
 		before  func(tc *overlapTokens) func(ctx context.Context) error
 		want    compiler.Reason
@@ -107,6 +112,10 @@ func TestGateAndPersistOverlap(t *testing.T) {
 			before: func(*overlapTokens) func(context.Context) error {
 				return func(context.Context) error { panic("boom") }
 			}},
+		{name: "the gate panics while the write waits", panics: true, want: compiler.ReasonPanic, stored: 0, cancels: true,
+			before: func(*overlapTokens) func(context.Context) error {
+				return func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
+			}},
 		{name: "the timeout stops both", timeout: 30 * time.Millisecond, want: compiler.ReasonTimeout, stored: 0, cancels: true,
 			wait: func(*overlapTokens) func(context.Context) { return func(ctx context.Context) { <-ctx.Done() } },
 			before: func(*overlapTokens) func(context.Context) error {
@@ -119,7 +128,7 @@ func TestGateAndPersistOverlap(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tc := &overlapTokens{more: tt.more, counted: make(chan struct{})}
+			tc := &overlapTokens{more: tt.more, panics: tt.panics, counted: make(chan struct{})}
 			if tt.wait != nil {
 				tc.wait = tt.wait(tc)
 			}
@@ -139,7 +148,8 @@ func TestGateAndPersistOverlap(t *testing.T) {
 			stopped := make(chan struct{})
 			res := c.Compile(context.Background(), compiler.Request{Path: chatPath, Body: body, Scope: artifact.Scope{Tenant: "t"},
 				Mode: mode, Done: func() { close(stopped) }})
-			<-stopped // at the timeout Compile returns first; the compile stops after
+			<-stopped                           // at the timeout Compile returns first; the compile stops after
+			cancelled := store.cancelled.Load() // the write has stopped by now
 			if res.Reason != tt.want {
 				t.Fatalf("reason %q (%s), want %q", res.Reason, res.Detail, tt.want)
 			}
@@ -157,10 +167,10 @@ func TestGateAndPersistOverlap(t *testing.T) {
 			if store.Len() != tt.stored {
 				t.Fatalf("%d artifacts stored, want %d", store.Len(), tt.stored)
 			}
-			if store.cancelled.Load() != tt.cancels {
-				t.Fatalf("the write saw its context cancelled: %v, want %v", store.cancelled.Load(), tt.cancels)
+			if cancelled != tt.cancels {
+				t.Fatalf("the write saw its context cancelled: %v, want %v", cancelled, tt.cancels)
 			}
-			if res.Vault <= 0 && mode == compiler.ModeEnforce && tt.want != compiler.ReasonTimeout {
+			if res.Vault <= 0 && mode == compiler.ModeEnforce && tt.want != compiler.ReasonTimeout && tt.want != compiler.ReasonPanic {
 				t.Fatalf("Vault %v: the overlapped write's time is not reported", res.Vault)
 			}
 		})
