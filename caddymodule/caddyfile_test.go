@@ -199,6 +199,7 @@ func TestDefaults(t *testing.T) {
 	want := compiler.Options{
 		MinArtifactChars: 8000, MaxArtifactChars: 2000000, InlineLeases: 1, Timeout: 2 * time.Second,
 		Compaction: compiler.Compaction{Enabled: true, MinVaultChars: 4000, CollapseAfterTurns: 6, InlineRecentTurns: 5},
+		WorkAhead:  true,
 	}
 	if !reflect.DeepEqual(opts, want) {
 		t.Errorf("compiler options = %+v, want %+v", opts, want)

@@ -467,6 +467,7 @@ func (h *Handler) compilerOptions() compiler.Options {
 		WorkingStateChars: h.WorkingStateChars,
 		ReinlineRecovered: h.ReinlineRecovered,
 		ExcludeTools:      h.ExcludeTools,
+		WorkAhead:         true,
 	}
 }
 

@@ -90,6 +90,13 @@ type Options struct {
 	// Recovery is the receipts' recovery hint and the recovery tool
 	// (recovery_tool.go); the zero value offers neither.
 	Recovery Recovery
+	// WorkAhead: after a request with eligible results but nothing to
+	// replace, its body is counted (precount.go) and its results are
+	// written (prestore.go) in the background, so the next request of the
+	// conversation, which receipts them, finds that work done. The gateway
+	// sets it; it is off by default so a Compiler does nothing after
+	// Compile returns unless asked.
+	WorkAhead bool
 	// WorkingStateChars bounds the working-state block added to a rewrite
 	// that carries receipts or folds (working_state.go); 0 adds none.
 	WorkingStateChars int

@@ -85,6 +85,10 @@ type Compiler struct {
 	invalid atomic.Uint64
 	// usage holds what providers reported about recent responses.
 	usage *usageNotes
+	// precounting: a background count of a body runs (precount.go).
+	precounting precounting
+	// prestoring: a background write of a body's results runs (prestore.go).
+	prestoring prestoring
 }
 
 // InvalidOutputs returns how many rewrites failed the validity check and
@@ -399,6 +403,10 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, trees *js
 	}
 	p, ch := c.choose(p, f.name(), req)
 	forwarded := c.finish(ctx, f, p, ch, req, res)
+	if c.opts.WorkAhead && res.Reason == ReasonNothingToDo && ctx.Err() == nil {
+		c.precount(p.d, d.model, req)
+		c.prestore(ctx, req, p)
+	}
 	return func() time.Duration { return c.record(ctx, req.Scope, p, forwarded) }
 }
 
@@ -609,27 +617,9 @@ func (c *Compiler) rewrite(ctx context.Context, f format, p *plan, req Request, 
 			return nil, ReasonInvalidOutput
 		}
 	}
-	tg := time.Now()
-	out, reason := c.gateWorkingState(ctx, f, p, req.Body, out, res)
-	res.Gate = time.Since(tg)
-	if reason != "" {
-		return nil, reason
-	}
-	// Nothing is lost: receipts go out only once their content is durable.
-	// Shadow mode forwards no receipt, so it stores nothing.
-	if req.Mode != ModeShadow {
-		tv := time.Now()
-		err := c.persist(ctx, req.Scope, p)
-		res.Vault += time.Since(tv)
-		if err != nil {
-			res.Detail = err.Error()
-			return nil, vaultReason(ctx, err)
-		}
-	}
-	if ctx.Err() != nil {
-		return nil, ReasonTimeout
-	}
-	return out, ""
+	// The gate and the write of the artifacts run at once; receipts go out
+	// only once their content is durable (persist_overlap.go).
+	return c.gateAndPersist(ctx, f, p, req, out, res)
 }
 
 // persist makes every artifact the rewrite names durable. Artifacts the

@@ -360,11 +360,15 @@ func TestGate(t *testing.T) {
 		opts   compiler.Options
 		tokens compiler.TokenCounter
 		want   compiler.Reason
+		// stores: the artifacts may be written. The byte check comes
+		// before the write; the token count runs beside it, so a rewrite
+		// it refuses may leave its (unnamed) artifacts stored.
+		stores bool
 	}{
-		{"smaller", dup(9000), compiler.Options{}, nil, ""},
-		{"receipt not smaller", dup(20), compiler.Options{MinArtifactChars: 10}, nil, "not_smaller"},
-		{"fewer bytes more tokens", dup(9000), compiler.Options{}, fakeTokens{perByte: 1000}, "not_fewer_tokens"},
-		{"fewer bytes fewer tokens", dup(9000), compiler.Options{}, fakeTokens{perByte: 0}, ""},
+		{"smaller", dup(9000), compiler.Options{}, nil, "", true},
+		{"receipt not smaller", dup(20), compiler.Options{MinArtifactChars: 10}, nil, "not_smaller", false},
+		{"fewer bytes more tokens", dup(9000), compiler.Options{}, fakeTokens{perByte: 1000}, "not_fewer_tokens", true},
+		{"fewer bytes fewer tokens", dup(9000), compiler.Options{}, fakeTokens{perByte: 0}, "", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -375,8 +379,11 @@ func TestGate(t *testing.T) {
 				t.Fatalf("reason %q, want %q", res.Reason, tt.want)
 			}
 			if tt.want != "" {
-				if !bytes.Equal(res.Body, tt.body) || store.Persisted != 0 {
+				if !bytes.Equal(res.Body, tt.body) || (!tt.stores && store.Persisted != 0) {
 					t.Fatalf("vetoed rewrite leaked: persisted %d", store.Persisted)
+				}
+				if res.Receipts != 0 || res.Decision != compiler.Passthrough {
+					t.Fatalf("vetoed rewrite reported %s with %d receipts", res.Decision, res.Receipts)
 				}
 			}
 		})
