@@ -38,4 +38,9 @@ const (
 	// relay cannot inject follow-ups), goes out as the client sent it
 	// (websocket_recovery.go).
 	ReasonRecoveryUnavailable compiler.Reason = "recovery_unavailable"
+	// ReasonChainTool: a WebSocket continuation whose rewrite would add
+	// the recovery tool to a chain whose earlier messages went out without
+	// it (the provider would re-read the chain's history uncached) goes
+	// out as the client sent it (websocket_chain_tool.go).
+	ReasonChainTool compiler.Reason = "chain_tool"
 )

@@ -196,10 +196,13 @@ func (s *wsSession) rewrite(msg []byte) (out []byte, ok bool) {
 	m := s.begin(head, msg)
 	defer s.queueMessage(m) // websocket_outcome.go: settled by the provider's terminal event
 	out, res := s.compileMessage(m, msg, held)
-	if out != nil && res.RecoveryTool { // the tool's loop runs over the socket (websocket_recovery.go)
+	out, res = s.chainTool(m, msg, out, res, head.Model)  // websocket_chain_tool.go
+	defer func() { s.chainSent(m, len(msg), out, res) }() // what it went out as
+	if out != nil && res.RecoveryTool {                   // the tool's loop runs over the socket (websocket_recovery.go)
 		loop, ok := s.recoveryLoop(m, res, bytes.Clone(msg))
 		if !ok {
 			s.declineMessage(m, ReasonRecoveryUnavailable)
+			out = nil
 			return nil, false
 		}
 		m.loop = loop

@@ -34,13 +34,20 @@ type wsMessage struct {
 	conv   artifact.Digest // its conversation key: its own, or its chain's
 	prev   string          // previous_response_id, "" for a turn's opening
 	loop   *wsLoop         // the recovery loop its provider messages go to (websocket_recovery.go); nil: none
+
+	chainTool wsChainTool // what its chain says of the tool (websocket_chain_tool.go)
+	enforced  bool        // compiled in enforce mode, in the treatment arm
+	warmUp    bool        // generate:false: the provider caches its prefix and answers no output
+	chained   wsChain     // its chain's state once it is sent, for its continuations
 }
 
 // wsHead is what the relay reads of a message: its type, the response a
 // client message continues, and the response a provider event is about.
 type wsHead struct {
 	Type     string `json:"type"`
+	Model    string `json:"model"`
 	Previous string `json:"previous_response_id"`
+	Generate *bool  `json:"generate"` // false: a warm-up, answered with no output
 	Response struct {
 		ID string `json:"id"`
 	} `json:"response"`
@@ -52,7 +59,7 @@ type wsHead struct {
 func (s *wsSession) begin(head wsHead, msg []byte) *wsMessage {
 	ex := &exchange{start: time.Now(), out: outcome{format: wsCompiledFormat, path: s.path, websocket: true,
 		rawBytes: int64(len(msg)), sentBytes: int64(len(msg))}}
-	return &wsMessage{ex: ex, prev: head.Previous}
+	return &wsMessage{ex: ex, prev: head.Previous, warmUp: head.Generate != nil && !*head.Generate}
 }
 
 // verified is the socket's tenant if the verified set admits it now (the
@@ -110,6 +117,7 @@ func (s *wsSession) compileMessage(m *wsMessage, msg []byte, held *reservation) 
 	req := compiler.Request{Path: s.path, Scope: s.scope, Mode: mode, DeferCommit: true, KeyID: s.keyID,
 		MinArtifactChars: g.labelMinArtifactChars(tenant)}
 	chain, inherited := s.chain(m.prev)
+	m.chainTool = wsChainTool{inherited: inherited && !chain.warmUp, tool: chain.tool, held: chain.held, n: chain.n, last: chain.last, reach: chain.reach}
 	if !s.armMessage(m, &req, chain, inherited) {
 		end()
 		o.conversation = g.conversationID(tenant, m.conv)
@@ -179,6 +187,7 @@ func (s *wsSession) runCompile(m *wsMessage, req compiler.Request, end func()) c
 func (s *wsSession) applyMessage(m *wsMessage, res compiler.Result, body []byte, mode compiler.Mode) ([]byte, compiler.Result) {
 	g, ex := s.h, m.ex
 	var out []byte
+	m.enforced = mode == compiler.ModeEnforce && !ex.out.hold.control()
 	if mode == compiler.ModeEnforce && res.Decision == compiler.Accepted && res.Body != nil && !ex.out.hold.control() {
 		out = res.Body
 		s.onForwarded(g.holdRewrite(len(out)))
@@ -317,7 +326,9 @@ func (s *wsSession) settle(m *wsMessage, status int, outcome string, rd response
 		s.h.Stats.Uncommitted.Add(1)
 	}
 	if m.respID != "" && m.conv != (artifact.Digest{}) {
-		s.remember(m.respID, wsChain{conv: m.conv})
+		c := m.chained
+		c.conv = m.conv
+		s.remember(m.respID, c)
 	}
 	o.total = time.Since(ex.start)
 	s.h.account(ex)

@@ -29,12 +29,16 @@ type wsLoopRig struct {
 }
 
 func newWSLoopRig(t *testing.T, commits *atomic.Int32, wait time.Duration) *wsLoopRig {
-	fc := &fakeCompiler{fn: func(_ context.Context, req compiler.Request) compiler.Result {
+	return newWSLoopRigWith(t, &fakeCompiler{fn: func(_ context.Context, req compiler.Request) compiler.Result {
 		tool := strings.Contains(string(req.Body), "receipt")
 		out := []byte(`{"type":"response.create","model":"m","store":false,"input":[],"tools":[{"type":"function","name":"token_terminator"}]}`)
 		return compiler.Result{Body: out, Decision: compiler.Accepted, RawBytes: len(req.Body), SentBytes: len(out),
 			RecoveryTool: tool, Commit: func() { commits.Add(1) }}
-	}}
+	}}, wait)
+}
+
+// newWSLoopRigWith is the rig with the compiler fc.
+func newWSLoopRigWith(t *testing.T, fc *fakeCompiler, wait time.Duration) *wsLoopRig {
 	h, _ := testHandler(t, fc, func(h *Gateway) {
 		h.Mode = compiler.ModeEnforce
 		h.Recovery = &RecoveryRuntime{mode: RecoveryTool, arts: stubArtifacts{}}

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"sync"
+	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
@@ -31,7 +32,17 @@ type wsState struct {
 
 // wsChain is what a continuation inherits from the response it names.
 type wsChain struct {
-	conv artifact.Digest // the conversation key (compiler's Result.Conversation)
+	conv  artifact.Digest   // the conversation key (compiler's Result.Conversation)
+	tool  bool              // the chain's messages carried the recovery tool (websocket_chain_tool.go)
+	held  int               // bytes of the chain's messages sent
+	n     int               // the chain's messages sent
+	last  time.Time         // when the last of them went out
+	reach []artifact.Digest // what the chain's rewrites reached
+	// warmUp: the response is a warm-up's (generate:false), which Codex
+	// sends before each turn with little of the history; the turn's
+	// opening continues it with the whole input, so the tool is decided
+	// there, as for an opening.
+	warmUp bool
 }
 
 // wsChainsMax bounds the responses a socket remembers; a chain longer

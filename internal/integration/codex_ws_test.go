@@ -153,6 +153,7 @@ func TestCodexWebSocketDefault(t *testing.T) {
 				t.Fatalf("through the gateway: %v", err)
 			}
 			checkCodexWS(t, direct, got)
+			checkCodexWSTools(t, got)
 			if c.recovering != nil {
 				checkCodexWSRecovery(t, got, c.recovering)
 			}
