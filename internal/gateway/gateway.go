@@ -110,6 +110,9 @@ type Gateway struct {
 	// pending orders each tenant's lineage records before its next
 	// compiles (pending.go).
 	pending pendingCommits
+	// served is set by the first candidate request: the warm-up stops
+	// (warmup.go).
+	served atomic.Bool
 }
 
 // CompileFunc and TenantFunc are the gateway's dependencies on the
@@ -155,6 +158,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next Next) e
 			g.upgrade(r)
 		}
 		return next(w, r)
+	}
+	if !g.served.Load() {
+		g.served.Store(true)
 	}
 	r = g.sealed(r, format) // the tenant's data keys, for the vault (seal.go)
 	ex := newExchange(format, r)
