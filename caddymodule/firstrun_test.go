@@ -135,3 +135,31 @@ func TestRequestBeforeStartWaitsForTheVault(t *testing.T) {
 		t.Fatalf("a request past compile_timeout before Start: %q, %v (want passed on untouched)", tt, err)
 	}
 }
+
+// Once the started config's vault is attached, the warm-up compiles its
+// generated conversation to receipts in the background and leaves the
+// vault as it was: no artifact written, no lineage recorded.
+func TestWarmUpLeavesTheVaultUntouched(t *testing.T) {
+	app, ctx := newApp(t)
+	dir := filepath.Join(t.TempDir(), "vault")
+	h := &Handler{VaultDir: dir, CompileTimeout: caddy.Duration(time.Minute)}
+	err := h.provision(ctx, app)
+	t.Cleanup(func() { _ = h.Cleanup() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := app.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if !<-h.warmedUp {
+		t.Fatal("the warm-up did not compile its conversation to receipts")
+	}
+	ov := app.peekVault("badger:" + dir)
+	if ov == nil {
+		t.Fatal("no open vault")
+	}
+	st := ov.backend.(vaultStatser).Stats()
+	if st.Artifacts != 0 || st.Written != 0 || st.Lineage != 0 {
+		t.Fatalf("the warm-up wrote to the vault: %+v", st)
+	}
+}

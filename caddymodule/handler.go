@@ -12,6 +12,7 @@
 package caddymodule
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/gateway"
 	"github.com/tokenterminator/caddy-token-terminator/internal/tokens"
 )
@@ -36,6 +38,8 @@ type handlerState struct {
 	logger   *zap.Logger
 	gw       *gateway.Gateway // the request runtime (internal/gateway)
 	releases []func()
+	// warmedUp receives the warm-up's result (warmUp); nil when none ran.
+	warmedUp chan bool
 }
 
 // CaddyModule returns the Caddy module information.
@@ -207,6 +211,9 @@ func (h *Handler) startVault(wr *wiring) error {
 		if err == nil {
 			err = app.setLimits(ov, backend)
 		}
+		if err == nil {
+			h.warmUp(wr)
+		}
 	}
 	if cfgErr := (errVaultConfig{}); errors.As(err, &cfgErr) || errors.As(err, new(errVaultRefused)) {
 		return err // the operator fixes this in the config
@@ -221,6 +228,23 @@ func (h *Handler) startVault(wr *wiring) error {
 	}
 	h.logStart(backend)
 	return nil
+}
+
+// warmUp has the gateway pay a fresh process's first-use costs in the
+// background (gateway.WarmUp), once the vault this start opened is
+// attached: with a compiler of the handler's options and token counter over
+// an in-memory store that is dropped afterwards, so the vault is never
+// touched. Cleanup stops it. A reload shares an open vault in a process
+// that is warm already, so it runs none.
+func (h *Handler) warmUp(wr *wiring) {
+	comp, err := compiler.New(h.compilerOptions(), compilertest.NewMemStore(), wr.counter)
+	if err != nil {
+		return // checked in wire; a warm-up is never worth an error
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.releases = append(h.releases, cancel)
+	h.warmedUp = make(chan bool, 1)
+	go func(gw *gateway.Gateway, done chan<- bool) { done <- gw.WarmUp(ctx, comp.Compile) }(h.gw, h.warmedUp)
 }
 
 // checkOnlyStore lets compiler.New check the options before the vault

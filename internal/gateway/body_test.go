@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -104,5 +105,33 @@ func TestUnknownLengthReservesAsItGrows(t *testing.T) {
 	}
 	if n := h.Buffered.Load(); n != 0 {
 		t.Fatalf("%d bytes still reserved", n)
+	}
+}
+
+// Bodies read one after the other through the reused growth steps come
+// out byte for byte, whatever the previous one left in the buffers: a
+// declared length, a shorter or longer body than declared, none.
+func TestReadAtMostReusesGrowthSteps(t *testing.T) {
+	const limit = 4 << 20
+	bodies := []struct {
+		name     string
+		n        int
+		declared int64
+	}{
+		{"declared 1 MB", 1 << 20, 1 << 20},
+		{"declared 700 KB", 700 << 10, 700 << 10},
+		{"shorter than declared", 300 << 10, 1 << 20},
+		{"longer than declared", 900 << 10, 200 << 10},
+		{"undeclared", 600 << 10, -1},
+		{"declared 1 MB again", 1 << 20, 1 << 20},
+	}
+	for i, b := range bodies {
+		t.Run(b.name, func(t *testing.T) {
+			src := bytes.Repeat([]byte{byte('a' + i)}, b.n)
+			got, over, busy, err := readAtMostInto(bytes.NewReader(src), limit, b.declared, nil, nil)
+			if err != nil || over || busy || !bytes.Equal(got, src) {
+				t.Fatalf("read %d bytes (over %v, busy %v, err %v), want the %d sent", len(got), over, busy, err, len(src))
+			}
+		})
 	}
 }

@@ -61,20 +61,23 @@ type pooled struct {
 	scratch compiler.Scratch
 }
 
-// Size classes: eight per doubling, from 64 KiB to 2 MiB (maxFreeBytes), so
-// a buffer is at most an eighth larger than its body. Smaller bodies cost
-// little to allocate; larger ones are not kept around.
+// Size classes: eight per doubling, from 64 KiB to 2 MiB, so a buffer is at
+// most an eighth larger than its body. Smaller bodies cost little to
+// allocate; larger ones are not kept around.
 const (
 	poolMinShift    = 16
 	poolMaxShift    = 21
 	classesPerShift = 8
 	// maxFreeBytes bounds the buffers kept free, all classes together. A
 	// free buffer is live heap and raises the collector's goal twice over,
-	// so a larger list costs peak memory under a burst. One buffer serves
-	// a request stream that follows
-	// one body with the next (the hot path); a burst of concurrent bodies
-	// allocates the rest, as it would without the list.
-	maxFreeBytes = 2 << 20
+	// so a larger list costs peak memory under a burst. Two buffers of the
+	// largest class serve a request stream that follows one body with the
+	// next (the hot path): the client has its answer before the handler
+	// is done with the body (the lineage record and the log line come
+	// after the flush, response.go), so its next body is often read while
+	// the last one is still held. A burst of concurrent bodies allocates
+	// the rest, as it would without the list.
+	maxFreeBytes = 4 << 20
 )
 
 // freeBodies holds the free buffers, by class, within maxFreeBytes.

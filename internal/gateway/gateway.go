@@ -106,6 +106,14 @@ type Gateway struct {
 	// Holdout assigns conversations to arms and holds the per-label
 	// settings (holdout.go); nil: no holdout, no overrides.
 	Holdout *Holdout
+
+	// pending orders each tenant's lineage records before its next
+	// compiles (pending.go); nil: the process's, which a reload's new
+	// gateway shares with the old one still finishing its answers.
+	pending *pendingCommits
+	// served is set by the first candidate request: the warm-up stops
+	// (warmup.go).
+	served atomic.Bool
 }
 
 // CompileFunc and TenantFunc are the gateway's dependencies on the
@@ -151,6 +159,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next Next) e
 			g.upgrade(r)
 		}
 		return next(w, r)
+	}
+	if !g.served.Load() {
+		g.served.Store(true)
 	}
 	r = g.sealed(r, format) // the tenant's data keys, for the vault (seal.go)
 	ex := newExchange(format, r)
