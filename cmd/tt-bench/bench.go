@@ -364,6 +364,16 @@ func (c *caseRun) coldStep(g *gateway, tenant string) (string, []byte, error) {
 	if _, err := c.b.cl.post(c.ctx, g.url, c.sh.path, "Bearer "+tenant, prev); err != nil {
 		return "", nil, err
 	}
+	if d := c.b.o.think; d > 0 {
+		// What the gateway does between the two requests (work ahead on
+		// the delivered results) is what a real session's answer time
+		// leaves room for.
+		select {
+		case <-time.After(d):
+		case <-c.ctx.Done():
+			return "", nil, c.ctx.Err()
+		}
+	}
 	return tenant, body, nil
 }
 

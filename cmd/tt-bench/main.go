@@ -13,7 +13,7 @@
 //
 //	go run ./cmd/tt-bench [-caddy bin] [-caddyfile file] [-formats chat,responses,anthropic]
 //	    [-sizes 1MB] [-modes warm,cold,first] [-conn new|keep] [-n 200] [-cold_n 40] [-first_n 5]
-//	    [-profile dir] [-markdown] [-short]
+//	    [-think 1s] [-profile dir] [-markdown] [-short]
 //
 // Cases (one Caddy process each, with a fresh vault):
 //   - warm: the same request again; every tool result is already vaulted
@@ -68,6 +68,7 @@ type options struct {
 	newConn          bool
 	n, coldN, firstN int
 	warmup           int
+	think            time.Duration // cold: the pause between a conversation's delivery and its timed request
 	profile          string
 	profileSeconds   int
 	markdown         bool
@@ -89,6 +90,7 @@ func main() {
 	flag.IntVar(&o.coldN, "cold_n", 40, "timed cold pairs per 1 MB case (fewer for larger sizes, at least 5)")
 	flag.IntVar(&o.firstN, "first_n", 5, "first-request samples (a Caddy start each)")
 	flag.IntVar(&o.warmup, "warmup", 20, "untimed pairs before the warm and cold cases")
+	flag.DurationVar(&o.think, "think", 0, "cold: pause between the untimed request that delivers a conversation's results and its timed next request (the model's answer time in a real session; 0: send at once)")
 	flag.StringVar(&o.profile, "profile", "", "write profiles of every case into this directory (builds with -tags ttbench unless -caddy is given)")
 	flag.IntVar(&o.profileSeconds, "profile_seconds", 10, "seconds of CPU profile and trace per case")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (Caddyfiles, Caddy logs with each request's read_ms, parse_ms, compile_ms, vaults) and print its path")
