@@ -630,16 +630,12 @@ func (c *Compiler) persist(ctx context.Context, scope artifact.Scope, p *plan) e
 	for i, a := range p.arts {
 		digests[i] = a.Digest
 	}
-	missing, err := c.store.Missing(ctx, scope, digests)
-	if err != nil || len(missing) == 0 {
+	want, err := c.missing(ctx, scope, digests)
+	if err != nil || len(want) == 0 {
 		return err
 	}
-	want := make(map[artifact.Digest]bool, len(missing))
-	for _, d := range missing {
-		want[d] = true
-	}
 	var todo []*text
-	seen := make(map[*text]bool, len(missing))
+	seen := make(map[*text]bool, len(want))
 	for i, a := range p.arts {
 		if t := p.texts[i]; want[a.Digest] && !seen[t] {
 			seen[t] = true
@@ -647,7 +643,7 @@ func (c *Compiler) persist(ctx context.Context, scope artifact.Scope, p *plan) e
 		}
 	}
 	decodeAll(todo)
-	arts := make([]artifact.Artifact, 0, len(missing))
+	arts := make([]artifact.Artifact, 0, len(want))
 	for i, a := range p.arts {
 		if want[a.Digest] {
 			a.Text = p.texts[i].str()
@@ -655,6 +651,20 @@ func (c *Compiler) persist(ctx context.Context, scope artifact.Scope, p *plan) e
 		}
 	}
 	return c.store.Persist(ctx, scope, arts)
+}
+
+// missing is the set of digests the store does not hold for scope: the
+// ones to decode and write.
+func (c *Compiler) missing(ctx context.Context, scope artifact.Scope, digests []artifact.Digest) (map[artifact.Digest]bool, error) {
+	missing, err := c.store.Missing(ctx, scope, digests)
+	if err != nil || len(missing) == 0 {
+		return nil, err
+	}
+	want := make(map[artifact.Digest]bool, len(missing))
+	for _, d := range missing {
+		want[d] = true
+	}
+	return want, nil
 }
 
 // decodeAll decodes the texts about to be stored (text.str), on every core

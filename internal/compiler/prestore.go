@@ -103,15 +103,11 @@ func (c *Compiler) storeSlots(ctx context.Context, scope artifact.Scope, body []
 	for i, s := range todo {
 		digests[i] = s.a.Digest
 	}
-	missing, err := c.store.Missing(ctx, scope, digests)
-	if err != nil || len(missing) == 0 {
+	want, err := c.missing(ctx, scope, digests)
+	if err != nil || len(want) == 0 {
 		return err
 	}
-	want := make(map[artifact.Digest]bool, len(missing))
-	for _, d := range missing {
-		want[d] = true
-	}
-	arts := make([]artifact.Artifact, 0, len(missing))
+	arts := make([]artifact.Artifact, 0, len(want))
 	for _, s := range todo {
 		if !want[s.a.Digest] {
 			continue
