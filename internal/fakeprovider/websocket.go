@@ -80,15 +80,31 @@ func (p *Provider) ServeWebSocket(w http.ResponseWriter, r *http.Request) {
 	}
 	defer conn.Close()
 	cred := credential(r.Header)
-	var msg []byte
-	var op byte
 	send := func(op byte, p []byte) error {
 		_, err := conn.Write(wsrelay.AppendFrame(nil, true, op, false, [4]byte{}, p))
 		return err
 	}
 	conv := &Conversation{}
+	ServeFrames(brw.Reader, send, func(msg []byte) error {
+		st.received(msg)
+		model, ok := createModel(msg)
+		if !ok {
+			return nil
+		}
+		st.created(msg)
+		return p.answerCreate(send, conv, model, cred, msg)
+	})
+}
+
+// ServeFrames reads a client's frames: pings are answered, a close is
+// echoed and ends the socket, fragments are joined, and each whole text
+// message goes to onText (its own copy); an error from onText ends the
+// socket. The fake provider and the tests' own WebSocket servers share it.
+func ServeFrames(r *bufio.Reader, send func(op byte, p []byte) error, onText func([]byte) error) {
+	var msg []byte
+	var op byte
 	for {
-		h, payload, err := ReadFrame(brw.Reader)
+		h, payload, err := ReadFrame(r)
 		if err != nil {
 			return
 		}
@@ -111,13 +127,7 @@ func (p *Provider) ServeWebSocket(w http.ResponseWriter, r *http.Request) {
 		if !h.Fin || op != wsrelay.OpText {
 			continue
 		}
-		st.received(msg)
-		model, ok := createModel(msg)
-		if !ok {
-			continue
-		}
-		st.created(msg)
-		if p.answerCreate(send, conv, model, cred, msg) != nil {
+		if onText(append([]byte(nil), msg...)) != nil {
 			return
 		}
 	}

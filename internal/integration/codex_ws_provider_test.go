@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -73,49 +72,13 @@ func newWSAgentProvider(t *testing.T, p *agentProvider, recovering *wsRecovering
 			_, err := conn.Write(wsrelay.AppendFrame(nil, true, wsrelay.OpText, false, [4]byte{}, p))
 			return err
 		}
-		serveFrames(brw.Reader, func(op byte, p []byte) error {
+		fakeprovider.ServeFrames(brw.Reader, func(op byte, p []byte) error {
 			_, err := conn.Write(wsrelay.AppendFrame(nil, true, op, false, [4]byte{}, p))
 			return err
 		}, c.message)
 	}))
 	t.Cleanup(w.Server.Close)
 	return w
-}
-
-// serveFrames reads a client's frames: pings are answered, a close is
-// echoed and ends the socket, fragments are joined, and each whole text
-// message goes to onText; an error from onText ends the socket.
-func serveFrames(r *bufio.Reader, send func(op byte, p []byte) error, onText func([]byte) error) {
-	var msg []byte
-	var op byte
-	for {
-		h, payload, err := fakeprovider.ReadFrame(r)
-		if err != nil {
-			return
-		}
-		switch h.Op {
-		case wsrelay.OpPing:
-			if send(wsrelay.OpPong, payload) != nil {
-				return
-			}
-			continue
-		case wsrelay.OpPong:
-			continue
-		case wsrelay.OpClose:
-			_ = send(wsrelay.OpClose, payload)
-			return
-		case wsrelay.OpText, wsrelay.OpBinary:
-			op, msg = h.Op, append(msg[:0], payload...)
-		default:
-			msg = append(msg, payload...)
-		}
-		if !h.Fin || op != wsrelay.OpText {
-			continue
-		}
-		if onText(append([]byte(nil), msg...)) != nil {
-			return
-		}
-	}
 }
 
 // wsConversation is one socket's state: the responses produced on it

@@ -58,7 +58,7 @@ func constantWSUpstream() *httptest.Server {
 			_, err := conn.Write(wsrelay.AppendFrame(nil, true, op, false, [4]byte{}, p))
 			return err
 		}
-		serveFrames(brw.Reader, send, func([]byte) error {
+		fakeprovider.ServeFrames(brw.Reader, send, func([]byte) error {
 			for _, ev := range events {
 				if err := send(wsrelay.OpText, []byte(ev)); err != nil {
 					return err
