@@ -104,18 +104,9 @@ func (t *Tap) header(h Header) {
 		}
 		return
 	}
-	switch h.Op {
-	case OpText:
-		t.inText, t.collect, t.msg = true, true, t.msg[:0]
-	case OpBinary:
-		t.inText, t.collect = false, false
-	}
-	if t.collect && int64(len(t.msg))+h.Length > t.Max {
-		t.collect, t.msg = false, t.msg[:0]
-		if d.on {
-			d.wbuf = append(d.wbuf, d.held...)
-			d.on, d.spilled, d.held = false, true, d.held[:0]
-		}
+	if t.startData(h) && d.on {
+		d.wbuf = append(d.wbuf, d.held...)
+		d.on, d.spilled, d.held = false, true, d.held[:0]
 	}
 	switch {
 	case d.on:

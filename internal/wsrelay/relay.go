@@ -322,6 +322,23 @@ type Tap struct {
 	holdHdr  bool // the header being read is held with a diverted message
 }
 
+// startData takes a data frame's header: a text message starts being
+// collected for On, a binary one is not, and a message that would pass Max
+// stops being collected; over reports that it just did.
+func (t *Tap) startData(h Header) (over bool) {
+	switch h.Op {
+	case OpText:
+		t.inText, t.collect, t.msg = true, true, t.msg[:0]
+	case OpBinary:
+		t.inText, t.collect = false, false
+	}
+	if t.collect && int64(len(t.msg))+h.Length > t.Max {
+		t.collect, t.msg = false, t.msg[:0]
+		return true
+	}
+	return false
+}
+
 // Write implements io.Writer.
 func (t *Tap) Write(p []byte) (int, error) {
 	if t.Divert != nil {
@@ -357,15 +374,7 @@ func (t *Tap) observe(p []byte) {
 		}
 		t.hdr, t.cur, t.left = t.hdr[:0], h, h.Length
 		if !h.Control() {
-			switch h.Op {
-			case OpText:
-				t.inText, t.collect, t.msg = true, true, t.msg[:0]
-			case OpBinary:
-				t.inText, t.collect = false, false
-			}
-			if t.collect && int64(len(t.msg))+h.Length > t.Max {
-				t.collect, t.msg = false, t.msg[:0]
-			}
+			t.startData(h)
 		}
 		if t.left == 0 {
 			t.endFrame()
