@@ -59,35 +59,14 @@ func (u *wsRecoveryUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, err := conn.Write(wsrelay.AppendFrame(nil, true, op, false, [4]byte{}, p))
 		return err
 	}
-	var msg []byte
-	for {
-		h, p, err := fakeprovider.ReadFrame(brw.Reader)
-		if err != nil {
-			return
-		}
-		switch h.Op {
-		case wsrelay.OpPing:
-			_ = send(wsrelay.OpPong, p)
-			continue
-		case wsrelay.OpClose:
-			_ = send(wsrelay.OpClose, p)
-			return
-		case wsrelay.OpText:
-			msg = append(msg[:0], p...)
-		case wsrelay.OpContinuation:
-			msg = append(msg, p...)
-		default:
-			continue
-		}
-		if !h.Fin {
-			continue
-		}
+	fakeprovider.ServeFrames(brw.Reader, send, func(msg []byte) error {
 		for _, ev := range u.answer(socket, msg) {
-			if send(wsrelay.OpText, []byte(ev)) != nil {
-				return
+			if err := send(wsrelay.OpText, []byte(ev)); err != nil {
+				return err
 			}
 		}
-	}
+		return nil
+	})
 }
 
 // answer records a message and returns the events of its answer.
