@@ -285,10 +285,11 @@ func (c *hasher) node(n *jsonv.Node) {
 		}
 	case jsonv.Object:
 		// Members in key order (keys are unique: the parser refuses
-		// duplicates), without cache_control.
+		// duplicates), without cache_control and client metadata the
+		// provider never renders (canonIgnored).
 		mark := len(c.idx)
 		for i, m := range n.Members {
-			if m.Key != "cache_control" {
+			if !canonIgnored(m.Key) {
 				c.idx = append(c.idx, i)
 			}
 		}
@@ -308,6 +309,16 @@ func (c *hasher) node(n *jsonv.Node) {
 		// reset (jsonv.Arena.ResetPoisoned in tests) stops here.
 		panic("compiler: a node of no JSON kind")
 	}
+}
+
+// canonIgnored reports the object keys the canonical form leaves out:
+// cache_control, which some clients move on every step, and Codex's
+// internal_chat_message_metadata_passthrough, the client's own note on
+// each history item (its turn id, when it was made), which the provider's
+// output items do not carry: without it an output item as the provider
+// lists it hashes like the client's re-sent copy (continuation.go).
+func canonIgnored(key string) bool {
+	return key == "cache_control" || key == "internal_chat_message_metadata_passthrough"
 }
 
 // chain returns h_i = H(h_{i-1}, m_i) for every unit, seeded by the format
