@@ -177,6 +177,16 @@ type Request struct {
 	// have sent; nothing stored), or ModeOff to stop there
 	// (passthrough=holdout) (holdout.go).
 	Holdout func(conversation artifact.Digest) Mode
+	// Continues, when set, names the node of the response a
+	// previous_response_id body continues, continued through that
+	// response's output (Continue): the body's record extends it, so the
+	// next whole history finds what it delivered (continuation.go). nil,
+	// or a node the Store does not hold: the body is compiled on its own.
+	Continues *Chain
+	// Chained: the body travels where a continuation may extend its
+	// chain (a socket), so its lineage node is looked up and recorded
+	// even without an eligible slot, and named in Result.Chain.
+	Chained bool
 }
 
 // Scratch is memory that serves one compile after another: the parse
@@ -295,6 +305,10 @@ type Result struct {
 	// only after the provider accepted the forwarded body; it does not use
 	// the compile's context and is bounded by its own timeout.
 	Commit func()
+	// Chain names the lineage node Commit records (zero when none), for
+	// a continuation of the response to extend (Continue,
+	// Request.Continues).
+	Chain Chain
 
 	// RecoveryTool: the forwarded body carries the recovery tool
 	// (Options.Recovery), so the provider's answer may call it.

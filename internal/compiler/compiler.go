@@ -203,6 +203,13 @@ type plan struct {
 	replace  []bool // per slot: a duplicate or leased artifact
 	eligible []bool // per slot: large enough to be an artifact
 
+	// A continuation's chain extends Request.Continues (continuation.go):
+	// chainBase units precede p.chain, and the record keeps the continued
+	// node's cache state (contCache).
+	chainBase int
+	continued bool
+	contCache []byte
+
 	hist       *history    // the described conversation, nil if none
 	compaction *compaction // nil when compaction does not apply
 
@@ -433,16 +440,24 @@ func (c *Compiler) markEligible(p *plan, req Request, res *Result) {
 // cache state. It returns false, with the reason set, when the store
 // fails: no lineage known, recording would guess, so nothing is recorded.
 func (c *Compiler) lineage(ctx context.Context, f format, h *hasher, p *plan, req Request, res *Result) bool {
-	if res.Slots > 0 || (!c.opts.Cost.Off && c.opts.Compaction.Enabled) {
-		p.chain = h.chain(f.name(), p.d.units)
+	cont := continuation(f, p.d, req)
+	if res.Slots > 0 || (!c.opts.Cost.Off && c.opts.Compaction.Enabled) || cont || req.Chained {
 		tv := time.Now()
-		lin, err := c.store.Ancestor(ctx, req.Scope, p.chain)
+		ok, err := false, error(nil)
+		if cont {
+			ok, err = c.continuedLineage(ctx, h, p, req)
+		}
+		if err == nil && !ok {
+			p.chain = h.chain(f.name(), p.d.units)
+			p.lineage, err = c.store.Ancestor(ctx, req.Scope, p.chain)
+		}
 		res.Vault += time.Since(tv)
 		if err != nil {
+			p.chain = nil
 			res.Reason, res.Detail = vaultReason(ctx, err), err.Error()
 			return false
 		}
-		p.lineage = lin
+		res.Chain = Chain{End: p.chain[len(p.chain)-1], Length: p.chainBase + len(p.chain)}
 	}
 	return true
 }
@@ -818,11 +833,16 @@ func (c *Compiler) record(ctx context.Context, scope artifact.Scope, p *plan, fo
 		}
 	}
 	rec := artifact.Record{
-		ChainEnd: p.chain[len(p.chain)-1], Length: len(p.chain),
+		ChainEnd: p.chain[len(p.chain)-1], Length: p.chainBase + len(p.chain),
 		Parent: p.lineage.Ancestor, HasParent: p.lineage.Found,
 		Exposures: exp, Referenced: refs,
 	}
-	if p.choice != nil {
+	switch {
+	case p.continued:
+		// The cache state of the last whole body goes on: a fragment's
+		// rendering is not the history the provider holds (continuation.go).
+		rec.Cache = p.contCache
+	case p.choice != nil:
 		rec.Cache = p.choice.state(p, forwarded)
 	}
 	// The request goes out whatever happens here; a lost record only means
