@@ -35,10 +35,12 @@ type wsMessage struct {
 	prev   string          // previous_response_id, "" for a turn's opening
 	loop   *wsLoop         // the recovery loop its provider messages go to (websocket_recovery.go); nil: none
 
-	chainTool wsChainTool // what its chain says of the tool (websocket_chain_tool.go)
-	enforced  bool        // compiled in enforce mode, in the treatment arm
-	warmUp    bool        // generate:false: the provider caches its prefix and answers no output
-	chained   wsChain     // its chain's state once it is sent, for its continuations
+	chainTool wsChainTool    // what its chain says of the tool (websocket_chain_tool.go)
+	enforced  bool           // compiled in enforce mode, in the treatment arm
+	warmUp    bool           // generate:false: the provider caches its prefix and answers no output
+	chained   wsChain        // its chain's state once it is sent, for its continuations
+	node      compiler.Chain // the lineage node its compile names (websocket_lineage.go)
+	completed []byte         // its response.completed message while settle reads it
 }
 
 // wsHead is what the relay reads of a message: its type, the response a
@@ -115,8 +117,12 @@ func (s *wsSession) compileMessage(m *wsMessage, msg []byte, held *reservation) 
 		return nil, res
 	}
 	req := compiler.Request{Path: s.path, Scope: s.scope, Mode: mode, DeferCommit: true, KeyID: s.keyID,
-		MinArtifactChars: g.labelMinArtifactChars(tenant)}
+		MinArtifactChars: g.labelMinArtifactChars(tenant), Chained: true}
 	chain, inherited := s.chain(m.prev)
+	if inherited && chain.node.Continued() {
+		node := chain.node
+		req.Continues = &node // websocket_lineage.go
+	}
 	m.chainTool = wsChainTool{inherited: inherited && !chain.warmUp, tool: chain.tool, held: chain.held, n: chain.n, last: chain.last, reach: chain.reach}
 	if !s.armMessage(m, &req, chain, inherited) {
 		end()
@@ -126,6 +132,7 @@ func (s *wsSession) compileMessage(m *wsMessage, msg []byte, held *reservation) 
 	}
 	req.Body = append([]byte(nil), msg...) // the relay reuses msg
 	res = s.runCompile(m, req, end)
+	m.node = res.Chain
 	if inherited {
 		res.Conversation = m.conv
 	}
@@ -304,7 +311,11 @@ func (s *wsSession) providerEvent(head wsHead, msg []byte) {
 		r.WriteEvent(head.Type, msg)
 		rd = r
 	}
+	if head.Type == "response.completed" {
+		m.completed = msg // read by settle only (the relay reuses msg)
+	}
 	s.settle(m, status, outcome, rd)
+	m.completed = nil
 }
 
 // settle completes a message's outcome with the provider's answer: its
@@ -328,6 +339,7 @@ func (s *wsSession) settle(m *wsMessage, status int, outcome string, rd response
 	if m.respID != "" && m.conv != (artifact.Digest{}) {
 		c := m.chained
 		c.conv = m.conv
+		c.node = continuedNode(m, o.committed)
 		s.remember(m.respID, c)
 	}
 	o.total = time.Since(ex.start)

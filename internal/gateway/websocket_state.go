@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 )
 
 // Per-socket state. Each response.create forwarded is one wsMessage,
@@ -38,6 +39,9 @@ type wsChain struct {
 	n     int               // the chain's messages sent
 	last  time.Time         // when the last of them went out
 	reach []artifact.Digest // what the chain's rewrites reached
+	// node is the lineage node of the response, continued through its
+	// output, for a continuation's record to extend (websocket_lineage.go).
+	node compiler.Chain
 	// warmUp: the response is a warm-up's (generate:false), which Codex
 	// sends before each turn with little of the history; the turn's
 	// opening continues it with the whole input, so the tool is decided
