@@ -198,3 +198,58 @@ func TestContinuationWarmUpTurns(t *testing.T) {
 		history = append(history, codexAnswer("done").client...)
 	}
 }
+
+// FuzzContinue: Continue reads a provider event of any shape without
+// panicking, the same event continues the same way (determinism), and an
+// event it refuses leaves the chain as it was.
+func FuzzContinue(f *testing.F) {
+	f.Add(completedEvent("r", codexCall(1).provider))
+	f.Add(completedEvent("r", codexAnswer("ok").provider))
+	f.Add([]byte(`{"response":{"output":[{"type":"reasoning","content":[]}]}}`))
+	f.Add([]byte(`{"response":{"output":[[],{}]}}`))
+	node := compiler.Chain{End: artifact.Digest{3}, Length: 2}
+	f.Fuzz(func(t *testing.T, ev []byte) {
+		a, okA := compiler.Continue(node, ev)
+		b, okB := compiler.Continue(node, append([]byte(nil), ev...))
+		if a != b || okA != okB {
+			t.Fatalf("not deterministic: %+v %v, %+v %v", a, okA, b, okB)
+		}
+		if !okA && a != node {
+			t.Fatalf("a refused event changed the chain: %+v", a)
+		}
+		if okA && (!a.Continued() || a.End != node.End || a.Length != node.Length) {
+			t.Fatalf("continued %+v", a)
+		}
+	})
+}
+
+// A continuation naming a node the Store does not hold (never committed,
+// expired, or another tenant's) is compiled on its own, as before: its
+// chain is its own units', not the named node's.
+func TestContinuationUnknownNode(t *testing.T) {
+	store := compilertest.NewMemStore()
+	c := newCompiler(t, compiler.Options{InlineLeases: 1}, store, nil)
+	body := socketBody("resp_1", []string{codexOutput(1)})
+	compile := func(tenant string, cont *compiler.Chain) compiler.Result {
+		return c.Compile(context.Background(), compiler.Request{Path: responsesPath, Body: body, Scope: artifact.Scope{Tenant: tenant},
+			Mode: compiler.ModeEnforce, Continues: cont, Chained: true})
+	}
+	open := c.Compile(context.Background(), compiler.Request{Path: responsesPath, Body: socketBody("", []string{codexUser("hi")}),
+		Scope: artifact.Scope{Tenant: "A"}, Mode: compiler.ModeEnforce, Chained: true})
+	known, _ := compiler.Continue(open.Chain, completedEvent("resp_1", codexCall(1).provider))
+	unknown := compiler.Chain{End: artifact.Digest{9}, Length: 2, Next: artifact.Digest{8}, NextLength: 4}
+	for _, tt := range []struct {
+		name   string
+		tenant string
+		cont   *compiler.Chain
+		want   int // the chain length the body names
+	}{
+		{"unknown node", "A", &unknown, 2},
+		{"another tenant's node", "B", &known, 2},
+		{"own node", "A", &known, known.NextLength + 1},
+	} {
+		if res := compile(tt.tenant, tt.cont); res.Chain.Length != tt.want {
+			t.Fatalf("%s: chain length %d, want %d", tt.name, res.Chain.Length, tt.want)
+		}
+	}
+}
