@@ -44,9 +44,10 @@ func TestChainGolden(t *testing.T) {
 		}
 	}
 	// The same conversation spelled otherwise: keys reordered, whitespace,
-	// cache_control moved, the same text escaped differently.
+	// cache_control moved, the same text escaped differently, Codex's
+	// metadata on an item.
 	other := []byte(`{"messages":[` +
-		`{"content":"You are a coding agent.", "role":"system"},` +
+		`{"content":"You are a coding agent.", "role":"system","internal_chat_message_metadata_passthrough":{"turn_id":"t1"}},` +
 		`{"n":[1,-2.5e3,true,false,null,{},[]],"role":"user","content":"café \u0022x\"","cache_control":{"type":"ephemeral"}},` +
 		`{"tool_calls":[{"function":{"arguments":"{\"command\":\"ls\"}","name":"bash"},"type":"function","id":"call_1"}],"content":null,"role":"assistant"},` +
 		`{"content":"` + long + `","tool_call_id":"call_1","role":"tool"}` +
