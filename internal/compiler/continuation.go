@@ -27,19 +27,22 @@ import (
 //     hashes of the items the client will re-send: the previous
 //     response's output items (as the provider's response.completed
 //     lists them, hashed as the client re-sends them: outputProjection)
-//     and then
-//     the continuation's own input items. The record lands in the Store
-//     at the chain hash the next opening computes for that prefix of its
-//     history, so the opening's ordinary Ancestor look-up finds it.
+//     and then the continuation's own input items. The record lands in
+//     the Store at the chain hash the next opening computes for that
+//     prefix of its history, so the opening's ordinary Ancestor look-up
+//     finds it.
 //
 // The second is built: the Store stays the one owner of lineage, the
 // look-up crosses sockets and gateway instances, isolation is the Store's
 // (tenant and session scope; a node is reached only through a chain hash
 // of this conversation's own history), and a mismatch (a client that
-// re-sends its items in another spelling) finds only the older ancestor:
-// today's behaviour. The gateway carries one Chain per response it
-// remembers (32 bytes twice and two lengths), bounded with the socket's
-// chains.
+// re-sends its items in another spelling) finds only the older ancestor,
+// as without it. It also frees a turn's opening from the response id it
+// continues: Codex's opening continues the turn's warm-up, and as a body
+// of its own its chain starts with that id, unique per response at the
+// provider, so no later turn would share its prefix. The gateway carries
+// one Chain per response it remembers (two digests and two lengths),
+// bounded with the socket's chains.
 
 // Chain names a request's lineage node, for a continuation of its
 // response to extend. The zero value names nothing.
