@@ -141,20 +141,62 @@ func withChainTool(body, def []byte) ([]byte, int, bool) {
 	return out, tools, true
 }
 
-// unionDigests is a and b without repeats, a's first.
+// wsReachMax bounds the digests a socket chain remembers as reached
+// (wsChain.reach): every continuation given the tool adds what its own
+// compile reached, so a long chain would otherwise grow without end, once
+// per remembered response (wsChainsMax). The newest are kept: the
+// continuation's own first, then the chain's (unionDigests), cut at the
+// end, so what falls off is what the chain's earliest messages reached and
+// the model last saw longest ago. Such an artifact answers as unknown to
+// the tool, as one of another conversation would; the recovery API still
+// serves it. 4096 digests are 128 KiB per remembered response at most,
+// and a continuation that reaches nothing new shares its chain's list.
+const wsReachMax = 4096
+
+// unionDigests is b and a without repeats, b's first (b is the newer:
+// the current message's), at most wsReachMax of them. When b adds nothing
+// to a, a itself is returned: the lists are never written after they
+// are made, so chains share one.
 func unionDigests(a, b []artifact.Digest) []artifact.Digest {
 	if len(a) == 0 {
-		return b
+		return capDigests(b)
 	}
 	seen := make(map[artifact.Digest]bool, len(a)+len(b))
-	out := make([]artifact.Digest, 0, len(a)+len(b))
-	for _, d := range append(append([]artifact.Digest(nil), a...), b...) {
+	for _, d := range a {
+		seen[d] = true
+	}
+	fresh := false
+	for _, d := range b {
 		if !seen[d] {
-			seen[d] = true
-			out = append(out, d)
+			fresh = true
+			break
+		}
+	}
+	if !fresh {
+		return capDigests(a)
+	}
+	clear(seen)
+	out := make([]artifact.Digest, 0, min(len(a)+len(b), wsReachMax))
+	for _, list := range [2][]artifact.Digest{b, a} {
+		for _, d := range list {
+			if len(out) == wsReachMax {
+				return out
+			}
+			if !seen[d] {
+				seen[d] = true
+				out = append(out, d)
+			}
 		}
 	}
 	return out
+}
+
+// capDigests is the first wsReachMax of ds (the newest), sharing ds.
+func capDigests(ds []artifact.Digest) []artifact.Digest {
+	if len(ds) > wsReachMax {
+		return ds[:wsReachMax:wsReachMax]
+	}
+	return ds
 }
 
 // chainSent records what m's continuations inherit once it went out as
@@ -171,6 +213,6 @@ func (s *wsSession) chainSent(m *wsMessage, n int, sent []byte, res compiler.Res
 	}
 	m.chained = wsChain{tool: tool, held: c.held + n, n: c.n + 1, last: time.Now(), reach: c.reach, warmUp: m.warmUp && !tool}
 	if tool {
-		m.chained.reach = res.Reachable
+		m.chained.reach = capDigests(res.Reachable)
 	}
 }
