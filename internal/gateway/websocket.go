@@ -126,7 +126,7 @@ func (w *wsWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if rt := w.s.h.Recovery; rt != nil && rt.mode == RecoveryTool {
 		rc.rd.EnableInject()
 		rc.injecting = true
-		rc.tap.Divert, rc.tap.Diverted = w.s.divert, w.s.diverted
+		rc.tap.Divert, rc.tap.Diverted, rc.tap.Dropped = w.s.divert, w.s.diverted, w.s.droppedMessage
 	}
 	w.s.rc = rc
 	return rc, bufio.NewReadWriter(bufio.NewReader(rc), bufio.NewWriter(rc)), nil

@@ -339,6 +339,12 @@ func (s *wsSession) settle(m *wsMessage, status int, outcome string, rd response
 // socket's reservations.
 func (s *wsSession) closeSocket() {
 	for _, m := range s.drain() {
+		s.mu.Lock()
+		l := m.loop
+		s.mu.Unlock()
+		if l != nil {
+			l.held.release() // its buffers (websocket_admit.go)
+		}
 		s.settle(m, 0, "closed", nil)
 	}
 	s.releaseAll()

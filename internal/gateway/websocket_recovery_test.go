@@ -49,7 +49,7 @@ func newWSLoopRigWith(t *testing.T, fc *fakeCompiler, wait time.Duration) *wsLoo
 	rc := &relayConn{Conn: sc, injecting: true, s: s}
 	rc.rd = wsrelay.NewReader(sc, 1<<20, s.rewrite)
 	rc.rd.EnableInject()
-	rc.tap = &wsrelay.Tap{W: sc, Max: wsEventMax, On: s.providerMessage, Divert: s.divert, Diverted: s.diverted}
+	rc.tap = &wsrelay.Tap{W: sc, Max: wsEventMax, On: s.providerMessage, Divert: s.divert, Diverted: s.diverted, Dropped: s.droppedMessage}
 	s.rc = rc
 	r := &wsLoopRig{t: t, rc: rc, cc: cc, cli: make(chan string, 64), fwd: make(chan []byte, 16)}
 	t.Cleanup(func() { rc.Close(); cc.Close() })
