@@ -79,7 +79,7 @@ func (s *wsSession) chainTool(m *wsMessage, msg, out []byte, res compiler.Result
 	// The message now differs from what came, only by the insertion: it
 	// is a rewrite, recorded with its bytes (larger by the tool's).
 	o := &m.ex.out
-	o.decision, o.reason, o.sentBytes = compiler.Accepted, "", int64(len(with))
+	o.decision, o.reason, o.sentBytes, o.chainTool = compiler.Accepted, "", int64(len(with)), true
 	return with, res
 }
 

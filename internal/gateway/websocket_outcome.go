@@ -210,7 +210,7 @@ func (s *wsSession) applyMessage(m *wsMessage, res compiler.Result, body []byte,
 // message goes on as it came, for reason.
 func (s *wsSession) declineMessage(m *wsMessage, reason compiler.Reason) {
 	o := &m.ex.out
-	o.decision, o.reason = compiler.Passthrough, reason
+	o.decision, o.reason, o.chainTool = compiler.Passthrough, reason, false
 	o.sentBytes, o.receipts, o.folded = o.rawBytes, 0, 0
 	o.costSent, o.costHorizonSent = o.costRaw, o.costHorizonRaw
 	m.ex.commit = nil
