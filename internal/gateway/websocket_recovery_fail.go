@@ -5,7 +5,9 @@ import (
 
 	"go.uber.org/zap/zapcore"
 
+	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/recovery"
+	"github.com/tokenterminator/caddy-token-terminator/internal/response"
 	"github.com/tokenterminator/caddy-token-terminator/internal/wsrelay"
 )
 
@@ -94,7 +96,14 @@ func (l *wsLoop) abort(err error, mid bool) {
 // is handed on.
 func (l *wsLoop) drain(typ string, msg []byte) {
 	switch {
-	case msg == nil || wsTerminal(typ):
+	case msg == nil:
+		l.drained()
+	case wsTerminal(typ):
+		// The provider bills the dropped response too: its usage joins
+		// the message's record.
+		rd := response.NewReader(provider.Responses, response.Options{Stream: true})
+		rd.WriteEvent(typ, msg)
+		l.usage = l.usage.Add(rd.Usage())
 		l.drained()
 	case l.midDrain && typ == "response.created":
 		l.drained()

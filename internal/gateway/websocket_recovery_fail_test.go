@@ -69,21 +69,22 @@ func TestWebSocketLoopFailsInsideResponse(t *testing.T) {
 		wantEnd   string   // the client's last message's type
 		wantMsgs  int
 		wantFinal string // the id the client's final message names
+		wantInput int    // usage_input on the message's log line: every response the provider answered whole
 	}{
 		{name: "over the bound inside a follow-up's answer", first: callRound("resp_0"), full: -1, followUp: true,
 			second:  append(append([]string{text[0], bigItem("response.output_item.added")}, callItem...), callRound("resp_1")[3]),
-			wantEnd: "response.completed", wantMsgs: 2, wantFinal: "resp_0"},
+			wantEnd: "response.completed", wantMsgs: 2, wantFinal: "resp_0", wantInput: 20},
 		{name: "over the bound inside the first round",
 			first: append([]string{callRound("resp_0")[0], bigItem("response.output_item.added")}, callRound("resp_0")[1:]...),
-			full:  -1, wantEnd: "response.failed", wantMsgs: 2, wantFinal: "resp_0"},
+			full:  -1, wantEnd: "response.failed", wantMsgs: 2, wantFinal: "resp_0", wantInput: 10},
 		{name: "a follow-up's answer ends over the bound", first: callRound("resp_0"), full: -1, followUp: true,
 			second:  []string{text[0], text[1], text[2], bigItem("response.completed")},
-			wantEnd: "response.completed", wantMsgs: 4, wantFinal: "resp_0"},
+			wantEnd: "response.completed", wantMsgs: 4, wantFinal: "resp_0", wantInput: 10},
 		{name: "no room for a follow-up's answer", first: callRound("resp_0"), full: -1, followUp: true,
 			second: append([]string{text[0]}, callRound("resp_1")[1:]...), fill: true,
-			wantEnd: "response.completed", wantMsgs: 2, wantFinal: "resp_0"},
+			wantEnd: "response.completed", wantMsgs: 2, wantFinal: "resp_0", wantInput: 20},
 		{name: "no room for the follow-up", first: callRound("resp_0"), full: 3,
-			wantEnd: "response.completed", wantMsgs: 2, wantFinal: "resp_0"},
+			wantEnd: "response.completed", wantMsgs: 2, wantFinal: "resp_0", wantInput: 10},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -127,6 +128,16 @@ func TestWebSocketLoopFailsInsideResponse(t *testing.T) {
 			}
 			if tc.wantEnd == "response.failed" && (!strings.Contains(last, `"status":"failed"`) || !strings.Contains(last, `"code":"server_error"`)) {
 				t.Fatalf("failure %.300s", last)
+			}
+			// The message's record: not committed, ended by the failure,
+			// with the usage of every response the provider answered whole.
+			lines := r.logs.FilterMessage("websocket message").All()
+			if len(lines) != 1 {
+				t.Fatalf("%d websocket message lines", len(lines))
+			}
+			f := lines[0].ContextMap()
+			if f["outcome"] != "recovery_failed" || f["usage_input"] != int64(tc.wantInput) {
+				t.Fatalf("the message's record: outcome %v, usage_input %v (want %d)", f["outcome"], f["usage_input"], tc.wantInput)
 			}
 			// Room again; the loop returned what it held.
 			h.Buffered.Add(-filled)
