@@ -133,7 +133,9 @@ func (w *wsWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 }
 
 // wsEventMax bounds a provider message the tap reads for its type: the
-// terminal events carry the whole response, output included.
+// terminal events carry the whole response, output included. A message
+// over it passes as it came, unread; inside a recovery loop it is left
+// out instead and ends the loop (websocket_recovery_fail.go).
 const wsEventMax = 8 << 20
 
 // relayConn is the client connection with the relay in both directions.

@@ -37,8 +37,11 @@ import (
 // client's own responses are). Failure before anything of the response
 // reached the client resends the client's original message; after, the
 // response is ended well formed from its last complete round and the
-// rest of an abandoned follow-up's answer is dropped. Only a final
-// response.completed commits the message's lineage.
+// rest of an abandoned follow-up's answer is dropped. The loop's buffers
+// count in max_buffered_bytes (websocket_admit.go); a provider message
+// over the relay's bound, or without room there, ends the response from
+// inside (websocket_recovery_fail.go). Only a final response.completed
+// commits the message's lineage.
 
 // wsLoop is the recovery loop of one client message. Its fields belong to
 // whoever holds the connection's write lock (relayConn.mu).
