@@ -149,9 +149,10 @@ func withChainTool(body, def []byte) ([]byte, int, bool) {
 // end, so what falls off is what the chain's earliest messages reached and
 // the model last saw longest ago. Such an artifact answers as unknown to
 // the tool, as one of another conversation would; the recovery API still
-// serves it. 4096 digests are 128 KiB per remembered response at most,
-// and a continuation that reaches nothing new shares its chain's list.
-const wsReachMax = 4096
+// serves it. 1024 digests are 32 KiB per remembered response, 8 MiB per
+// socket if each of its wsChainsMax responses held a full list of its
+// own; a continuation that reaches nothing new shares its chain's list.
+const wsReachMax = 1024
 
 // unionDigests is b and a without repeats, b's first (b is the newer:
 // the current message's), at most wsReachMax of them. When b adds nothing
