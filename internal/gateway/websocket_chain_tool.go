@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"slices"
 	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
@@ -162,21 +163,10 @@ func unionDigests(a, b []artifact.Digest) []artifact.Digest {
 	if len(a) == 0 {
 		return capDigests(b)
 	}
-	seen := make(map[artifact.Digest]bool, len(a)+len(b))
-	for _, d := range a {
-		seen[d] = true
-	}
-	fresh := false
-	for _, d := range b {
-		if !seen[d] {
-			fresh = true
-			break
-		}
-	}
-	if !fresh {
+	if !addsTo(a, b) {
 		return capDigests(a)
 	}
-	clear(seen)
+	seen := make(map[artifact.Digest]bool, len(a)+len(b))
 	out := make([]artifact.Digest, 0, min(len(a)+len(b), wsReachMax))
 	for _, list := range [2][]artifact.Digest{b, a} {
 		for _, d := range list {
@@ -190,6 +180,29 @@ func unionDigests(a, b []artifact.Digest) []artifact.Digest {
 		}
 	}
 	return out
+}
+
+// addsTo reports whether b holds a digest a does not. A continuation
+// reaches few: for those a scan of a costs less than a set of it.
+func addsTo(a, b []artifact.Digest) bool {
+	if len(b) > 16 {
+		in := make(map[artifact.Digest]bool, len(a))
+		for _, d := range a {
+			in[d] = true
+		}
+		for _, d := range b {
+			if !in[d] {
+				return true
+			}
+		}
+		return false
+	}
+	for _, d := range b {
+		if !slices.Contains(a, d) {
+			return true
+		}
+	}
+	return false
 }
 
 // capDigests is the first wsReachMax of ds (the newest), sharing ds.

@@ -68,3 +68,20 @@ func TestWebSocketChainReachLongChain(t *testing.T) {
 		t.Fatalf("%d digests after %d continuations, newest first: %v", len(reach), wsReachMax+64, reach[0] == digestN(wsReachMax+63))
 	}
 }
+
+// BenchmarkChainReach: a continuation of a chain of wsReachMax digests,
+// reaching nothing new (the list is shared) or one more.
+func BenchmarkChainReach(b *testing.B) {
+	a := digestsN(0, wsReachMax)
+	for _, bc := range []struct {
+		name string
+		add  []artifact.Digest
+	}{{"nothing new", digestsN(5, 7)}, {"one new", digestsN(wsReachMax, wsReachMax+1)}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = unionDigests(a, bc.add)
+			}
+		})
+	}
+}
