@@ -95,7 +95,9 @@ func (s *wsSession) divert() bool {
 }
 
 // diverted hands a provider message to the loop of the oldest pending
-// message (the relay's write lock is held); nil: a message of it escaped.
+// message (the relay's write lock is held); nil: the relay stopped
+// reading the provider's frames (a message over its bound is dropped
+// instead, droppedMessage).
 func (s *wsSession) diverted(msg []byte) {
 	if l := s.headLoop(); l != nil {
 		l.message(msg)
