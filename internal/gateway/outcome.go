@@ -70,6 +70,10 @@ type outcome struct {
 	// (websocket_outcome.go), settled by the provider's terminal event
 	// for it rather than by an HTTP answer.
 	websocket bool
+	// chainTool: a WebSocket continuation the recovery tool was added to
+	// for its chain (websocket_chain_tool.go): its own bytes grew by the
+	// definition, and its saving is the chain's, not the message's.
+	chainTool bool
 }
 
 func (o *outcome) passthrough(reason compiler.Reason) {
@@ -221,6 +225,9 @@ func (o *outcome) fields() []zap.Field {
 	}
 	if o.websocket {
 		f = append(f, zap.Bool("websocket", true))
+	}
+	if o.chainTool {
+		f = append(f, zap.Bool("chain_tool_added", true))
 	}
 	if o.tokens.Status != "" {
 		f = append(f, zap.String("tokens", string(o.tokens.Status)))

@@ -126,14 +126,16 @@ func (w *wsWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if rt := w.s.h.Recovery; rt != nil && rt.mode == RecoveryTool {
 		rc.rd.EnableInject()
 		rc.injecting = true
-		rc.tap.Divert, rc.tap.Diverted = w.s.divert, w.s.diverted
+		rc.tap.Divert, rc.tap.Diverted, rc.tap.Dropped = w.s.divert, w.s.diverted, w.s.droppedMessage
 	}
 	w.s.rc = rc
 	return rc, bufio.NewReadWriter(bufio.NewReader(rc), bufio.NewWriter(rc)), nil
 }
 
 // wsEventMax bounds a provider message the tap reads for its type: the
-// terminal events carry the whole response, output included.
+// terminal events carry the whole response, output included. A message
+// over it passes as it came, unread; inside a recovery loop it is left
+// out instead and ends the loop (websocket_recovery_fail.go).
 const wsEventMax = 8 << 20
 
 // relayConn is the client connection with the relay in both directions.

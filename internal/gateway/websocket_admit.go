@@ -1,5 +1,10 @@
 package gateway
 
+import (
+	"sync"
+	"sync/atomic"
+)
+
 // Memory admission of the socket's messages (admission.go). A text
 // message the relay holds until it is whole is reserved as it arrives,
 // within the reading share, as an HTTP body is (wsSession.admit, the
@@ -71,4 +76,56 @@ func (s *wsSession) releaseAll() {
 	}
 	s.amu.Unlock()
 	s.forwarded()
+}
+
+// The recovery loop's buffers (websocket_recovery.go) count in
+// max_buffered_bytes for the loop's whole life: each provider message it
+// takes (wsStitchFactor times its size) and each follow-up body. A
+// message or follow-up that finds no room ends the loop: the client's
+// response is ended well formed from the last complete round, as when a
+// follow-up is refused (websocket_recovery_fail.go).
+
+// wsStitchFactor is what a loop reserves per provider message, as a
+// multiple of its size: the stitcher keeps an event it holds (a call's,
+// a round's end, a finished item) as its data and its SSE form. Every
+// message counts, those passed straight on too: a bound from above that
+// needs no reading of the stitcher's state.
+const wsStitchFactor = 2
+
+// loopHeld counts one loop's buffers in max_buffered_bytes until release;
+// after release it takes nothing more. The loop takes under the relay's
+// write lock; the socket's close may release at the same time.
+type loopHeld struct {
+	mu     sync.Mutex
+	budget *atomic.Int64
+	max    int64
+	n      int64
+	done   bool
+}
+
+func (g *Gateway) loopHeld() *loopHeld {
+	return &loopHeld{budget: g.Buffered, max: g.MaxBufferedBytes}
+}
+
+// take counts n more bytes, false (nothing counted) when they do not fit.
+func (h *loopHeld) take(n int64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.done {
+		return false
+	}
+	if h.budget.Add(n) > h.max {
+		h.budget.Add(-n)
+		return false
+	}
+	h.n += n
+	return true
+}
+
+// release returns what the loop holds; later calls do nothing.
+func (h *loopHeld) release() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.budget.Add(-h.n)
+	h.n, h.done = 0, true
 }

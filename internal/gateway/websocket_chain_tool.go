@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"slices"
 	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
@@ -79,7 +80,7 @@ func (s *wsSession) chainTool(m *wsMessage, msg, out []byte, res compiler.Result
 	// The message now differs from what came, only by the insertion: it
 	// is a rewrite, recorded with its bytes (larger by the tool's).
 	o := &m.ex.out
-	o.decision, o.reason, o.sentBytes = compiler.Accepted, "", int64(len(with))
+	o.decision, o.reason, o.sentBytes, o.chainTool = compiler.Accepted, "", int64(len(with)), true
 	return with, res
 }
 
@@ -141,20 +142,75 @@ func withChainTool(body, def []byte) ([]byte, int, bool) {
 	return out, tools, true
 }
 
-// unionDigests is a and b without repeats, a's first.
+// wsReachMax bounds the digests a socket chain remembers as reached
+// (wsChain.reach): every continuation given the tool adds what its own
+// compile reached, so a long chain would otherwise grow without end, once
+// per remembered response (wsChainsMax). The newest are kept: the
+// continuation's own first, then the chain's (unionDigests), cut at the
+// end, so what falls off is what the chain's earliest messages reached and
+// the model last saw longest ago. Such an artifact answers as unknown to
+// the tool, as one of another conversation would; the recovery API still
+// serves it. 1024 digests are 32 KiB per remembered response, 8 MiB per
+// socket if each of its wsChainsMax responses held a full list of its
+// own; a continuation that reaches nothing new shares its chain's list.
+const wsReachMax = 1024
+
+// unionDigests is b and a without repeats, b's first (b is the newer:
+// the current message's), at most wsReachMax of them. When b adds nothing
+// to a, a itself is returned: the lists are never written after they
+// are made, so chains share one.
 func unionDigests(a, b []artifact.Digest) []artifact.Digest {
 	if len(a) == 0 {
-		return b
+		return capDigests(b)
+	}
+	if !addsTo(a, b) {
+		return capDigests(a)
 	}
 	seen := make(map[artifact.Digest]bool, len(a)+len(b))
-	out := make([]artifact.Digest, 0, len(a)+len(b))
-	for _, d := range append(append([]artifact.Digest(nil), a...), b...) {
-		if !seen[d] {
-			seen[d] = true
-			out = append(out, d)
+	out := make([]artifact.Digest, 0, min(len(a)+len(b), wsReachMax))
+	for _, list := range [2][]artifact.Digest{b, a} {
+		for _, d := range list {
+			if len(out) == wsReachMax {
+				return out
+			}
+			if !seen[d] {
+				seen[d] = true
+				out = append(out, d)
+			}
 		}
 	}
 	return out
+}
+
+// addsTo reports whether b holds a digest a does not. A continuation
+// reaches few: for those a scan of a costs less than a set of it.
+func addsTo(a, b []artifact.Digest) bool {
+	if len(b) > 16 {
+		in := make(map[artifact.Digest]bool, len(a))
+		for _, d := range a {
+			in[d] = true
+		}
+		for _, d := range b {
+			if !in[d] {
+				return true
+			}
+		}
+		return false
+	}
+	for _, d := range b {
+		if !slices.Contains(a, d) {
+			return true
+		}
+	}
+	return false
+}
+
+// capDigests is the first wsReachMax of ds (the newest), sharing ds.
+func capDigests(ds []artifact.Digest) []artifact.Digest {
+	if len(ds) > wsReachMax {
+		return ds[:wsReachMax:wsReachMax]
+	}
+	return ds
 }
 
 // chainSent records what m's continuations inherit once it went out as
@@ -171,6 +227,6 @@ func (s *wsSession) chainSent(m *wsMessage, n int, sent []byte, res compiler.Res
 	}
 	m.chained = wsChain{tool: tool, held: c.held + n, n: c.n + 1, last: time.Now(), reach: c.reach, warmUp: m.warmUp && !tool}
 	if tool {
-		m.chained.reach = res.Reachable
+		m.chained.reach = capDigests(res.Reachable)
 	}
 }

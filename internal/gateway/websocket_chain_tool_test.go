@@ -67,13 +67,14 @@ func TestWebSocketContinuationToolsFollowChain(t *testing.T) {
 		then  string // what continues resp_0
 		tool  bool   // the continuation goes out with the tool
 		same  bool   // its tools array is its chain's
+		added bool   // the tool was added for the chain (chain_tool_added on its log line)
 	}{
-		{"chain with the tool, nothing to replace", opening("receipt"), cont("resp_0", "new"), true, true},
-		{"chain with the tool, the continuation rewritten", opening("receipt"), cont("resp_0", "receipt"), true, true},
-		{"chain without the tool, nothing to replace", opening("plain"), cont("resp_0", "new"), false, true},
-		{"chain without the tool, a rewrite adding it", opening("plain"), cont("resp_0", "receipt"), false, true},
-		{"a warm-up's continuation decides", warmUp, cont("resp_0", "receipt"), true, false},
-		{"unknown response id", opening("receipt"), cont("resp_x", "new"), false, false},
+		{"chain with the tool, nothing to replace", opening("receipt"), cont("resp_0", "new"), true, true, true},
+		{"chain with the tool, the continuation rewritten", opening("receipt"), cont("resp_0", "receipt"), true, true, false},
+		{"chain without the tool, nothing to replace", opening("plain"), cont("resp_0", "new"), false, true, false},
+		{"chain without the tool, a rewrite adding it", opening("plain"), cont("resp_0", "receipt"), false, true, false},
+		{"a warm-up's continuation decides", warmUp, cont("resp_0", "receipt"), true, false, false},
+		{"unknown response id", opening("receipt"), cont("resp_x", "new"), false, false, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -91,6 +92,13 @@ func TestWebSocketContinuationToolsFollowChain(t *testing.T) {
 				t.Fatalf("a continuation without the tool changed: %s", got)
 			}
 			r.provider(textRound("resp_1")) // the loop, when the tool went out, ends the response
+			lines := r.logs.FilterMessage("websocket message").All()
+			if len(lines) != 2 {
+				t.Fatalf("%d websocket message lines", len(lines))
+			}
+			if added, _ := lines[1].ContextMap()["chain_tool_added"].(bool); added != c.added {
+				t.Fatalf("chain_tool_added %v on the continuation's line, want %v", added, c.added)
+			}
 		})
 	}
 }

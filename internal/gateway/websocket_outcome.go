@@ -217,7 +217,7 @@ func (s *wsSession) applyMessage(m *wsMessage, res compiler.Result, body []byte,
 // message goes on as it came, for reason.
 func (s *wsSession) declineMessage(m *wsMessage, reason compiler.Reason) {
 	o := &m.ex.out
-	o.decision, o.reason = compiler.Passthrough, reason
+	o.decision, o.reason, o.chainTool = compiler.Passthrough, reason, false
 	o.sentBytes, o.receipts, o.folded = o.rawBytes, 0, 0
 	o.costSent, o.costHorizonSent = o.costRaw, o.costHorizonRaw
 	m.ex.commit = nil
@@ -351,6 +351,12 @@ func (s *wsSession) settle(m *wsMessage, status int, outcome string, rd response
 // socket's reservations.
 func (s *wsSession) closeSocket() {
 	for _, m := range s.drain() {
+		s.mu.Lock()
+		l := m.loop
+		s.mu.Unlock()
+		if l != nil {
+			l.held.release() // its buffers (websocket_admit.go)
+		}
 		s.settle(m, 0, "closed", nil)
 	}
 	s.releaseAll()

@@ -37,8 +37,11 @@ import (
 // client's own responses are). Failure before anything of the response
 // reached the client resends the client's original message; after, the
 // response is ended well formed from its last complete round and the
-// rest of an abandoned follow-up's answer is dropped. Only a final
-// response.completed commits the message's lineage.
+// rest of an abandoned follow-up's answer is dropped. The loop's buffers
+// count in max_buffered_bytes (websocket_admit.go); a provider message
+// over the relay's bound, or without room there, ends the response from
+// inside (websocket_recovery_fail.go). Only a final response.completed
+// commits the message's lineage.
 
 // wsLoop is the recovery loop of one client message. Its fields belong to
 // whoever holds the connection's write lock (relayConn.mu).
@@ -53,9 +56,12 @@ type wsLoop struct {
 	request  []byte          // the compiled message, with the tool
 	original []byte          // the client's message as it came
 
+	held     *loopHeld // its buffers in max_buffered_bytes (websocket_admit.go)
 	rounds   int
 	lastID   string // the id of the last round's response
-	draining bool   // an abandoned follow-up's answer is still coming
+	draining bool   // an abandoned follow-up's answer, or the rest of a response, is still coming
+	midDrain bool   // draining the rest of a response already under way
+	resend   bool   // once drained, the client's own message goes out (nothing reached the client)
 	gen      int    // bumps on each provider message; a stale timer does nothing
 	cancel   func() bool
 	timer    *time.Timer
@@ -71,7 +77,7 @@ func (s *wsSession) recoveryLoop(m *wsMessage, res compiler.Result, original []b
 		return nil, false
 	}
 	l := &wsLoop{s: s, m: m, rc: s.rc, res: res, request: res.Body, original: original,
-		arts: &recordingArtifacts{Artifacts: recovery.Within(rt.arts, res.Reachable)}}
+		arts: &recordingArtifacts{Artifacts: recovery.Within(rt.arts, res.Reachable)}, held: s.h.loopHeld()}
 	st, err := recovery.NewStitcher(provider.Responses, &wsFrames{w: s.rc.Conn}, rt.cfg)
 	if err != nil {
 		return nil, false
@@ -89,15 +95,11 @@ func (s *wsSession) divert() bool {
 }
 
 // diverted hands a provider message to the loop of the oldest pending
-// message (the relay's write lock is held); nil: a message of it escaped.
+// message (the relay's write lock is held); nil: the relay stopped
+// reading the provider's frames (a message over its bound is dropped
+// instead, droppedMessage).
 func (s *wsSession) diverted(msg []byte) {
-	s.mu.Lock()
-	var l *wsLoop
-	if len(s.queue) > 0 {
-		l = s.queue[0].loop
-	}
-	s.mu.Unlock()
-	if l != nil {
+	if l := s.headLoop(); l != nil {
 		l.message(msg)
 	}
 }
@@ -106,6 +108,7 @@ func (s *wsSession) diverted(msg []byte) {
 // passes as it comes and settles the message (providerEvent) with
 // nothing committed.
 func (s *wsSession) release(l *wsLoop) {
+	l.held.release()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if l.m.loop == l {
@@ -132,6 +135,7 @@ func (s *wsSession) endLoop(l *wsLoop, outcome string) {
 	}
 	s.queue = append(s.queue[:at], s.queue[at+1:]...)
 	s.mu.Unlock()
+	l.held.release()
 	m := l.m
 	m.ex.out.recovery.rounds = l.rounds
 	if l.failed != nil {
@@ -177,16 +181,14 @@ func (l *wsLoop) message(msg []byte) {
 		_ = json.Unmarshal(msg, &head)
 	}
 	if l.draining {
-		if wsTerminal(head.Type) || msg == nil {
-			l.s.endLoop(l, "recovery_failed")
-		}
+		l.drain(head.Type, msg) // websocket_recovery_fail.go
 		return
 	}
 	l.stop()
 	if msg == nil {
-		// A message too large to stitch reached the client as it came:
-		// the rest of the response passes the same way, nothing committed.
-		l.fail(errors.New("recovery: a provider message over the relay's bound"), false)
+		// The relay stopped reading the provider's frames (one it cannot
+		// read): the rest passes as it comes, nothing committed.
+		l.fail(errors.New("recovery: the provider's frames could not be read"), false)
 		l.s.release(l)
 		return
 	}
@@ -194,6 +196,10 @@ func (l *wsLoop) message(msg []byte) {
 		// A follow-up refused: the client, which never sent it, gets its
 		// response ended from the last complete round instead.
 		l.fail(errors.New("recovery: the provider refused the follow-up"), false)
+		return
+	}
+	if !l.held.take(wsStitchFactor * int64(len(msg))) {
+		l.abort(errRecoveryBusy, !wsTerminal(head.Type))
 		return
 	}
 	_, _ = l.st.Write(sseOf(head.Type, msg))
@@ -224,6 +230,10 @@ func (l *wsLoop) followUp(round recovery.Round) {
 	body, err := recovery.FollowUpChained(l.request, l.lastID, round.Answer, round.Calls)
 	if err != nil {
 		l.fail(err, false)
+		return
+	}
+	if !l.held.take(int64(len(body))) {
+		l.fail(errRecoveryBusy, false)
 		return
 	}
 	withdraw, ok := l.rc.rd.Inject(wsrelay.ClientText(body))
@@ -286,10 +296,7 @@ func (l *wsLoop) fail(err error, inFlight bool) {
 			return
 		}
 	}
-	if cerr := l.st.Close(); cerr != nil && !errors.Is(cerr, recovery.ErrIncomplete) {
-		err = errors.Join(err, cerr)
-	}
-	l.log(zapcore.WarnLevel, "", err)
+	l.end(err)
 	if inFlight {
 		l.draining = true
 		return

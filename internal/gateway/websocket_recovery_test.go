@@ -15,17 +15,19 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/fakeprovider"
 	"github.com/tokenterminator/caddy-token-terminator/internal/wsrelay"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // wsLoopRig is a relayed socket with the recovery loop, without Caddy:
 // the test is the client (cc) and, through rc.Write, the provider;
 // fwd carries what the relay forwards upstream, one message each.
 type wsLoopRig struct {
-	t   *testing.T
-	rc  *relayConn
-	cc  net.Conn
-	cli chan string // what the client got, one message each
-	fwd chan []byte
+	t    *testing.T
+	rc   *relayConn
+	cc   net.Conn
+	cli  chan string // what the client got, one message each
+	fwd  chan []byte
+	logs *observer.ObservedLogs
 }
 
 func newWSLoopRig(t *testing.T, commits *atomic.Int32, wait time.Duration) *wsLoopRig {
@@ -39,7 +41,7 @@ func newWSLoopRig(t *testing.T, commits *atomic.Int32, wait time.Duration) *wsLo
 
 // newWSLoopRigWith is the rig with the compiler fc.
 func newWSLoopRigWith(t *testing.T, fc *fakeCompiler, wait time.Duration) *wsLoopRig {
-	h, _ := testHandler(t, fc, func(h *Gateway) {
+	h, logs := testHandler(t, fc, func(h *Gateway) {
 		h.Mode = compiler.ModeEnforce
 		h.Recovery = &RecoveryRuntime{mode: RecoveryTool, arts: stubArtifacts{}}
 		h.BodyReadTimeout = wait
@@ -49,9 +51,9 @@ func newWSLoopRigWith(t *testing.T, fc *fakeCompiler, wait time.Duration) *wsLoo
 	rc := &relayConn{Conn: sc, injecting: true, s: s}
 	rc.rd = wsrelay.NewReader(sc, 1<<20, s.rewrite)
 	rc.rd.EnableInject()
-	rc.tap = &wsrelay.Tap{W: sc, Max: wsEventMax, On: s.providerMessage, Divert: s.divert, Diverted: s.diverted}
+	rc.tap = &wsrelay.Tap{W: sc, Max: wsEventMax, On: s.providerMessage, Divert: s.divert, Diverted: s.diverted, Dropped: s.droppedMessage}
 	s.rc = rc
-	r := &wsLoopRig{t: t, rc: rc, cc: cc, cli: make(chan string, 64), fwd: make(chan []byte, 16)}
+	r := &wsLoopRig{t: t, rc: rc, cc: cc, cli: make(chan string, 64), fwd: make(chan []byte, 16), logs: logs}
 	t.Cleanup(func() { rc.Close(); cc.Close() })
 	go func() { // the client
 		br := bufio.NewReader(cc)

@@ -195,6 +195,39 @@ func (s *Stitcher) Close() error {
 	return s.werr
 }
 
+// Fail finishes the client stream as Close does, for a loop that ends
+// on a failure (err: why). When no round completed but the client has
+// been sent part of the answer, Close has no end to give it: a format
+// whose protocol has an in-band failure then ends the stream with one
+// (Responses: response.failed, its error naming a server error), so a
+// client that waits for the response's end (a WebSocket client, whose
+// stream does not end with the response) gets one. Other formats end as
+// Close leaves them: the HTTP stream's own end is their end.
+func (s *Stitcher) Fail(err error) error {
+	if s.done {
+		return s.werr
+	}
+	cerr := s.Close()
+	if !errors.Is(cerr, ErrIncomplete) || !s.wrote {
+		return cerr
+	}
+	f, ok := s.f.(failingFormat)
+	if !ok || !f.fail(err, s.out) {
+		return cerr
+	}
+	if s.flush != nil {
+		s.flush()
+	}
+	return s.werr
+}
+
+// failingFormat is a streamFormat with an in-band failure event.
+type failingFormat interface {
+	// fail writes the failure that ends a stream no round of which
+	// completed; false when it cannot (nothing to build it from).
+	fail(err error, out func([]byte)) bool
+}
+
 // sseEvent writes an event with data, one data line per line of data.
 func sseEvent(name string, data []byte) []byte {
 	out := make([]byte, 0, len(name)+len(data)+16)

@@ -35,6 +35,9 @@ type responsesStream struct {
 	// the last complete round
 	lastEnd   *heldEvent
 	lastCalls []*heldCall
+
+	created *heldEvent // the first round's response.created, for fail
+	errSent bool       // an error event reached the client: its stream has its end
 }
 
 func newResponsesStream() *responsesStream {
@@ -71,6 +74,10 @@ func (s *responsesStream) event(ev response.Event, round int, out func([]byte)) 
 	switch typ {
 	case "response.created", "response.in_progress", "response.queued":
 		if round == 0 {
+			if typ == "response.created" && s.created == nil {
+				h := hold(ev)
+				s.created = &h
+			}
 			out(s.reseq(ev, root, -1))
 		}
 		return
@@ -81,7 +88,7 @@ func (s *responsesStream) event(ev response.Event, round int, out func([]byte)) 
 		return
 	case "error":
 		out(ev.Raw)
-		s.failed = true
+		s.failed, s.errSent = true, true
 		return
 	}
 	oi, ok := intOf(src, root.Get("output_index"))
@@ -240,5 +247,47 @@ func (s *responsesStream) finish(u provider.Usage, rewrite bool, out func([]byte
 	}
 	out(sseEvent(s.lastEnd.name, spliceOr(data, edits)))
 	s.lastEnd = nil
+	return true
+}
+
+// fail ends a stream none of whose rounds completed with the response
+// that response.created announced, as response.failed: status failed, an
+// error of code server_error (message: err), the output the client was
+// shown, the next sequence_number, and the gateway's tool out of the
+// echoed tools. A stream that already carried an error event has its end.
+func (s *responsesStream) fail(err error, out func([]byte)) bool {
+	if s.errSent {
+		return true
+	}
+	if s.created == nil {
+		return false
+	}
+	data := s.created.data
+	root, perr := jsonv.Parse(data, jsonv.MaxDepth)
+	if perr != nil || !root.Is(jsonv.Object) || !root.Get("response").Is(jsonv.Object) {
+		return false
+	}
+	var edits []edit
+	if t := root.Get("type"); t.Is(jsonv.String) {
+		edits = append(edits, edit{t.Start, t.End, []byte(`"response.failed"`)})
+	}
+	if sn := root.Get("sequence_number"); sn.Is(jsonv.Number) {
+		edits = append(edits, edit{sn.Start, sn.End, strconv.AppendInt(nil, int64(s.seq), 10)})
+		s.seq++
+	}
+	resp := root.Get("response")
+	list := []byte{'['}
+	for n, it := range s.shown {
+		if n > 0 {
+			list = append(list, ',')
+		}
+		list = append(list, it...)
+	}
+	list = append(list, ']')
+	e := jsonv.AppendString([]byte(`{"code":"server_error","message":`), err.Error())
+	edits = append(edits, setMembersEdits(resp, []member{{"status", []byte(`"failed"`)}, {"error", append(e, '}')}, {"output", list}})...)
+	edits = echoEdits(data, resp.Get("tools"), edits)
+	out(sseEvent("response.failed", spliceOr(data, edits)))
+	s.created = nil
 	return true
 }

@@ -8,7 +8,10 @@ package wsrelay
 // and On observes its text messages as without diversion. A diverted
 // message that grows past Max is written as it came from that point on
 // (the frames held so far first), and Diverted gets nil at its end: the
-// owner knows a message escaped. A frame the tap cannot read (reserved
+// owner knows a message escaped; with Dropped set, such a message is
+// dropped whole instead and Dropped is told (a server-to-client message
+// left out leaves the stream well framed: the client never saw a byte of
+// it). A frame the tap cannot read (reserved
 // bits, a masked server frame) ends observing and diverting for good:
 // what is held goes out, then every byte as it comes (and Diverted gets
 // nil if a diverted message was under way).
@@ -17,6 +20,8 @@ package wsrelay
 type diversion struct {
 	on      bool   // the current message is diverted
 	spilled bool   // the current diverted message outgrew Max
+	dropped bool   // it outgrew Max and is being dropped (Tap.Dropped)
+	prefix  []byte // the start of a dropped message's payload
 	held    []byte // its frames so far
 	wbuf    []byte // bytes to write, gathered within one Write
 }
@@ -43,12 +48,12 @@ func (t *Tap) writeDivert(p []byte) (int, error) {
 		p = p[1:]
 		h, ok, err := ParseHeader(t.hdr)
 		if err != nil || (ok && (h.Rsv != 0 || h.Masked)) {
-			t.dead, lost = true, d.on || d.spilled
+			t.dead, lost = true, d.on || d.spilled || d.dropped
 			d.wbuf = append(d.wbuf, d.held...)
 			if t.holdHdr {
 				d.wbuf = append(d.wbuf, t.hdr...)
 			}
-			t.hdr, d.held, d.on, d.spilled = t.hdr[:0], nil, false, false
+			t.hdr, d.held, d.on, d.spilled, d.dropped = t.hdr[:0], nil, false, false, false
 			continue
 		}
 		if !ok {
@@ -83,9 +88,9 @@ func (t *Tap) headerByte(b byte) {
 			// A new message; one still held (cut off by it, as no
 			// conforming server does) goes out as it came.
 			d.wbuf = append(d.wbuf, d.held...)
-			d.on, d.spilled, d.held = op == OpText && t.Divert(), false, d.held[:0]
+			d.on, d.spilled, d.dropped, d.held = op == OpText && t.Divert(), false, false, d.held[:0]
 		}
-		t.holdHdr = d.on
+		t.holdHdr = d.on || d.dropped
 	}
 	t.hdr = append(t.hdr, b)
 	if !t.holdHdr {
@@ -104,13 +109,23 @@ func (t *Tap) header(h Header) {
 		}
 		return
 	}
+	var before []byte // the message's payload before this frame
+	if h.Op == OpContinuation {
+		before = t.msg
+	}
 	if t.startData(h) && d.on {
-		d.wbuf = append(d.wbuf, d.held...)
-		d.on, d.spilled, d.held = false, true, d.held[:0]
+		if t.Dropped != nil {
+			d.prefix = append(d.prefix[:0], before[:min(len(before), PassedPrefix)]...)
+			d.on, d.dropped, d.held = false, true, d.held[:0]
+		} else {
+			d.wbuf = append(d.wbuf, d.held...)
+			d.on, d.spilled, d.held = false, true, d.held[:0]
+		}
 	}
 	switch {
 	case d.on:
 		d.held = append(d.held, hdr...)
+	case d.dropped: // its frames never go out
 	case t.holdHdr: // spilled just now
 		d.wbuf = append(d.wbuf, hdr...)
 	}
@@ -121,6 +136,12 @@ func (t *Tap) payload(b []byte) {
 	d := &t.div
 	if t.collect && !t.cur.Control() {
 		t.msg = append(t.msg, b...)
+	}
+	if d.dropped && !t.cur.Control() {
+		if k := min(len(b), PassedPrefix-len(d.prefix)); k > 0 {
+			d.prefix = append(d.prefix, b[:k]...)
+		}
+		return
 	}
 	if d.on && !t.cur.Control() {
 		d.held = append(d.held, b...)
@@ -154,12 +175,14 @@ func (t *Tap) endDiverted() error {
 	switch {
 	case d.on:
 		t.Diverted(t.msg)
+	case d.dropped:
+		t.Dropped(d.prefix)
 	case d.spilled:
 		t.Diverted(nil)
 	case t.inText && t.collect && t.On != nil:
 		t.On(t.msg)
 	}
-	d.on, d.spilled, d.held = false, false, d.held[:0]
+	d.on, d.spilled, d.dropped, d.held, d.prefix = false, false, false, d.held[:0], d.prefix[:0]
 	t.inText, t.collect, t.msg = false, false, t.msg[:0]
 	return nil
 }

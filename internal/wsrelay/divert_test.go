@@ -66,7 +66,8 @@ func TestTapDivert(t *testing.T) {
 
 // FuzzTapDivert: a tap that diverts nothing writes and observes exactly
 // what a plain tap does; one that diverts every text message hands over
-// messages within the bound and never more bytes than came.
+// messages within the bound and never more bytes than came, whether it
+// spills or drops what outgrows the bound.
 func FuzzTapDivert(f *testing.F) {
 	sframe := func(fin bool, op byte, p string) []byte { return AppendFrame(nil, fin, op, false, key, []byte(p)) }
 	f.Add(join(sframe(false, OpText, "a"), sframe(true, OpPing, ""), sframe(true, OpContinuation, "b")), uint8(3))
@@ -100,6 +101,19 @@ func FuzzTapDivert(f *testing.F) {
 		}})
 		if allW.Len()+diverted > len(in) {
 			t.Fatalf("wrote %d and diverted %d payload bytes of %d", allW.Len(), diverted, len(in))
+		}
+		// Dropping what outgrows the bound: never more bytes than came,
+		// and a dropped message's prefix within PassedPrefix.
+		var dropW bytes.Buffer
+		diverted = 0
+		write(&Tap{W: &dropW, Max: 32, Divert: func() bool { return true }, Diverted: func(m []byte) { diverted += len(m) },
+			Dropped: func(p []byte) {
+				if len(p) > PassedPrefix {
+					t.Fatalf("a dropped message's prefix of %d bytes", len(p))
+				}
+			}})
+		if dropW.Len()+diverted > len(in) {
+			t.Fatalf("dropping: wrote %d and diverted %d payload bytes of %d", dropW.Len(), diverted, len(in))
 		}
 	})
 }

@@ -318,8 +318,14 @@ type Tap struct {
 	// whether the message goes whole to Diverted instead of W (divert.go).
 	Divert   func() bool
 	Diverted func(msg []byte)
-	div      diversion
-	holdHdr  bool // the header being read is held with a diverted message
+	// Dropped, when set, changes what happens to a diverted message that
+	// outgrows Max: it is dropped whole (the frames held so far and its
+	// later data frames; control frames between them still go out), and
+	// Dropped is told at its end instead of Diverted, with the start of
+	// its payload (at most PassedPrefix bytes; it must not be kept).
+	Dropped func(prefix []byte)
+	div     diversion
+	holdHdr bool // the header being read is held with a diverted message
 }
 
 // startData takes a data frame's header: a text message starts being
