@@ -60,7 +60,28 @@ func (p *pumpedBody) loop() {
 			}
 		}
 		if err != nil {
+			if n == 0 {
+				putChunk(buf) // read into nothing: no one else holds it
+			}
 			p.err = err
+			return
+		}
+	}
+}
+
+func putChunk(c []byte) { pumpChunks.Put((*[pumpChunk]byte)(c[:pumpChunk])) }
+
+// recycle returns the chunks read out to the pool. It is called once the
+// loop has stopped filling them (the body's end, or Close): a body that
+// ends without a Close (the handler reads it whole, then forwards its own
+// buffer) would otherwise leave them, two or three per body, to the
+// garbage collector.
+func (p *pumpedBody) recycle() {
+	for {
+		select {
+		case c := <-p.free:
+			putChunk(c)
+		default:
 			return
 		}
 	}
@@ -75,7 +96,7 @@ func (p *pumpedBody) Read(b []byte) (int, error) {
 		select {
 		case p.free <- p.cur[:cap(p.cur)]:
 		default:
-			pumpChunks.Put((*[pumpChunk]byte)(p.cur[:pumpChunk]))
+			putChunk(p.cur)
 		}
 		p.cur = nil
 	}
@@ -93,6 +114,7 @@ func (p *pumpedBody) Read(b []byte) (int, error) {
 		select {
 		case c, ok := <-p.chunks:
 			if !ok {
+				p.recycle() // the loop has returned: free is no longer filled from
 				return 0, p.err
 			}
 			p.pending, p.cur = c, c
@@ -112,15 +134,7 @@ func (p *pumpedBody) stream() { p.deadline = time.Time{} }
 func (p *pumpedBody) Close() error {
 	p.once.Do(func() {
 		close(p.done)
-		for { // the chunks no one holds go back to the pool
-			select {
-			case c := <-p.free:
-				pumpChunks.Put((*[pumpChunk]byte)(c[:pumpChunk]))
-				continue
-			default:
-			}
-			break
-		}
+		p.recycle() // the chunks no one holds go back to the pool
 	})
 	return p.src.Close()
 }
