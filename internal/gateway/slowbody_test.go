@@ -35,9 +35,10 @@ func TestPumpRecycledChunksKeepBytes(t *testing.T) {
 	}
 }
 
-// A body read to its end without a Close gives its chunks back: reading
-// many bodies allocates far less than one chunk per body (without the
-// recycling, two or three chunks each went to the garbage collector).
+// A body read to its end without a Close gives its chunks back, and its
+// reads share one timer: a 1 MB body read through the pump allocates a
+// few hundred bytes (without the recycling, two to four 32 KiB chunks went
+// to the garbage collector; with a timer per read, about 9 KB).
 func TestPumpRecyclesChunksAtEnd(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector drops a share of what sync.Pool is given")
@@ -74,7 +75,7 @@ func TestPumpRecyclesChunksAtEnd(t *testing.T) {
 		read()
 	}
 	runtime.ReadMemStats(&after)
-	if per := (after.TotalAlloc - before.TotalAlloc) / bodies; per >= pumpChunk {
-		t.Fatalf("%d bytes allocated per 1 MB body read through the pump, want less than one %d-byte chunk", per, pumpChunk)
+	if per := (after.TotalAlloc - before.TotalAlloc) / bodies; per >= 4<<10 {
+		t.Fatalf("%d bytes allocated per 1 MB body read through the pump, want under 4 KiB", per)
 	}
 }
