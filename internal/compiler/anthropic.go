@@ -238,8 +238,25 @@ func anthPairing(src []byte, msgs *jsonv.Node) (int, error) {
 // cacheBreakpoints appends every cache_control marker: the path of the
 // object that holds it, in document order, and its TTL. path is the stack
 // of keys (idx < 0) and indexes leading to n; it is rendered only for a
-// hit.
+// hit. A nil path starts on a stack of pathDepth steps: a 1 MB body's
+// tree has thousands of objects, and growing a new path for each one
+// (append to a full slice) was most of an Anthropic compile's garbage.
 func cacheBreakpoints(src []byte, n *jsonv.Node, path []pathStep, out *[]breakpoint) {
+	if path == nil {
+		var stack [pathDepth]pathStep
+		path = stack[:0]
+	}
+	walkBreakpoints(src, n, path, out)
+}
+
+// pathDepth is deeper than the paths of markers in real requests
+// (tools/3, messages/7/content/2); a deeper path grows as append grows it.
+const pathDepth = 16
+
+// walkBreakpoints is cacheBreakpoints' walk. A child's path is path with
+// one more step appended in place: siblings reuse the same slot, which is
+// safe because a path is read (rendered) only while its walk runs.
+func walkBreakpoints(src []byte, n *jsonv.Node, path []pathStep, out *[]breakpoint) {
 	switch n.Kind {
 	case jsonv.Object:
 		for _, m := range n.Members {
@@ -258,13 +275,13 @@ func cacheBreakpoints(src []byte, n *jsonv.Node, path []pathStep, out *[]breakpo
 		}
 		for _, m := range n.Members {
 			if m.Value.Kind == jsonv.Object || m.Value.Kind == jsonv.Array {
-				cacheBreakpoints(src, m.Value, append(path, pathStep{key: m.Key, idx: -1}), out)
+				walkBreakpoints(src, m.Value, append(path, pathStep{key: m.Key, idx: -1}), out)
 			}
 		}
 	case jsonv.Array:
 		for i, e := range n.Elems {
 			if e.Kind == jsonv.Object || e.Kind == jsonv.Array {
-				cacheBreakpoints(src, e, append(path, pathStep{idx: i}), out)
+				walkBreakpoints(src, e, append(path, pathStep{idx: i}), out)
 			}
 		}
 	}

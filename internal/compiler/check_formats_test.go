@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/jsonv"
 )
 
 // The format checks on their own (without sameExcept in front of them):
@@ -61,6 +63,11 @@ func TestFormatChecks(t *testing.T) {
 		{"compaction", responsesFormat{}, resp, `"CMP"`, `"CMX"`, "opaque item 1 changed"},
 		{"reasoning loses its item", responsesFormat{}, resp, `{"type":"function_call","id":"fc_1"`, `{"type":"function_call","id":"fc_2"`, "lost its following item"},
 		{"call id", responsesFormat{}, resp, `"call_id":"c1","output"`, `"call_id":"c9","output"`, "pairing changed"},
+		{"call id spelt with an escape", responsesFormat{}, resp, `"call_id":"c1","output"`, `"call_id":"\u00631","output"`, ""},
+		{"output type", responsesFormat{}, resp, `"type":"function_call_output"`, `"type":"custom_tool_call_output"`, "pairing changed"},
+		{"call made a message", responsesFormat{}, resp, `{"type":"custom_tool_call","call_id":"c2"`, `{"type":"message","call_id":"c2"`, "pairing changed"},
+		{"reasoning's item id spelt with an escape", responsesFormat{}, resp, `"id":"fc_1"`, `"id":"\u0066c_1"`, ""},
+		{"reasoning's item role", responsesFormat{}, resp, `{"type":"function_call","id":"fc_1"`, `{"type":"function_call","role":"user","id":"fc_1"`, "lost its following item"},
 		{"instructions", responsesFormat{}, resp, `"be good"`, `"be bad"`, "instructions changed"},
 	}
 	for _, tt := range tests {
@@ -197,6 +204,44 @@ func TestBreakpointMarks(t *testing.T) {
 			marked, count, oneHour := breakpointMarks(p.doc)
 			if fmt.Sprint(marked) != fmt.Sprint(tt.marked) || count != tt.count || oneHour != tt.oneHour {
 				t.Fatalf("marked %v count %d 1h %v; want %v %d %v", marked, count, oneHour, tt.marked, tt.count, tt.oneHour)
+			}
+		})
+	}
+}
+
+// cacheBreakpoints renders each marker's own path: siblings share the
+// walk's path slots, and a path deeper than its starting stack grows.
+func TestCacheBreakpointPaths(t *testing.T) {
+	deep := `{"cache_control":{}}`
+	want := ""
+	for i := range pathDepth + 4 {
+		deep = fmt.Sprintf(`{"k%d":%s}`, i, deep)
+		want = fmt.Sprintf(`/"k%d"`, i) + want
+	}
+	tests := []struct {
+		name, src string
+		want      []string
+	}{
+		{"siblings", `{"a":[{"b":{"cache_control":{}}},{"c":[1,{"cache_control":{"ttl":"1h"}}]}],"d":{"cache_control":{}}}`,
+			[]string{`/"a"/0/"b"`, `/"a"/1/"c"/1`, `/"d"`}},
+		{"root and nested", `{"cache_control":{},"x":[[{"cache_control":{}}]]}`, []string{``, `/"x"/0/0`}},
+		{"deeper than the stack", deep, []string{want}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root, err := jsonv.Parse([]byte(tt.src), 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []breakpoint
+			cacheBreakpoints([]byte(tt.src), root, nil, &got)
+			if len(got) != len(tt.want) {
+				t.Fatalf("got %d markers %v, want %v", len(got), got, tt.want)
+			}
+			for i, b := range got {
+				if b.path != tt.want[i] {
+					t.Errorf("marker %d: path %q, want %q", i, b.path, tt.want[i])
+				}
 			}
 		})
 	}

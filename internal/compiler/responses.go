@@ -152,7 +152,7 @@ func (responsesFormat) check(orig, out *doc) error {
 	if err := sameOutside(orig, out, "input"); err != nil {
 		return fmt.Errorf("responses: %w", err)
 	}
-	if respPairs(orig.src, oi) != respPairs(out.src, ni) {
+	if !samePairs(orig.src, oi, out.src, ni) {
 		return fmt.Errorf("responses: call/output pairing changed")
 	}
 	for i, a := range oi.Elems {
@@ -165,7 +165,7 @@ func (responsesFormat) check(orig, out *doc) error {
 			return fmt.Errorf("responses: opaque item %d changed", i)
 		}
 		if typ.StringIs(orig.src, respReasoning) && i+1 < len(oi.Elems) {
-			if itemKey(orig.src, oi.Elems[i+1]) != itemKey(out.src, ni.Elems[i+1]) {
+			if !sameItemKey(orig.src, oi.Elems[i+1], out.src, ni.Elems[i+1]) {
 				return fmt.Errorf("responses: reasoning item %d lost its following item", i)
 			}
 		}
@@ -173,37 +173,60 @@ func (responsesFormat) check(orig, out *doc) error {
 	return nil
 }
 
-// respPairs renders the call/output structure of an input list: for every
-// call or output item its type and call_id, in order, and for every output
-// whether its call is present in the request.
-func respPairs(src []byte, input *jsonv.Node) string {
-	var b bytes.Buffer
-	calls := map[string]bool{}
-	for _, it := range input.Elems {
-		typ, _ := it.Get("type").Text(src)
-		id, _ := it.Get("call_id").Text(src)
-		switch typ {
-		case respFunctionCall, respCustomCall:
-			calls[typ+"\x00"+id] = true
-			fmt.Fprintf(&b, "%q %q;", typ, id)
-		case respFunctionCallOutput, respCustomCallOutput:
-			callType := respFunctionCall
-			if typ == respCustomCallOutput {
-				callType = respCustomCall
-			}
-			fmt.Fprintf(&b, "%q %q %v;", typ, id, calls[callType+"\x00"+id])
+// samePairs reports whether two input lists have the same call/output
+// structure: the type and call_id of every call and output item, in order
+// (which output answers which call follows from that sequence). It
+// compares the items in place: the check runs on every rewrite, and
+// rendering the sequence as text was most of a Responses check's work.
+func samePairs(as []byte, a *jsonv.Node, bs []byte, b *jsonv.Node) bool {
+	i, j := 0, 0
+	for {
+		i, j = nextPair(as, a.Elems, i), nextPair(bs, b.Elems, j)
+		if i == len(a.Elems) || j == len(b.Elems) {
+			return i == len(a.Elems) && j == len(b.Elems)
 		}
+		x, y := a.Elems[i], b.Elems[j]
+		if !sameText(as, x.Get("type"), bs, y.Get("type")) || !sameText(as, x.Get("call_id"), bs, y.Get("call_id")) {
+			return false
+		}
+		i, j = i+1, j+1
 	}
-	return b.String()
 }
 
-// itemKey identifies an item by its type, id and call_id.
-func itemKey(src []byte, it *jsonv.Node) string {
-	typ, _ := it.Get("type").Text(src)
-	id, _ := it.Get("id").Text(src)
-	cid, _ := it.Get("call_id").Text(src)
-	role, _ := it.Get("role").Text(src)
-	return fmt.Sprintf("%q %q %q %q", typ, id, cid, role)
+// nextPair returns the index of the first call or output item of items
+// at or after i, or len(items).
+func nextPair(src []byte, items []*jsonv.Node, i int) int {
+	for ; i < len(items); i++ {
+		switch t := items[i].Get("type"); {
+		case t.StringIs(src, respFunctionCall), t.StringIs(src, respCustomCall),
+			t.StringIs(src, respFunctionCallOutput), t.StringIs(src, respCustomCallOutput):
+			return i
+		}
+	}
+	return i
+}
+
+// sameItemKey reports whether two items have the same type, id, call_id
+// and role.
+func sameItemKey(as []byte, a *jsonv.Node, bs []byte, b *jsonv.Node) bool {
+	for _, k := range [...]string{"type", "id", "call_id", "role"} {
+		if !sameText(as, a.Get(k), bs, b.Get(k)) {
+			return false
+		}
+	}
+	return true
+}
+
+// sameText reports whether two nodes decode to the same text, a node that
+// is absent or not a string counting as "". Strings without escapes are
+// compared as their bytes, with no copy.
+func sameText(as []byte, a *jsonv.Node, bs []byte, b *jsonv.Node) bool {
+	if a.Is(jsonv.String) && b.Is(jsonv.String) && !a.Escaped && !b.Escaped {
+		return bytes.Equal(a.Raw(as), b.Raw(bs))
+	}
+	x, _ := a.Text(as)
+	y, _ := b.Text(bs)
+	return x == y
 }
 
 // sameOutside reports an error when any top-level member other than the

@@ -27,6 +27,7 @@ type pumpedBody struct {
 	pending []byte
 	// deadline bounds Reads while the handler buffers; zero afterwards.
 	deadline time.Time
+	timer    *time.Timer // next's, made at the first wait
 }
 
 // pumpChunk is what one read of the pump takes at most, from a pool
@@ -60,7 +61,28 @@ func (p *pumpedBody) loop() {
 			}
 		}
 		if err != nil {
+			if n == 0 {
+				putChunk(buf) // read into nothing: no one else holds it
+			}
 			p.err = err
+			return
+		}
+	}
+}
+
+func putChunk(c []byte) { pumpChunks.Put((*[pumpChunk]byte)(c[:pumpChunk])) }
+
+// recycle returns the chunks read out to the pool. It is called once the
+// loop has stopped filling them (the body's end, or Close): a body that
+// ends without a Close (the handler reads it whole, then forwards its own
+// buffer) would otherwise leave them, two or three per body, to the
+// garbage collector.
+func (p *pumpedBody) recycle() {
+	for {
+		select {
+		case c := <-p.free:
+			putChunk(c)
+		default:
 			return
 		}
 	}
@@ -75,34 +97,56 @@ func (p *pumpedBody) Read(b []byte) (int, error) {
 		select {
 		case p.free <- p.cur[:cap(p.cur)]:
 		default:
-			pumpChunks.Put((*[pumpChunk]byte)(p.cur[:pumpChunk]))
+			putChunk(p.cur)
 		}
 		p.cur = nil
 	}
 	if len(p.pending) == 0 {
-		var timeout <-chan time.Time
-		if !p.deadline.IsZero() {
-			d := time.Until(p.deadline)
-			if d <= 0 {
-				return 0, errSlowBody
-			}
-			t := time.NewTimer(d)
-			defer t.Stop()
-			timeout = t.C
+		c, ok, err := p.next()
+		if err != nil {
+			return 0, err
 		}
-		select {
-		case c, ok := <-p.chunks:
-			if !ok {
-				return 0, p.err
-			}
-			p.pending, p.cur = c, c
-		case <-timeout:
-			return 0, errSlowBody
+		if !ok {
+			p.recycle() // the loop has returned: free is no longer filled from
+			return 0, p.err
 		}
+		p.pending, p.cur = c, c
 	}
 	n := copy(b, p.pending)
 	p.pending = p.pending[n:]
 	return n, nil
+}
+
+// next waits for the loop's next chunk (ok false: the loop has returned),
+// or errSlowBody once the deadline has passed. A chunk already waiting (a
+// client that sends faster than the handler copies) is taken without a
+// timer; otherwise the pump's one timer is armed for the wait.
+func (p *pumpedBody) next() (c []byte, ok bool, err error) {
+	if p.deadline.IsZero() {
+		c, ok = <-p.chunks
+		return c, ok, nil
+	}
+	d := time.Until(p.deadline)
+	if d <= 0 {
+		return nil, false, errSlowBody
+	}
+	select {
+	case c, ok = <-p.chunks:
+		return c, ok, nil
+	default:
+	}
+	if p.timer == nil {
+		p.timer = time.NewTimer(d)
+	} else {
+		p.timer.Reset(d)
+	}
+	defer p.timer.Stop()
+	select {
+	case c, ok = <-p.chunks:
+		return c, ok, nil
+	case <-p.timer.C:
+		return nil, false, errSlowBody
+	}
 }
 
 // stream lifts the deadline: the rest of the body flows to whoever reads.
@@ -112,15 +156,7 @@ func (p *pumpedBody) stream() { p.deadline = time.Time{} }
 func (p *pumpedBody) Close() error {
 	p.once.Do(func() {
 		close(p.done)
-		for { // the chunks no one holds go back to the pool
-			select {
-			case c := <-p.free:
-				pumpChunks.Put((*[pumpChunk]byte)(c[:pumpChunk]))
-				continue
-			default:
-			}
-			break
-		}
+		p.recycle() // the chunks no one holds go back to the pool
 	})
 	return p.src.Close()
 }

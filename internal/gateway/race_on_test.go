@@ -1,0 +1,6 @@
+//go:build race
+
+package gateway
+
+// raceEnabled: the race detector drops a share of what sync.Pool is given.
+const raceEnabled = true
