@@ -106,6 +106,10 @@ type Gateway struct {
 	// Holdout assigns conversations to arms and holds the per-label
 	// settings (holdout.go); nil: no holdout, no overrides.
 	Holdout *Holdout
+
+	// pending orders each tenant's lineage records before its next
+	// compiles (pending.go).
+	pending pendingCommits
 	// served is set by the first candidate request: the warm-up stops
 	// (warmup.go).
 	served atomic.Bool
