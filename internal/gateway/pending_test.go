@@ -34,6 +34,22 @@ func (f *flushNotifier) Flush() {
 // the flush, the first commit finds no flush; if the next compile did not
 // wait, it would see no record.
 func TestNextCompileWaitsForPromisedLineage(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		declare bool // the answer has a Content-Length; else its end is seen only when next returns
+	}{{"declared length", true}, {"end unseen by the tap", false}} {
+		t.Run(tt.name, func(t *testing.T) {
+			if !tt.declare {
+				saved := newResponseReader
+				newResponseReader = nil
+				defer func() { newResponseReader = saved }()
+			}
+			nextCompileWaits(t, tt.declare)
+		})
+	}
+}
+
+func nextCompileWaits(t *testing.T, declare bool) {
 	var (
 		flushed, recorded atomic.Bool
 		commitBeforeFlush atomic.Bool
@@ -67,7 +83,9 @@ func TestNextCompileWaitsForPromisedLineage(t *testing.T) {
 	h.pending.blocked = func(string) { once.Do(func() { close(nextWaiting) }) }
 	answer := func(w http.ResponseWriter, r *http.Request) error {
 		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Length", "2")
+		if declare {
+			w.Header().Set("Content-Length", "2")
+		}
 		_, err := io.WriteString(w, "{}")
 		return err
 	}

@@ -62,6 +62,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, next Next, ex 
 	} else {
 		err = next(tap, r)
 	}
+	g.promiseAccepted(ex, tap.status, err)
 	deliver(w, tap.status, err)
 	g.finalize(r, ex, tap, upstart, err)
 	return err
@@ -82,6 +83,15 @@ func (g *Gateway) answerWhole(ex *exchange, tap *responseTap) {
 		ex.promised = g.pending.add(ex.out.tenant)
 	default:
 		commit(ex)
+	}
+}
+
+// promiseAccepted promises the lineage of an accepted answer whose end
+// the tap could not see (no declared length, no terminal event), before
+// deliver hands the client its last bytes.
+func (g *Gateway) promiseAccepted(ex *exchange, status int, err error) {
+	if ex.commit != nil && !ex.out.committed && ex.promised == nil && err == nil && status >= 200 && status < 300 {
+		ex.promised = g.promises().add(ex.out.tenant)
 	}
 }
 
