@@ -196,7 +196,7 @@ func (g *Gateway) compileCandidate(r *http.Request, ex *exchange, c *candidate) 
 	queued := time.Now()
 	// The lineage of this tenant's answers already sent (pending.go); a
 	// wait cut short by the timeout leaves the acquire to fail as well.
-	g.pending.wait(ctx, c.tenant)
+	g.promises().wait(ctx, c.tenant)
 	slot, ok := g.Slots.acquire(ctx)
 	ex.out.queue = time.Since(queued)
 	if !ok {

@@ -108,8 +108,9 @@ type Gateway struct {
 	Holdout *Holdout
 
 	// pending orders each tenant's lineage records before its next
-	// compiles (pending.go).
-	pending pendingCommits
+	// compiles (pending.go); nil: the process's, which a reload's new
+	// gateway shares with the old one still finishing its answers.
+	pending *pendingCommits
 	// served is set by the first candidate request: the warm-up stops
 	// (warmup.go).
 	served atomic.Bool

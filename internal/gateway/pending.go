@@ -15,7 +15,10 @@ import (
 // the answer therefore always compiles against the recorded lineage, as
 // if the record had been written before the answer went out.
 //
-// The zero value is ready. A promise is per request, so a steady stream of
+// One registry serves the process (promises): a reload builds new
+// gateways while the old ones still record the lineage of answers they
+// sent, and the tenant's next request may reach a new one. The zero value
+// is ready. A promise is per request, so a steady stream of
 // a tenant's answers never starves a waiter: it waits only for those
 // promised before it began.
 type pendingCommits struct {
@@ -66,6 +69,39 @@ func (p *pendingCommits) wait(ctx context.Context, tenant string) bool {
 	if len(open) > 0 && blocked != nil {
 		blocked(tenant)
 	}
+	for _, c := range open {
+		select {
+		case <-c:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
+// processPending is the registry of every gateway of the process.
+var processPending pendingCommits
+
+// promises is the gateway's registry: the process's unless a test set one.
+func (g *Gateway) promises() *pendingCommits {
+	if g.pending != nil {
+		return g.pending
+	}
+	return &processPending
+}
+
+// AwaitLineage waits until every lineage record promised in the process
+// so far is written (or ctx ends): a vault is closed only after the
+// records of the answers its gateways already sent, so a stop or a reload
+// right after an answer does not lose its lineage.
+func AwaitLineage(ctx context.Context) bool {
+	p := &processPending
+	p.mu.Lock()
+	var open []chan struct{}
+	for _, cs := range p.m {
+		open = append(open, cs...)
+	}
+	p.mu.Unlock()
 	for _, c := range open {
 		select {
 		case <-c:

@@ -80,7 +80,7 @@ func nextCompileWaits(t *testing.T, declare bool) {
 	}}
 	h, _ := testHandler(t, fc, nil)
 	var once sync.Once
-	h.pending.blocked = func(string) { once.Do(func() { close(nextWaiting) }) }
+	h.pending = &pendingCommits{blocked: func(string) { once.Do(func() { close(nextWaiting) }) }}
 	answer := func(w http.ResponseWriter, r *http.Request) error {
 		_, _ = io.Copy(io.Discard, r.Body)
 		if declare {
@@ -127,7 +127,7 @@ func TestStreamCommitsAtTerminalEvent(t *testing.T) {
 	saved := newResponseReader
 	newResponseReader = func(provider.Format, bool) responseReader { return &fakeReader{} }
 	defer func() { newResponseReader = saved }()
-	h, _ := testHandler(t, fc, nil)
+	h, _ := testHandler(t, fc, func(g *Gateway) { g.pending = &pendingCommits{} })
 	w := &flushNotifier{ResponseRecorder: httptest.NewRecorder(), onFlush: func() { flushed.Store(true) }}
 	next := func(w http.ResponseWriter, r *http.Request) error {
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -142,5 +142,22 @@ func TestStreamCommitsAtTerminalEvent(t *testing.T) {
 	defer h.pending.mu.Unlock()
 	if len(h.pending.m) != 0 {
 		t.Fatalf("promises left open: %v", h.pending.m)
+	}
+}
+
+// A closing vault waits for every lineage record promised in the process
+// (AwaitLineage), within its bound.
+func TestAwaitLineage(t *testing.T) {
+	done := processPending.add("~await-test")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if AwaitLineage(ctx) {
+		t.Fatal("returned with a promise open")
+	}
+	waited := make(chan bool)
+	go func() { waited <- AwaitLineage(context.Background()) }()
+	done()
+	if !<-waited {
+		t.Fatal("did not return once the promise was kept")
 	}
 }

@@ -80,7 +80,7 @@ func (g *Gateway) answerWhole(ex *exchange, tap *responseTap) {
 	switch {
 	case ex.commit == nil || ex.out.committed:
 	case tap.length >= 0:
-		ex.promised = g.pending.add(ex.out.tenant)
+		ex.promised = g.promises().add(ex.out.tenant)
 	default:
 		commit(ex)
 	}
