@@ -52,6 +52,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, next Next, ex 
 		// reset, client gone) with a panic; it is not accepted, and the log
 		// line is still written before the panic goes on.
 		if v := recover(); v != nil {
+			g.settle(ex, tap.status, errAborted)
 			g.finalize(r, ex, tap, upstart, errAborted)
 			panic(v)
 		}
@@ -63,6 +64,10 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, next Next, ex 
 		err = next(tap, r)
 	}
 	g.promiseAccepted(ex, tap.status, err)
+	// The provider's verdict on the tenant is recorded before the client
+	// has the answer: its next request, sent at once, is compiled as a
+	// verified tenant's (verified.go).
+	g.settle(ex, tap.status, err)
 	deliver(w, tap.status, err)
 	g.finalize(r, ex, tap, upstart, err)
 	return err
@@ -140,16 +145,16 @@ const statusClientClosedRequest = 499
 // errAborted stands for a response aborted with a panic.
 var errAborted = errors.New("response aborted")
 
-// finalize notes the provider's answer in the outcome, settles the
-// tenant's verification, commits the lineage if the provider accepted the
-// request, accounts the outcome and writes the log line.
+// finalize notes the provider's answer in the outcome, commits the
+// lineage if the provider accepted the request, accounts the outcome and
+// writes the log line. The tenant's verification is settled before it
+// (forward).
 func (g *Gateway) finalize(r *http.Request, ex *exchange, tap *responseTap, upstart time.Time, err error) {
 	o := &ex.out
 	o.upstream = time.Since(upstart)
 	o.status, o.written = clientStatus(tap.status, err), tap.status
 	o.responseBytes = tap.n
 	ex.observeUsage(tap.reader)
-	g.settle(ex, tap.status, err)
 	g.commitIfAccepted(ex, tap.status, err)
 	switch {
 	case err == nil:
