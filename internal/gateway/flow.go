@@ -27,6 +27,9 @@ type exchange struct {
 	// promised keeps the promise of the lineage record made when a whole
 	// answer of declared length was seen (pending.go); nil when none was.
 	promised func()
+	// committing is closed when the lineage write behind a whole answer
+	// ends (commitBehind); nil when none was started.
+	committing chan struct{}
 	// observe hands the provider's usage for this request to the compiler
 	// (cost calibration); nil when the request was not compiled.
 	observe  func(provider.Usage)

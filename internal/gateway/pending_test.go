@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 	"github.com/tokenterminator/caddy-token-terminator/internal/provider"
@@ -27,12 +28,13 @@ func (f *flushNotifier) Flush() {
 	f.once.Do(f.onFlush)
 }
 
-// A whole answer of declared length reaches the client before its lineage
-// is recorded, and a client that sends its next request the moment it has
-// the answer still compiles against the recorded lineage: the next compile
-// of the tenant waits for the record. If the record were written before
-// the flush, the first commit finds no flush; if the next compile did not
-// wait, it would see no record.
+// A whole answer of declared length reaches the client while its lineage
+// record is still being written, and a client that sends its next request
+// the moment it has the answer still compiles against the record: the
+// next compile of the tenant waits for it. The record's write holds until
+// the client has the answer and the next compile waits: if the answer
+// waited for the record, or the next compile did not wait, the first
+// request would never end or the record would be missed.
 func TestNextCompileWaitsForPromisedLineage(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
@@ -49,13 +51,18 @@ func TestNextCompileWaitsForPromisedLineage(t *testing.T) {
 	}
 }
 
+// deadlockGuard bounds a wait that only a broken ordering leaves
+// unanswered; it is no speed check.
+const deadlockGuard = 30 * time.Second
+
 func nextCompileWaits(t *testing.T, declare bool) {
 	var (
-		flushed, recorded atomic.Bool
-		commitBeforeFlush atomic.Bool
-		sawRecord         = make(chan bool, 1)
-		nextCompiled      = make(chan struct{})
-		nextWaiting       = make(chan struct{})
+		recorded     atomic.Bool
+		flushed      = make(chan struct{})
+		sawRecord    = make(chan bool, 1)
+		nextCompiled = make(chan struct{})
+		nextWaiting  = make(chan struct{})
+		stuck        atomic.Bool
 	)
 	fc := &fakeCompiler{fn: func(_ context.Context, req compiler.Request) compiler.Result {
 		res := compiler.Result{Body: []byte(`{}`), Decision: compiler.Accepted, RawBytes: len(req.Body), SentBytes: 2, Receipts: 1}
@@ -65,9 +72,10 @@ func nextCompileWaits(t *testing.T, declare bool) {
 			return res
 		}
 		res.Commit = func() {
-			if !flushed.Load() {
-				commitBeforeFlush.Store(true) // the next request is never sent: do not wait for it
-				recorded.Store(true)
+			select { // the client has the answer while its record is written
+			case <-flushed:
+			case <-time.After(deadlockGuard):
+				stuck.Store(true)
 				return
 			}
 			select { // until the next request waits for this record, or compiled without it
@@ -92,7 +100,7 @@ func nextCompileWaits(t *testing.T, declare bool) {
 	var wg sync.WaitGroup
 	second := &flushNotifier{ResponseRecorder: httptest.NewRecorder(), onFlush: func() {}}
 	first := &flushNotifier{ResponseRecorder: httptest.NewRecorder(), onFlush: func() {
-		flushed.Store(true)
+		close(flushed)
 		wg.Add(1)
 		go func() { // the client's next request, sent as soon as it has the answer
 			defer wg.Done()
@@ -100,11 +108,8 @@ func nextCompileWaits(t *testing.T, declare bool) {
 		}()
 	}}
 	_ = h.ServeHTTP(first, newRequest(http.MethodPost, chatPath, strings.NewReader(`{"messages":[],"x":"first"}`)), answer)
-	if commitBeforeFlush.Load() {
-		t.Fatal("the lineage was recorded before the answer was flushed to the client")
-	}
-	if !flushed.Load() {
-		t.Fatal("the whole answer was not flushed")
+	if stuck.Load() {
+		t.Fatal("the answer was not flushed while its lineage record was being written")
 	}
 	wg.Wait()
 	if !<-sawRecord {
@@ -160,4 +165,129 @@ func TestAwaitLineage(t *testing.T) {
 	if !<-waited {
 		t.Fatal("did not return once the promise was kept")
 	}
+}
+
+// Every promise of a lineage record ends in bounded time, kept or broken:
+// a write that panics, an answer aborted after it was whole, a write that
+// returns (recorded, or failed in the vault) and a write stuck past the
+// promise's bound. The tenant's next compile then goes on, and no promise
+// is left open.
+func TestPromiseKeptOrBroken(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		commit    func(release <-chan struct{})
+		abort     bool // next panics after the whole answer (reverse_proxy's abort)
+		stuck     bool // the write outlasts the bound: the next compile runs while it still hangs
+		wantLog   string
+		committed bool
+	}{
+		{name: "written", commit: func(<-chan struct{}) {}, committed: true},
+		{name: "the write panics", commit: func(<-chan struct{}) { panic("vault") }, wantLog: "recording a request's lineage panicked; the next request of the conversation inlines more"},
+		{name: "the answer aborts after it was whole", commit: func(<-chan struct{}) {}, abort: true, committed: true},
+		{name: "the write outlasts the bound", commit: func(release <-chan struct{}) { <-release }, stuck: true, committed: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			promiseEnds(t, tt.commit, tt.abort, tt.stuck, tt.wantLog, tt.committed)
+		})
+	}
+}
+
+func promiseEnds(t *testing.T, write func(<-chan struct{}), abort, stuck bool, wantLog string, committed bool) {
+	release := make(chan struct{})
+	var (
+		writes        atomic.Int32
+		firstReturned atomic.Bool
+		blocked       atomic.Bool
+		ranWhileStuck = make(chan bool, 1)
+	)
+	fc := &fakeCompiler{fn: func(_ context.Context, req compiler.Request) compiler.Result {
+		res := compiler.Result{Body: []byte(`{}`), Decision: compiler.Accepted, RawBytes: len(req.Body), SentBytes: 2, Receipts: 1}
+		if strings.Contains(string(req.Body), "second") {
+			ranWhileStuck <- !firstReturned.Load()
+			return res
+		}
+		res.Commit = func() { writes.Add(1); write(release) }
+		return res
+	}}
+	h, logs := testHandler(t, fc, nil)
+	h.pending = &pendingCommits{blocked: func(string) { blocked.Store(true) }}
+	if stuck {
+		h.pending.bound = 20 * time.Millisecond
+	}
+	answer := func(w http.ResponseWriter, r *http.Request) error {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Length", "2")
+		_, err := io.WriteString(w, "{}")
+		if abort && strings.Contains(r.Header.Get("X-Test"), "first") {
+			panic(http.ErrAbortHandler)
+		}
+		return err
+	}
+	req := func(name string) *http.Request {
+		r := newRequest(http.MethodPost, chatPath, strings.NewReader(`{"messages":[],"x":"`+name+`"}`))
+		r.Header.Set("X-Test", name)
+		return r
+	}
+	firstDone := make(chan any, 1)
+	go func() {
+		defer func() { firstReturned.Store(true); firstDone <- recover() }()
+		_ = h.ServeHTTP(httptest.NewRecorder(), req("first"), answer)
+	}()
+	if !stuck {
+		if v := <-firstDone; (v != nil) != abort {
+			t.Fatalf("the first request ended with panic %v (abort %v)", v, abort)
+		}
+	}
+	if !stuck && open(h.pending) != 0 {
+		t.Fatal("a promise is left open after its request ended")
+	}
+	for stuck && open(h.pending) == 0 { // the write has begun and holds its promise
+		time.Sleep(time.Millisecond)
+	}
+	_ = h.ServeHTTP(httptest.NewRecorder(), req("second"), answer)
+	var got bool
+	select {
+	case got = <-ranWhileStuck:
+	case <-time.After(deadlockGuard):
+		t.Fatal("the next request was never compiled")
+	}
+	if got != stuck {
+		t.Fatalf("the next compile ran while the first request was still writing: %v, want %v", got, stuck)
+	}
+	if stuck && !blocked.Load() {
+		t.Fatal("the next compile did not wait for the promise before it was broken")
+	}
+	close(release)
+	if stuck {
+		<-firstDone
+	}
+	if n := writes.Load(); n != 1 {
+		t.Fatalf("the lineage was written %d times, want once", n)
+	}
+	if n := open(h.pending); n != 0 {
+		t.Fatalf("%d promises left open", n)
+	}
+	if wantLog != "" && logs.FilterMessage(wantLog).Len() != 1 {
+		t.Fatalf("no log line %q", wantLog)
+	}
+	var first map[string]any
+	for _, e := range logs.FilterMessage("request").All() {
+		if m := e.ContextMap(); m["raw_bytes"] == int64(len(`{"messages":[],"x":"first"}`)) {
+			first = m
+		}
+	}
+	if first == nil || first["committed"] != committed {
+		t.Fatalf("the first request's log line says committed=%v, want %v", first["committed"], committed)
+	}
+}
+
+// open counts the open promises of p.
+func open(p *pendingCommits) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, prs := range p.m {
+		n += len(prs)
+	}
+	return n
 }

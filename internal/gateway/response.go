@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -74,28 +75,52 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, next Next, ex 
 }
 
 // answerWhole runs the moment the provider's answer is whole, before its
-// last bytes are handed to the client. An answer of declared length is
-// followed at once by the handler's return: its lineage is promised now
-// and recorded once the answer is flushed (finalize), so that the client
-// does not wait for the vault; the tenant's next compile waits for the
-// record instead (pending.go). A stream's connection may stay open past
-// its terminal event, so its lineage is recorded here, as before.
+// last bytes are handed to the client. An answer of declared length has
+// its lineage recorded behind it (commitBehind), so that the client does
+// not wait for the vault; the tenant's next compile waits for the record
+// instead (pending.go). A stream's connection may stay open past its
+// terminal event, so its lineage is recorded here, before that event goes
+// out.
 func (g *Gateway) answerWhole(ex *exchange, tap *responseTap) {
 	ex.observeUsage(tap.reader)
 	switch {
 	case ex.commit == nil || ex.out.committed:
 	case tap.length >= 0:
-		ex.promised = g.promises().add(ex.out.tenant)
+		g.commitBehind(ex)
 	default:
 		commit(ex)
 	}
+}
+
+// commitBehind promises the lineage record of a whole answer and writes
+// it in the background while the answer's last bytes go to the client:
+// the record's write never waits for a slow client's reading, so the
+// promise the tenant's next compile may wait on lasts only as long as the
+// write. finalize joins it (commitIfAccepted). A panic in the write is
+// logged and breaks the promise; it never reaches Caddy.
+func (g *Gateway) commitBehind(ex *exchange) {
+	ex.promised = g.promises().add(ex.out.tenant)
+	done := make(chan struct{})
+	ex.committing = done
+	go func() {
+		defer close(done)
+		defer ex.keepPromise()
+		defer func() {
+			if v := recover(); v != nil {
+				// The value is not logged: it could quote content.
+				g.Logger.Error("recording a request's lineage panicked; the next request of the conversation inlines more",
+					zap.String("panic_type", fmt.Sprintf("%T", v)))
+			}
+		}()
+		commit(ex)
+	}()
 }
 
 // promiseAccepted promises the lineage of an accepted answer whose end
 // the tap could not see (no declared length, no terminal event), before
 // deliver hands the client its last bytes.
 func (g *Gateway) promiseAccepted(ex *exchange, status int, err error) {
-	if ex.commit != nil && !ex.out.committed && ex.promised == nil && err == nil && status >= 200 && status < 300 {
+	if ex.promised == nil && ex.commit != nil && !ex.out.committed && err == nil && status >= 200 && status < 300 {
 		ex.promised = g.promises().add(ex.out.tenant)
 	}
 }
@@ -189,9 +214,13 @@ func (g *Gateway) settle(ex *exchange, status int, err error) {
 // or aborts before the answer was whole) or a client that left records
 // nothing.
 func (g *Gateway) commitIfAccepted(ex *exchange, status int, err error) {
+	if ex.committing != nil {
+		<-ex.committing // the write behind the answer (commitBehind)
+	}
 	accepted := err == nil && status >= 200 && status < 300
 	switch {
-	case ex.out.committed: // a stream's, at its terminal event
+	case ex.out.committed: // a stream's at its terminal event, or behind the answer
+	case ex.committing != nil: // the write behind the answer panicked: not again
 	case ex.promised != nil, accepted && ex.commit != nil:
 		commit(ex)
 	case ex.commit != nil && g.Stats != nil:
