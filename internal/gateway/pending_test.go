@@ -291,3 +291,32 @@ func open(p *pendingCommits) int {
 	}
 	return n
 }
+
+// A message on the WebSocket is compiled only after the lineage records
+// its tenant was promised over HTTP: the socket's compile waits for them
+// as an HTTP compile does.
+func TestWebSocketCompileWaitsForPromisedLineage(t *testing.T) {
+	var recorded, compiledFirst atomic.Bool
+	var done func()
+	pending := &pendingCommits{}
+	pending.blocked = func(string) {
+		go func() { recorded.Store(true); done() }() // the write ends while the compile waits
+	}
+	w := newWSTest(t, func(g *Gateway) { g.pending = pending })
+	compile := w.h.Compile
+	w.h.Compile = func(ctx context.Context, req compiler.Request) compiler.Result {
+		compiledFirst.Store(!recorded.Load())
+		return compile(ctx, req)
+	}
+	done = pending.add(wsTenant)
+	msg := wsMessageBody("a", "")
+	if got := w.relay(t, msg); len(got) != 1 || got[0] != strings.Replace(msg, "long", "r", 1) {
+		t.Fatalf("forwarded %q", got)
+	}
+	if compiledFirst.Load() {
+		t.Fatal("the socket's message was compiled before the tenant's promised lineage record was written")
+	}
+	if !recorded.Load() {
+		t.Fatal("the socket's compile did not wait for the tenant's promise")
+	}
+}
