@@ -39,14 +39,19 @@ func TestNextCompileWaitsForPromisedLineage(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
 		declare bool // the answer has a Content-Length; else its end is seen only when next returns
-	}{{"declared length", true}, {"end unseen by the tap", false}} {
+		reload  bool // the next request reaches the gateway of a reloaded config
+	}{
+		{"declared length", true, false},
+		{"end unseen by the tap", false, false},
+		{"the next request reaches a reloaded gateway", true, true},
+	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if !tt.declare {
 				saved := newResponseReader
 				newResponseReader = nil
 				defer func() { newResponseReader = saved }()
 			}
-			nextCompileWaits(t, tt.declare)
+			nextCompileWaits(t, tt.declare, tt.reload)
 		})
 	}
 }
@@ -55,7 +60,7 @@ func TestNextCompileWaitsForPromisedLineage(t *testing.T) {
 // unanswered; it is no speed check.
 const deadlockGuard = 30 * time.Second
 
-func nextCompileWaits(t *testing.T, declare bool) {
+func nextCompileWaits(t *testing.T, declare, reload bool) {
 	var (
 		recorded     atomic.Bool
 		flushed      = make(chan struct{})
@@ -88,7 +93,23 @@ func nextCompileWaits(t *testing.T, declare bool) {
 	}}
 	h, _ := testHandler(t, fc, nil)
 	var once sync.Once
-	h.pending = &pendingCommits{blocked: func(string) { once.Do(func() { close(nextWaiting) }) }}
+	blocked := func(string) { once.Do(func() { close(nextWaiting) }) }
+	next := h // the gateway the next request reaches
+	if reload {
+		// Both gateways use the process's registry (pending nil), as an
+		// old config's and its reload's do.
+		next, _ = testHandler(t, fc, nil)
+		processPending.mu.Lock()
+		processPending.blocked = blocked
+		processPending.mu.Unlock()
+		defer func() {
+			processPending.mu.Lock()
+			processPending.blocked = nil
+			processPending.mu.Unlock()
+		}()
+	} else {
+		h.pending = &pendingCommits{blocked: blocked}
+	}
 	answer := func(w http.ResponseWriter, r *http.Request) error {
 		_, _ = io.Copy(io.Discard, r.Body)
 		if declare {
@@ -104,7 +125,7 @@ func nextCompileWaits(t *testing.T, declare bool) {
 		wg.Add(1)
 		go func() { // the client's next request, sent as soon as it has the answer
 			defer wg.Done()
-			_ = h.ServeHTTP(second, newRequest(http.MethodPost, chatPath, strings.NewReader(`{"messages":[],"x":"second"}`)), answer)
+			_ = next.ServeHTTP(second, newRequest(http.MethodPost, chatPath, strings.NewReader(`{"messages":[],"x":"second"}`)), answer)
 		}()
 	}}
 	_ = h.ServeHTTP(first, newRequest(http.MethodPost, chatPath, strings.NewReader(`{"messages":[],"x":"first"}`)), answer)
