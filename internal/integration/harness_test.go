@@ -656,30 +656,14 @@ func caddyBinary(t testing.TB) string {
 
 // waitAccounted waits until the handler has logged requests of the test's
 // own requests and verifications of the credentials' verification requests
-// (gateway.verify). A request's lineage record, metrics, ledger record and
-// log line are written after its answer is flushed to the client, so a
-// test that reads any of them right after its last answer waits for them
-// here.
+// (gateway.verify), counted from the start of the log. A request's lineage
+// record, metrics, ledger record and log line are written after its
+// answer is flushed to the client, so a test that reads any of them right
+// after its last answer waits for them here.
 func (g *gateway) waitAccounted(requests, verifications int) {
 	g.t.Helper()
-	count := func() (own, verify int) {
-		data, err := os.ReadFile(g.LogFile)
-		if err != nil {
-			g.t.Fatalf("reading log: %v", err)
-		}
-		for _, l := range strings.Split(string(data), "\n") {
-			switch {
-			case !strings.Contains(l, `"logger":"http.handlers.token_terminator"`) || !strings.Contains(l, `"msg":"request"`):
-			case isVerification(l):
-				verify++
-			default:
-				own++
-			}
-		}
-		return own, verify
-	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(2 * time.Millisecond) {
-		own, verify := count()
+		own, verify := g.accounted()
 		if own >= requests && verify >= verifications {
 			return
 		}
@@ -687,4 +671,24 @@ func (g *gateway) waitAccounted(requests, verifications int) {
 			g.t.Fatalf("%d requests and %d verifications logged, want %d and %d", own, verify, requests, verifications)
 		}
 	}
+}
+
+// accounted counts the request log lines of the test's own requests and
+// of verification requests.
+func (g *gateway) accounted() (own, verify int) {
+	g.t.Helper()
+	data, err := os.ReadFile(g.LogFile)
+	if err != nil {
+		g.t.Fatalf("reading log: %v", err)
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		switch {
+		case !strings.Contains(l, `"logger":"http.handlers.token_terminator"`) || !strings.Contains(l, `"msg":"request"`):
+		case isVerification(l):
+			verify++
+		default:
+			own++
+		}
+	}
+	return own, verify
 }
