@@ -60,6 +60,7 @@ func (o *observed) loadAdmin(snippet, adminLine string) {
 // adminGet fetches path from the admin API.
 func (o *observed) adminGet(path string) []byte {
 	o.t.Helper()
+	o.settled()
 	c := &http.Client{Timeout: 30 * time.Second}
 	resp, err := c.Get(o.admin + path)
 	if err != nil {
