@@ -180,12 +180,21 @@ type openVault struct {
 }
 
 func (o *openVault) Destruct() error {
+	// The lineage of answers already sent is written after them
+	// (gateway.AwaitLineage); bounded, so a stuck write never holds a stop.
+	ctx, cancel := context.WithTimeout(context.Background(), lineageDrain)
+	gateway.AwaitLineage(ctx)
+	cancel()
 	o.ledgerOnce.Do(func() {}) // no ledger starts after this
 	if l := o.ledger.Load(); l != nil {
 		l.Close()
 	}
 	return o.backend.Close()
 }
+
+// lineageDrain bounds how long a closing vault waits for the lineage
+// records of answers already sent.
+const lineageDrain = 5 * time.Second
 
 // tenantKeyRetry is how often a tenant key that could not be read (a
 // Redis vault down at start) is tried again.

@@ -24,6 +24,12 @@ type exchange struct {
 	body   *bodyBuffer       // the client's body read whole (bodybuf.go); nil when not read
 	rec    *recoveryExchange // set when the forwarded body carries the recovery tool
 	held   *heldBytes        // the recovery loop's buffers in max_buffered_bytes (recovery.go)
+	// promised keeps the promise of the lineage record made when a whole
+	// answer of declared length was seen (pending.go); nil when none was.
+	promised func()
+	// committing is closed when the lineage write behind a whole answer
+	// ends (commitBehind); nil when none was started.
+	committing chan struct{}
 	// observe hands the provider's usage for this request to the compiler
 	// (cost calibration); nil when the request was not compiled.
 	observe  func(provider.Usage)
@@ -191,6 +197,9 @@ func (g *Gateway) compileCandidate(r *http.Request, ex *exchange, c *candidate) 
 	ctx, cancel := context.WithTimeout(r.Context(), g.CompileTimeout)
 	defer cancel()
 	queued := time.Now()
+	// The lineage of this tenant's answers already sent (pending.go); a
+	// wait cut short by the timeout leaves the acquire to fail as well.
+	g.promises().wait(ctx, c.tenant)
 	slot, ok := g.Slots.acquire(ctx)
 	ex.out.queue = time.Since(queued)
 	if !ok {

@@ -106,6 +106,11 @@ type Gateway struct {
 	// Holdout assigns conversations to arms and holds the per-label
 	// settings (holdout.go); nil: no holdout, no overrides.
 	Holdout *Holdout
+
+	// pending orders each tenant's lineage records before its next
+	// compiles (pending.go); nil: the process's, which a reload's new
+	// gateway shares with the old one still finishing its answers.
+	pending *pendingCommits
 	// served is set by the first candidate request: the warm-up stops
 	// (warmup.go).
 	served atomic.Bool

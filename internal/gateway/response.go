@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -34,25 +35,25 @@ var newResponseReader = func(format provider.Format, stream bool) responseReader
 }
 
 // forward sets the outcome header and placeholders, passes the request on
-// with a writer that watches the answer, then commits the lineage if the
-// provider accepted the request and writes the log line.
+// with a writer that watches the answer, flushes the answer to the client,
+// then commits the lineage if the provider accepted the request and writes
+// the log line.
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, next Next, ex *exchange) error {
 	w.Header().Set(HeaderName, ex.out.header())
 	setPlaceholders(r, &ex.out)
 
 	tap := &responseTap{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, format: ex.out.format, length: -1}
 	if ex.commit != nil || ex.observe != nil {
-		tap.onComplete = func() {
-			commit(ex)
-			ex.observeUsage(tap.reader)
-		}
+		tap.onComplete = func() { g.answerWhole(ex, tap) }
 	}
+	defer ex.keepPromise() // after a panic too: a waiting compile goes on
 	upstart := time.Now()
 	defer func() {
 		// reverse_proxy aborts a response that broke mid-stream (upstream
 		// reset, client gone) with a panic; it is not accepted, and the log
 		// line is still written before the panic goes on.
 		if v := recover(); v != nil {
+			g.settle(ex, tap.status, errAborted)
 			g.finalize(r, ex, tap, upstart, errAborted)
 			panic(v)
 		}
@@ -63,8 +64,85 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, next Next, ex 
 	} else {
 		err = next(tap, r)
 	}
+	g.promiseAccepted(ex, tap.status, err)
+	// The provider's verdict on the tenant is recorded before the client
+	// has the answer: its next request, sent at once, is compiled as a
+	// verified tenant's (verified.go).
+	g.settle(ex, tap.status, err)
+	deliver(w, tap.status, err)
 	g.finalize(r, ex, tap, upstart, err)
 	return err
+}
+
+// answerWhole runs the moment the provider's answer is whole, before its
+// last bytes are handed to the client. An answer of declared length has
+// its lineage recorded behind it (commitBehind), so that the client does
+// not wait for the vault; the tenant's next compile waits for the record
+// instead (pending.go). A stream's connection may stay open past its
+// terminal event, so its lineage is recorded here, before that event goes
+// out.
+func (g *Gateway) answerWhole(ex *exchange, tap *responseTap) {
+	ex.observeUsage(tap.reader)
+	switch {
+	case ex.commit == nil || ex.out.committed:
+	case tap.length >= 0:
+		g.commitBehind(ex)
+	default:
+		commit(ex)
+	}
+}
+
+// commitBehind promises the lineage record of a whole answer and writes
+// it in the background while the answer's last bytes go to the client:
+// the record's write never waits for a slow client's reading, so the
+// promise the tenant's next compile may wait on lasts only as long as the
+// write. finalize joins it (commitIfAccepted). A panic in the write is
+// logged and breaks the promise; it never reaches Caddy.
+func (g *Gateway) commitBehind(ex *exchange) {
+	ex.promised = g.promises().add(ex.out.tenant)
+	done := make(chan struct{})
+	ex.committing = done
+	go func() {
+		defer close(done)
+		defer ex.keepPromise()
+		defer func() {
+			if v := recover(); v != nil {
+				// The value is not logged: it could quote content.
+				g.Logger.Error("recording a request's lineage panicked; the next request of the conversation inlines more",
+					zap.String("panic_type", fmt.Sprintf("%T", v)))
+			}
+		}()
+		commit(ex)
+	}()
+}
+
+// promiseAccepted promises the lineage of an accepted answer whose end
+// the tap could not see (no declared length, no terminal event), before
+// deliver hands the client its last bytes.
+func (g *Gateway) promiseAccepted(ex *exchange, status int, err error) {
+	if ex.promised == nil && ex.commit != nil && !ex.out.committed && err == nil && status >= 200 && status < 300 {
+		ex.promised = g.promises().add(ex.out.tenant)
+	}
+}
+
+// keepPromise ends the promise of a lineage record (answerWhole), written
+// or not.
+func (ex *exchange) keepPromise() {
+	if ex.promised != nil {
+		ex.promised()
+	}
+}
+
+// deliver flushes an answer the next handler wrote in full, so that the
+// client has it before the lineage record, the log line and the ledger are
+// written; otherwise it would wait in the server's buffer until the handler
+// returns. Nothing is flushed when nothing was written or next failed
+// (Caddy's error handling still writes the status then).
+func deliver(w http.ResponseWriter, status int, err error) {
+	if err != nil || status < 200 {
+		return
+	}
+	_ = http.NewResponseController(w).Flush() // an unflushable writer sends at the handler's return
 }
 
 // clientStatus is the status the client got: the one written, or, when
@@ -92,16 +170,16 @@ const statusClientClosedRequest = 499
 // errAborted stands for a response aborted with a panic.
 var errAborted = errors.New("response aborted")
 
-// finalize notes the provider's answer in the outcome, settles the
-// tenant's verification, commits the lineage if the provider accepted the
-// request, accounts the outcome and writes the log line.
+// finalize notes the provider's answer in the outcome, commits the
+// lineage if the provider accepted the request, accounts the outcome and
+// writes the log line. The tenant's verification is settled before it
+// (forward).
 func (g *Gateway) finalize(r *http.Request, ex *exchange, tap *responseTap, upstart time.Time, err error) {
 	o := &ex.out
 	o.upstream = time.Since(upstart)
 	o.status, o.written = clientStatus(tap.status, err), tap.status
 	o.responseBytes = tap.n
 	ex.observeUsage(tap.reader)
-	g.settle(ex, tap.status, err)
 	g.commitIfAccepted(ex, tap.status, err)
 	switch {
 	case err == nil:
@@ -131,18 +209,24 @@ func (g *Gateway) settle(ex *exchange, status int, err error) {
 
 // commitIfAccepted records the lineage unless the answer's last bytes
 // already did. The provider's answer is part of "accepted": a receipt's
-// lease counts only for a request it answered 2xx in full. An error
-// status, a reset (next fails or aborts) or a client that left records
+// lease counts only for a request it answered 2xx in full (a whole answer
+// promised its record, answerWhole). An error status, a reset (next fails
+// or aborts before the answer was whole) or a client that left records
 // nothing.
 func (g *Gateway) commitIfAccepted(ex *exchange, status int, err error) {
+	if ex.committing != nil {
+		<-ex.committing // the write behind the answer (commitBehind)
+	}
 	accepted := err == nil && status >= 200 && status < 300
 	switch {
-	case ex.out.committed: // at the answer's last bytes, before the client got them
-	case accepted && ex.commit != nil:
+	case ex.out.committed: // a stream's at its terminal event, or behind the answer
+	case ex.committing != nil: // the write behind the answer panicked: not again
+	case ex.promised != nil, accepted && ex.commit != nil:
 		commit(ex)
 	case ex.commit != nil && g.Stats != nil:
 		g.Stats.Uncommitted.Add(1)
 	}
+	ex.keepPromise()
 }
 
 // observeUsage notes the provider's usage in the outcome and, once, hands
@@ -175,12 +259,12 @@ func commit(ex *exchange) {
 // keeps Flush (SSE) and Hijack (WebSocket) reachable through Unwrap, as
 // http.ResponseController and reverse_proxy expect.
 //
-// The lineage is committed the moment the provider's answer is whole (a
+// The lineage is promised the moment the provider's answer is whole (a
 // stream's terminal event, or a body's declared length), before its last
-// bytes are handed to the client: a client that sends its next request as
-// soon as it has read the answer always finds this one recorded, so the
-// next compile does not depend on timing. An answer that never completes
-// (a reset mid-stream) is not committed.
+// bytes are handed to the client (answerWhole): a client that sends its
+// next request as soon as it has read the answer always finds this one
+// recorded, so the next compile does not depend on timing. An answer that
+// never completes (a reset mid-stream) is not committed.
 type responseTap struct {
 	*caddyhttp.ResponseWriterWrapper
 	format     provider.Format
@@ -188,7 +272,7 @@ type responseTap struct {
 	status     int
 	n          int64
 	length     int64  // the 2xx body's Content-Length; -1 when unknown
-	onComplete func() // commits; nil when there is nothing to commit
+	onComplete func() // answerWhole; nil when there is nothing to commit or observe
 }
 
 func (t *responseTap) WriteHeader(code int) {

@@ -167,6 +167,9 @@ func (s *wsSession) runCompile(m *wsMessage, req compiler.Request, end func()) c
 	ctx, cancel := context.WithTimeout(s.ctx, g.CompileTimeout)
 	defer cancel()
 	queued := time.Now()
+	// The lineage of the tenant's answers already sent over HTTP
+	// (pending.go), as for an HTTP compile.
+	g.promises().wait(ctx, req.Scope.Tenant)
 	slot, acquired := g.Slots.acquire(ctx)
 	m.ex.out.queue = time.Since(queued)
 	if !acquired {

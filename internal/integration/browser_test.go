@@ -118,6 +118,7 @@ func replaySession(t *testing.T, o *observed) (clientTotals, string) {
 		}
 		ct.add(t, resp)
 	}
+	o.waitAccounted(ct.requests, 0)
 	return ct, what
 }
 

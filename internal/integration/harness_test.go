@@ -430,6 +430,7 @@ func (g *gateway) try(method, path string, body io.Reader, contentLength int64, 
 	if err != nil {
 		return response{}, err
 	}
+	g.noteAnswered(resp)
 	return response{Status: resp.StatusCode, Header: resp.Header, Body: rb, TT: resp.Header.Get(caddymodule.HeaderName)}, nil
 }
 
@@ -491,6 +492,7 @@ func (g *gateway) verifyHeaders(path string, h http.Header) {
 	}
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
+	g.noteAnswered(resp)
 	if resp.StatusCode != http.StatusOK {
 		g.t.Logf("verifying a credential: status %d", resp.StatusCode)
 		return
@@ -537,14 +539,17 @@ func hasCredentialHeader(h http.Header) bool {
 // those of the harness's own verification requests (gateway.verify).
 func (g *gateway) logLines() []string {
 	g.t.Helper()
+	g.settled()
 	data, err := os.ReadFile(g.LogFile)
 	if err != nil {
 		g.t.Fatalf("reading log: %v", err)
 	}
 	var lines []string
 	for _, l := range strings.Split(string(data), "\n") {
-		// The handler's start-up line is not a request's.
-		if strings.Contains(l, `"logger":"http.handlers.token_terminator"`) && !isVerification(l) && !strings.Contains(l, `"msg":"token_terminator handler ready"`) {
+		// The handler's start-up and warm-up lines are not a request's (the
+		// warm-up's may come after the first request).
+		if strings.Contains(l, `"logger":"http.handlers.token_terminator"`) && !isVerification(l) &&
+			!strings.Contains(l, `"msg":"token_terminator handler ready"`) && !strings.Contains(l, `"msg":"warm-up compile done"`) {
 			lines = append(lines, l)
 		}
 	}
@@ -652,4 +657,75 @@ func caddyBinary(t testing.TB) string {
 		t.Fatalf("building cmd/caddy: %v\n%s", built.err, built.out)
 	}
 	return built.bin
+}
+
+// waitAccounted waits until the handler has logged requests of the test's
+// own requests and verifications of the credentials' verification requests
+// (gateway.verify), counted from the start of the log. A request's lineage
+// record, metrics, ledger record and log line are written after its
+// answer is flushed to the client, so a test that reads any of them right
+// after its last answer waits for them here.
+func (g *gateway) waitAccounted(requests, verifications int) {
+	g.t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+		own, verify := g.accounted()
+		if own >= requests && verify >= verifications {
+			return
+		}
+		if time.Now().After(deadline) {
+			g.t.Fatalf("%d requests and %d verifications logged, want %d and %d", own, verify, requests, verifications)
+		}
+	}
+}
+
+// accounted counts the request log lines of the test's own requests and
+// of verification requests.
+func (g *gateway) accounted() (own, verify int) {
+	g.t.Helper()
+	data, err := os.ReadFile(g.LogFile)
+	if err != nil {
+		g.t.Fatalf("reading log: %v", err)
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		switch {
+		case !strings.Contains(l, `"logger":"http.handlers.token_terminator"`) || !strings.Contains(l, `"msg":"request"`):
+		case isVerification(l):
+			verify++
+		default:
+			own++
+		}
+	}
+	return own, verify
+}
+
+// answeredByLog counts, per Caddy log file, the answers the harness got
+// that carry the outcome header: each has one request log line.
+var answeredByLog sync.Map // log file -> *atomic.Int64
+
+// noteAnswered counts an answer of the handler (it carries the outcome
+// header; a WebSocket's upgrade logs its messages instead).
+func (g *gateway) noteAnswered(resp *http.Response) {
+	if resp.Header.Get(caddymodule.HeaderName) == "" || resp.StatusCode == http.StatusSwitchingProtocols {
+		return
+	}
+	c, _ := answeredByLog.LoadOrStore(g.LogFile, new(atomic.Int64))
+	c.(*atomic.Int64).Add(1)
+}
+
+// settled waits until the log holds a request line for every answer the
+// harness got through it: the log line, metrics and ledger record of a
+// request are written after its answer is flushed to the client. Bounded:
+// a line that never comes is left to the test's own assertions.
+func (g *gateway) settled() {
+	g.t.Helper()
+	c, ok := answeredByLog.Load(g.LogFile)
+	if !ok {
+		return
+	}
+	want := int(c.(*atomic.Int64).Load())
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		if own, verify := g.accounted(); own+verify >= want {
+			return
+		}
+	}
 }

@@ -117,11 +117,13 @@ func holdoutRun(t *testing.T, g *gateway, up *upstream, convs []holdoutConversat
 	t.Helper()
 	verified := map[string]bool{}
 	control := make([]bool, len(convs))
+	own, verifications := g.accounted()
 	for ci, c := range convs {
 		if k := c.path + c.auth; !verified[k] {
 			verified[k] = true
 			g.verify(c.path, c.auth)
 		}
+		own += len(c.steps)
 		for si, body := range c.steps {
 			r := g.post(c.path, body, c.auth, "anthropic-version: 2023-06-01")
 			if r.Status != http.StatusOK {
@@ -138,6 +140,7 @@ func holdoutRun(t *testing.T, g *gateway, up *upstream, convs []holdoutConversat
 			}
 		}
 	}
+	g.waitAccounted(own, verifications) // the stats and metrics the caller reads
 	return control
 }
 

@@ -60,6 +60,7 @@ func (o *observed) loadAdmin(snippet, adminLine string) {
 // adminGet fetches path from the admin API.
 func (o *observed) adminGet(path string) []byte {
 	o.t.Helper()
+	o.settled()
 	c := &http.Client{Timeout: 30 * time.Second}
 	resp, err := c.Get(o.admin + path)
 	if err != nil {
@@ -300,6 +301,7 @@ func knownSequence(t *testing.T, o *observed, tag string) clientTotals {
 	ct.add(t, r)
 	ws := o.do(http.MethodGet, "/v1/responses", nil, 0, "Upgrade: websocket", "Connection: Upgrade")
 	_ = ws
+	o.waitAccounted(ct.requests, ct.verifications)
 	return ct
 }
 
@@ -420,6 +422,7 @@ func TestObserve_MetricsAfterKnownSequence(t *testing.T) {
 	o.loadWithAdmin(defaultSnippet + "\n")
 	r := o.post(chatPath, []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"again"}]}`), "Authorization: Bearer sk-observe-A")
 	expectPassthroughHeader(t, chatPath, r, "")
+	o.waitAccounted(ct.requests+1, ct.verifications)
 	m = o.scrape()
 	if got, want := sum(m, "token_terminator_candidate_requests_total", nil), ct.requests+ct.verifications+1; got != float64(want) {
 		t.Errorf("after reload: %v candidates, want %d", got, want)

@@ -152,9 +152,18 @@ func TestPlaceholdersThroughCaddy(t *testing.T) {
 	if got, want := r.Header.Get("X-TT-Bytes"), strconv.Itoa(len(step2))+">"+strconv.Itoa(sent); got != want {
 		t.Fatalf("X-TT-Bytes %q, want %q", got, want)
 	}
-	data, err := os.ReadFile(accessLog)
-	if err != nil {
-		t.Fatal(err)
+	// Caddy writes the access log once the handler returns, which may be
+	// after the client has the answer (flushed before the lineage record):
+	// wait for the line.
+	var data []byte
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+		var err error
+		if data, err = os.ReadFile(accessLog); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(data), `"tt_decision":"accepted"`) || time.Now().After(deadline) {
+			break
+		}
 	}
 	if !strings.Contains(string(data), `"tt_decision":"accepted"`) || !strings.Contains(string(data), `"tt_receipts":1`) {
 		t.Fatalf("access log lacks the placeholders:\n%s", data)
