@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault/memvault"
 )
 
 // The warm-up compiles its generated conversation to receipts with the
@@ -21,7 +21,7 @@ func TestWarmUpCompilesWithoutTheGatewaysState(t *testing.T) {
 		return compiler.Result{}
 	}}
 	h, logs := testHandler(t, gwc, nil)
-	store := compilertest.NewMemStore()
+	store := memvault.New()
 	comp, err := compiler.New(compiler.Options{InlineLeases: 1}, store, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -1,8 +1,8 @@
-// Package compilertest holds test helpers for the compiler that need the
-// testing package or the compiler: an in-memory Store, the shared 1 MB
-// benchmark and the corpus loader for tests. The request generators are in
-// internal/fixtures, under one name.
-package compilertest
+// Package memvault is an in-memory artifact store with the vault's
+// semantics, without capacity, retention or persistence. The gateway's
+// start-up warm-up compiles into one that is thrown away afterwards (so no
+// tenant state is written); tests use it as a vault that needs no disk.
+package memvault
 
 import (
 	"context"
@@ -16,12 +16,12 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
-// MemStore is an in-memory artifact.Store with the same semantics as the
-// vault, for tests; it is also a vault.Backend (Get, TenantKey, Close) and
+// Store is an in-memory artifact.Store with the same semantics as the
+// vault; it is also a vault.Backend (Get, TenantKey, Close) and
 // passes the conformance suite of vault/storetest, without capacity,
 // retention or persistence. Fail, when set, makes every call return that
 // error.
-type MemStore struct {
+type Store struct {
 	mu        sync.Mutex
 	arts      map[string]artifact.Artifact // tenant + digest
 	nodes     map[string]artifact.Record   // scope + chain end
@@ -33,19 +33,19 @@ type MemStore struct {
 }
 
 // errClosed is returned by every call after Close.
-var errClosed = errors.New("memstore: closed")
+var errClosed = errors.New("memvault: closed")
 
 // failure is the error every call returns now, if any. m.mu is held.
-func (m *MemStore) failure() error {
+func (m *Store) failure() error {
 	if m.closed {
 		return errClosed
 	}
 	return m.Fail
 }
 
-// NewMemStore returns an empty MemStore.
-func NewMemStore() *MemStore {
-	return &MemStore{arts: map[string]artifact.Artifact{}, nodes: map[string]artifact.Record{}}
+// New returns an empty Store.
+func New() *Store {
+	return &Store{arts: map[string]artifact.Artifact{}, nodes: map[string]artifact.Record{}}
 }
 
 func scopeKey(s artifact.Scope, d artifact.Digest) string {
@@ -55,7 +55,7 @@ func scopeKey(s artifact.Scope, d artifact.Digest) string {
 func artKey(tenant string, d artifact.Digest) string { return tenant + "\x00" + string(d[:]) }
 
 // Ancestor implements artifact.Store.
-func (m *MemStore) Ancestor(_ context.Context, s artifact.Scope, chain []artifact.Digest) (artifact.Lineage, error) {
+func (m *Store) Ancestor(_ context.Context, s artifact.Scope, chain []artifact.Digest) (artifact.Lineage, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.failure(); err != nil {
@@ -70,7 +70,7 @@ func (m *MemStore) Ancestor(_ context.Context, s artifact.Scope, chain []artifac
 }
 
 // Missing implements artifact.Store.
-func (m *MemStore) Missing(_ context.Context, s artifact.Scope, ds []artifact.Digest) ([]artifact.Digest, error) {
+func (m *Store) Missing(_ context.Context, s artifact.Scope, ds []artifact.Digest) ([]artifact.Digest, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.failure(); err != nil {
@@ -86,7 +86,7 @@ func (m *MemStore) Missing(_ context.Context, s artifact.Scope, ds []artifact.Di
 }
 
 // Persist implements artifact.Store.
-func (m *MemStore) Persist(_ context.Context, s artifact.Scope, arts []artifact.Artifact) error {
+func (m *Store) Persist(_ context.Context, s artifact.Scope, arts []artifact.Artifact) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.failure(); err != nil {
@@ -107,7 +107,7 @@ func (m *MemStore) Persist(_ context.Context, s artifact.Scope, arts []artifact.
 }
 
 // Record implements artifact.Store.
-func (m *MemStore) Record(_ context.Context, s artifact.Scope, r artifact.Record) error {
+func (m *Store) Record(_ context.Context, s artifact.Scope, r artifact.Record) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.failure(); err != nil {
@@ -119,7 +119,7 @@ func (m *MemStore) Record(_ context.Context, s artifact.Scope, r artifact.Record
 }
 
 // Get returns a stored artifact of a tenant (vault.Backend).
-func (m *MemStore) Get(_ context.Context, tenant string, d artifact.Digest) (artifact.Artifact, bool, error) {
+func (m *Store) Get(_ context.Context, tenant string, d artifact.Digest) (artifact.Artifact, bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.failure(); err != nil {
@@ -130,7 +130,7 @@ func (m *MemStore) Get(_ context.Context, tenant string, d artifact.Digest) (art
 }
 
 // TenantKey returns the store's random 32-byte tenant key (vault.Backend).
-func (m *MemStore) TenantKey(context.Context) ([]byte, error) {
+func (m *Store) TenantKey(context.Context) ([]byte, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.failure(); err != nil {
@@ -144,7 +144,7 @@ func (m *MemStore) TenantKey(context.Context) ([]byte, error) {
 }
 
 // Close makes every later call fail (vault.Backend).
-func (m *MemStore) Close() error {
+func (m *Store) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.closed = true
@@ -152,14 +152,14 @@ func (m *MemStore) Close() error {
 }
 
 // Len returns the number of stored artifacts.
-func (m *MemStore) Len() int {
+func (m *Store) Len() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.arts)
 }
 
 // All returns the artifacts of a tenant.
-func (m *MemStore) All(tenant string) []artifact.Artifact {
+func (m *Store) All(tenant string) []artifact.Artifact {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []artifact.Artifact
@@ -173,7 +173,7 @@ func (m *MemStore) All(tenant string) []artifact.Artifact {
 
 // VerifyTenant adds tenant to the verified set (vault.Backend). The
 // in-memory store applies no new-tenant cap.
-func (m *MemStore) VerifyTenant(_ context.Context, tenant string, _ int) (bool, error) {
+func (m *Store) VerifyTenant(_ context.Context, tenant string, _ int) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.failure(); err != nil {
@@ -190,7 +190,7 @@ func (m *MemStore) VerifyTenant(_ context.Context, tenant string, _ int) (bool, 
 }
 
 // TenantVerified reports whether tenant is verified (vault.Backend).
-func (m *MemStore) TenantVerified(_ context.Context, tenant string) (bool, error) {
+func (m *Store) TenantVerified(_ context.Context, tenant string) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.failure(); err != nil {
@@ -200,7 +200,7 @@ func (m *MemStore) TenantVerified(_ context.Context, tenant string) (bool, error
 }
 
 // RevokeTenant removes tenant from the verified set (vault.Backend).
-func (m *MemStore) RevokeTenant(_ context.Context, tenant string) error {
+func (m *Store) RevokeTenant(_ context.Context, tenant string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.failure(); err != nil {
