@@ -224,7 +224,7 @@ func tryOpen(dir string, opt badger.Options, disk *diskGuard, log *zap.Logger) (
 	// At open Badger replays and flushes memtables and creates a memtable
 	// and a value-log file, all through memory maps: on a full disk it
 	// would die of SIGBUS, so it is not started at all.
-	if err := disk.check(0); err != nil {
+	if err := disk.checkNow(0); err != nil {
 		return nil, fmt.Errorf("vault: open %s: %w", dir, err)
 	}
 	db, err := badger.Open(opt)

@@ -59,6 +59,7 @@ type Config struct {
 	now           func() time.Time
 	maintainEvery time.Duration
 	freeSpace     func(dir string) (int64, bool, error)
+	diskFresh     bool  // measure free space on every check, for freeSpace
 	scrubRate     int64 // content bytes per second the scrub reads
 	scrubEvery    time.Duration
 	syncFile      func(path string) error
@@ -187,6 +188,7 @@ func Open(cfg Config) (*Store, error) {
 	vlogSize := vlogFileSize(cfg.MaxArtifactBytes)
 	opt := badgerOptions(cfg.Dir, vlogSize, cfg.Logger)
 	disk := newDiskGuard(cfg.Dir, diskOptions{memTableSize: opt.MemTableSize, numMemtables: opt.NumMemtables}, cfg.freeSpace, cfg.Logger)
+	disk.fresh = cfg.diskFresh
 	db, err := openDB(cfg, opt, disk)
 	if err != nil {
 		return nil, err
@@ -333,7 +335,7 @@ func (s *Store) Close() error {
 	<-s.done
 	// Badger flushes the memtable at Close, through a memory map: if the
 	// disk has filled since the last write, the ballast makes its room.
-	if s.disk.check(0) != nil {
+	if s.disk.checkNow(0) != nil {
 		s.disk.releaseBallast()
 	}
 	return s.db.Close()
