@@ -149,6 +149,13 @@ var _ artifact.Store = (*Store)(nil)
 //   - SyncWrites false: Persist calls db.Sync once per request after its
 //     batch, so lineage records and last-seen bumps never pay for an fsync.
 //   - MetricsEnabled false: no global expvar maps.
+//   - VerifyValueChecksum true: a value read from a damaged value log
+//     fails its entry checksum, and Badger releases the log's read lock
+//     on that path; without it, an entry header that decodes to more
+//     bytes than the entry has ("Invalid read") returns without releasing
+//     it, and Close (a reload, a shutdown) then waits for ever. The
+//     checksum is a CRC32-C of the value, far cheaper than the vault's
+//     own content check that follows.
 //   - Logger: Badger's warnings and errors go to zap; info/debug dropped.
 func badgerOptions(dir string, vlog int64, log *zap.Logger) badger.Options {
 	return badger.DefaultOptions(dir).
@@ -163,6 +170,7 @@ func badgerOptions(dir string, vlog int64, log *zap.Logger) badger.Options {
 		WithNumCompactors(2).
 		WithSyncWrites(false).
 		WithMetricsEnabled(false).
+		WithVerifyValueChecksum(true).
 		WithLogger(badgerLogger{log.Sugar()})
 }
 
