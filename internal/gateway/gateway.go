@@ -106,8 +106,8 @@ type Gateway struct {
 	// Holdout assigns conversations to arms and holds the per-label
 	// settings (holdout.go); nil: no holdout, no overrides.
 	Holdout *Holdout
-	// served is set by the first candidate request: the warm-up stops
-	// (warmup.go).
+	// served is set by the first client compile of a body of at least
+	// warmUpYieldBytes: the warm-up stops (warmup.go).
 	served atomic.Bool
 }
 
@@ -154,9 +154,6 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next Next) e
 			g.upgrade(r)
 		}
 		return next(w, r)
-	}
-	if !g.served.Load() {
-		g.served.Store(true)
 	}
 	r = g.sealed(r, format) // the tenant's data keys, for the vault (seal.go)
 	ex := newExchange(format, r)
