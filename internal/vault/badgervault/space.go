@@ -159,12 +159,14 @@ func (g *diskGuard) admitRecent(need int64) bool {
 	return true
 }
 
-// remember keeps free, measured at now, for admitRecent; a failed or
-// impossible measure (ok false) keeps nothing.
-func (g *diskGuard) remember(free int64, ok bool, now int64) {
+// remember keeps free, measured at now before a write of need bytes, for
+// admitRecent; the write is counted against it (also when it is refused:
+// the count only errs towards measuring sooner). A failed or impossible
+// measure (ok false) keeps nothing.
+func (g *diskGuard) remember(free int64, ok bool, now, need int64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.measured, g.measuredAt, g.admitted = free, 0, 0
+	g.measured, g.measuredAt, g.admitted = free, 0, max(need, smallWrite)
 	if ok {
 		g.measuredAt = now
 	}
@@ -175,7 +177,7 @@ func (g *diskGuard) remember(free int64, ok bool, now int64) {
 func (g *diskGuard) checkNow(need int64) error {
 	now := g.clock()
 	free, ok, err := g.free(g.dir)
-	g.remember(free, ok && err == nil, now)
+	g.remember(free, ok && err == nil, now, need)
 	if err != nil {
 		return fmt.Errorf("vault: free space: %w", err)
 	}

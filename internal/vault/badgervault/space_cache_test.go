@@ -41,8 +41,14 @@ func TestDiskGuardReusesMeasure(t *testing.T) {
 			{need: recheckBytes / 2, statfs: true}, // the first half plus this one pass the bound
 			{need: recheckBytes / 4},
 		}},
+		// The measured write counts too: recheckBytes/smallWrite small
+		// writes from one measure to the next.
 		{"small writes count towards recheckBytes", append(append([]step{{free: plenty, statfs: true}},
-			make([]step, recheckBytes/smallWrite-1)...), step{statfs: true})},
+			make([]step, recheckBytes/smallWrite-2)...), step{statfs: true})},
+		{"the measured write counts", []step{
+			{free: plenty, need: recheckBytes / 2, statfs: true},
+			{need: recheckBytes / 2, statfs: true},
+		}},
 		{"near the line every check measures", nil}, // steps below: they need the reserve
 		{"a drop is seen within recheckAfter", []step{
 			{free: plenty, statfs: true},
