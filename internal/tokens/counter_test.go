@@ -379,10 +379,15 @@ func TestBacklogRefuses(t *testing.T) {
 	if got := c.Count(context.Background(), "gpt-4o", second); got.Status != StatusBudget {
 		t.Fatalf("second count %+v, want budget", got)
 	}
+	// The refused count owns no flight: every piece of it in flight is one
+	// the first body queued (the two share pieces of JSON and prose).
+	id := encodingNamed("o200k_base").id
+	queued := map[key]bool{}
+	split(first, minPiece, avgBits, func(p []byte) { queued[keyOf(id, p)] = true })
 	c.mu.Lock()
 	left := 0
 	split(second, minPiece, avgBits, func(p []byte) {
-		if c.inflight[keyOf(encodingNamed("o200k_base").id, p)] != nil {
+		if k := keyOf(id, p); c.inflight[k] != nil && !queued[k] {
 			left++
 		}
 	})
