@@ -24,9 +24,9 @@ import (
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
 	"github.com/tokenterminator/caddy-token-terminator/internal/gateway"
 	"github.com/tokenterminator/caddy-token-terminator/internal/tokens"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault/memvault"
 )
 
 func init() {
@@ -237,7 +237,7 @@ func (h *Handler) startVault(wr *wiring) error {
 // touched. Cleanup stops it. A reload shares an open vault in a process
 // that is warm already, so it runs none.
 func (h *Handler) warmUp(wr *wiring) {
-	comp, err := compiler.New(h.compilerOptions(), compilertest.NewMemStore(), wr.counter)
+	comp, err := compiler.New(h.compilerOptions(), memvault.New(), wr.counter)
 	if err != nil {
 		return // checked in wire; a warm-up is never worth an error
 	}

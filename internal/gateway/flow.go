@@ -194,6 +194,7 @@ func (g *Gateway) compileCandidate(r *http.Request, ex *exchange, c *candidate) 
 		MinArtifactChars: g.labelMinArtifactChars(c.tenant),
 		Holdout:          g.holdoutHook(ex, c.tenant, c.mode, g.Slots.full()),
 	}
+	g.yieldWarmUp(len(c.buf)) // warmup.go
 	ctx, cancel := context.WithTimeout(r.Context(), g.CompileTimeout)
 	defer cancel()
 	queued := time.Now()

@@ -111,8 +111,8 @@ type Gateway struct {
 	// compiles (pending.go); nil: the process's, which a reload's new
 	// gateway shares with the old one still finishing its answers.
 	pending *pendingCommits
-	// served is set by the first candidate request: the warm-up stops
-	// (warmup.go).
+	// served is set by the first client compile of a body of at least
+	// warmUpYieldBytes: the warm-up stops (warmup.go).
 	served atomic.Bool
 }
 
@@ -159,9 +159,6 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next Next) e
 			g.upgrade(r)
 		}
 		return next(w, r)
-	}
-	if !g.served.Load() {
-		g.served.Store(true)
 	}
 	r = g.sealed(r, format) // the tenant's data keys, for the vault (seal.go)
 	ex := newExchange(format, r)

@@ -25,6 +25,13 @@ const (
 	// warmUpTenant is the scope of the warm-up compiles: a real tenant is
 	// the hex of a keyed hash, which never contains '~'.
 	warmUpTenant = "~warm-up"
+	// warmUpYieldBytes is the smallest client body whose compile stops
+	// the warm-up. Smaller ones (a client's probe, a short first turn)
+	// compile in well under a millisecond and pay little of what the
+	// warm-up pays for (the heap's growth, the first large parse, count
+	// and gate); stopping for them left a process that is probed at start
+	// as cold as one with no warm-up.
+	warmUpYieldBytes = 64 << 10
 )
 
 // WarmUp has compile, a compiler of the gateway's options and token
@@ -38,8 +45,8 @@ const (
 // called, so no tenant state is written; the content is generated, and its
 // scope a tenant no credential can name. It is bounded as a request is: a
 // compile slot, its body's share of max_buffered_bytes, compile_timeout per
-// compile, and a panic is recovered; it stops once a client request has
-// come. It reports whether the conversation
+// compile, and a panic is recovered; it stops once a client compile of a
+// large body (warmUpYieldBytes) has begun. It reports whether the conversation
 // compiled to receipts; callers run it in a goroutine of its own, so it
 // never delays a start or a reload.
 func (g *Gateway) WarmUp(ctx context.Context, compile CompileFunc) (ok bool) {
@@ -59,8 +66,8 @@ func (g *Gateway) WarmUp(ctx context.Context, compile CompileFunc) (ok bool) {
 	defer g.Buffered.Add(-int64(len(body)))
 	start := time.Now()
 	w := &Gateway{Config: g.Config, Logger: g.Logger, Compile: compile, Slots: g.Slots}
-	// Once a client request has come, it warms the process itself: the
-	// warm-up would only compete with it for the CPU.
+	// Once a large client compile has begun, it warms the process itself:
+	// the warm-up would only compete with it for the CPU.
 	if g.served.Load() {
 		return false
 	}
@@ -99,6 +106,14 @@ func (g *Gateway) warmUpCompile(ctx context.Context, body []byte) (compiler.Resu
 		stopped()
 	}
 	return res, res.Reason != compiler.ReasonTimeout && res.Reason != compiler.ReasonPanic
+}
+
+// yieldWarmUp stops the warm-up once a client compile of n body bytes
+// begins, when n is large enough to be worth the CPU (warmUpYieldBytes).
+func (g *Gateway) yieldWarmUp(n int) {
+	if n >= warmUpYieldBytes && !g.served.Load() {
+		g.served.Store(true)
+	}
 }
 
 // holdWarmUp counts n bytes in max_buffered_bytes, if they fit.

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/compiler"
-	"github.com/tokenterminator/caddy-token-terminator/internal/compiler/compilertest"
+	"github.com/tokenterminator/caddy-token-terminator/internal/vault/memvault"
 )
 
 // The warm-up compiles its generated conversation to receipts with the
@@ -21,7 +21,7 @@ func TestWarmUpCompilesWithoutTheGatewaysState(t *testing.T) {
 		return compiler.Result{}
 	}}
 	h, logs := testHandler(t, gwc, nil)
-	store := compilertest.NewMemStore()
+	store := memvault.New()
 	comp, err := compiler.New(compiler.Options{InlineLeases: 1}, store, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -106,20 +106,44 @@ func okCompile(_ context.Context, req compiler.Request) compiler.Result {
 	return compiler.Result{Body: req.Body, Decision: compiler.Accepted, Receipts: 1}
 }
 
-// A warm-up that starts after a client request has come compiles nothing:
-// the request warms the process itself.
+// A warm-up that starts after a client compile of a large body has begun
+// compiles nothing: the request warms the process itself. Small requests
+// and pass-throughs leave it running.
 func TestWarmUpStopsOnceServed(t *testing.T) {
-	h, _ := testHandler(t, &fakeCompiler{}, nil)
-	w := httptest.NewRecorder()
-	if err := h.ServeHTTP(w, newRequest(http.MethodPost, chatPath, strings.NewReader(`{"messages":[]}`)), recordNext(&seen{})); err != nil {
-		t.Fatal(err)
+	large := `{"messages":[{"role":"user","content":"` + strings.Repeat("x", warmUpYieldBytes) + `"}]}`
+	tests := []struct {
+		name    string
+		body    string
+		noCreds bool // passes through (no_tenant) without a compile
+		stops   bool
+	}{
+		{"small compiled request", `{"messages":[]}`, false, false},
+		{"large request passed through", large, true, false},
+		{"large compiled request", large, false, true},
 	}
-	var calls int
-	spy := func(_ context.Context, req compiler.Request) compiler.Result {
-		calls++
-		return okCompile(context.Background(), req)
-	}
-	if h.WarmUp(context.Background(), spy) || calls != 0 {
-		t.Fatalf("warm-up after a request: %d compiles", calls)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fc := &fakeCompiler{}
+			h, _ := testHandler(t, fc, nil)
+			r := newRequest(http.MethodPost, chatPath, strings.NewReader(tt.body))
+			if tt.noCreds {
+				r.Header.Del("Authorization")
+			}
+			if err := h.ServeHTTP(httptest.NewRecorder(), r, recordNext(&seen{})); err != nil {
+				t.Fatal(err)
+			}
+			if compiled := fc.calls.Load() > 0; compiled == tt.noCreds {
+				t.Fatalf("client request compiled: %v", compiled)
+			}
+			var calls int
+			spy := func(_ context.Context, req compiler.Request) compiler.Result {
+				calls++
+				return okCompile(context.Background(), req)
+			}
+			ran := h.WarmUp(context.Background(), spy)
+			if stopped := !ran && calls == 0; stopped != tt.stops {
+				t.Fatalf("warm-up after the request: ran %v, %d compiles; want stopped %v", ran, calls, tt.stops)
+			}
+		})
 	}
 }

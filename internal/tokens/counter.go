@@ -58,6 +58,10 @@ type state struct {
 	tokenized atomic.Int64
 	// maxBacklog, but for tests
 	backlogMax int64
+	// beforePiece, when set (tests), is called by a worker before it
+	// counts each piece it took: a test holds the workers there to keep
+	// queued work queued.
+	beforePiece func()
 
 	mu       sync.Mutex
 	inflight map[key]*flight // pieces being counted

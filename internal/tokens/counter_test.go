@@ -350,10 +350,11 @@ func TestBodyHold(t *testing.T) {
 	}
 }
 
-// TestBacklogRefuses: while work past one count's budget is pending, a
-// count that would queue behind more than the backlog bound of it is
-// refused at once: none of its pieces is left in flight, the backlog
-// returns to zero, and the refused body is counted exactly later.
+// A count that would queue behind more than the backlog bound of other
+// work is refused at once (budget) and leaves nothing of its own in
+// flight; once the backlog has drained, the same body counts exactly. The
+// workers are held before their first piece, so the first body's queued
+// work stays queued for as long as the test needs it (no timing).
 func TestBacklogRefuses(t *testing.T) {
 	first := chatBody("gpt-4o", history(rand.New(rand.NewPCG(21, 22)), 2_000_000))
 	second := chatBody("gpt-4o", history(rand.New(rand.NewPCG(23, 24)), 300_000))
@@ -362,19 +363,31 @@ func TestBacklogRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.backlogMax = 100 << 10
+	held := make(chan struct{})
+	c.beforePiece = func() { <-held }
+	release := sync.OnceFunc(func() { close(held) })
+	defer release()
 	if got := c.Count(context.Background(), "gpt-4o", first); got.Status != StatusBudget {
-		t.Fatalf("a cold 2 MB body counted within 1ms: %+v", got)
+		t.Fatalf("a 2 MB body counted with every worker held: %+v", got)
 	}
-	if c.backlog.Load() < 1<<20 { // ten times the bound: it cannot drain below it meanwhile
-		t.Skip("the first body's work nearly drained before the second count: nothing sure to queue behind")
+	// The first count gave up, but its pieces stay queued behind the held
+	// workers (at most one piece each is taken).
+	if b := c.backlog.Load(); b < 1<<20 {
+		t.Fatalf("backlog %d after the first count, want its 2 MB queued", b)
 	}
+	tokenized := c.tokenized.Load()
 	if got := c.Count(context.Background(), "gpt-4o", second); got.Status != StatusBudget {
 		t.Fatalf("second count %+v, want budget", got)
 	}
+	// The refused count owns no flight: every piece of it in flight is one
+	// the first body queued (the two share pieces of JSON and prose).
+	id := encodingNamed("o200k_base").id
+	queued := map[key]bool{}
+	split(first, minPiece, avgBits, func(p []byte) { queued[keyOf(id, p)] = true })
 	c.mu.Lock()
 	left := 0
 	split(second, minPiece, avgBits, func(p []byte) {
-		if c.inflight[keyOf(encodingNamed("o200k_base").id, p)] != nil {
+		if k := keyOf(id, p); c.inflight[k] != nil && !queued[k] {
 			left++
 		}
 	})
@@ -382,10 +395,14 @@ func TestBacklogRefuses(t *testing.T) {
 	if left != 0 {
 		t.Fatalf("%d pieces of the refused count are in flight", left)
 	}
+	release()
 	for deadline := time.Now().Add(time.Minute); c.backlog.Load() != 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("backlog stuck at %d", c.backlog.Load())
 		}
+	}
+	if c.tokenized.Load()-tokenized > 1<<20 {
+		t.Errorf("the abandoned count's queued pieces were tokenized (%d bytes), not dropped", c.tokenized.Load()-tokenized)
 	}
 	c.budget = time.Minute
 	if got, want := c.Count(context.Background(), "gpt-4o", second).N, direct(t, "o200k_base", string(second)); got != want {

@@ -188,6 +188,9 @@ func (j *job) work() {
 		if !more {
 			return
 		}
+		if h := j.c.beforePiece; h != nil {
+			h()
+		}
 		n, ok := 0, false
 		if err == nil {
 			n, ok = j.count(r, hot, p)

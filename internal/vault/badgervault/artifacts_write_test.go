@@ -71,7 +71,7 @@ func TestFailedChunkSyncsWhatCommitted(t *testing.T) {
 		}
 		return 1 << 40, true, nil
 	}
-	s := openTest(t, Config{freeSpace: hook})
+	s := openTest(t, Config{freeSpace: hook, diskFresh: true})
 	store.Store(s)
 	armed.Store(true)
 	ctx := context.Background()

@@ -1,6 +1,7 @@
 package badgervault
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -97,6 +98,12 @@ func TestOpenDamaged(t *testing.T) {
 			must(t, err)
 			must(t, os.WriteFile(f, make([]byte, fi.Size()), 0o600))
 		}, "table 1"},
+		// Badger reads the newest value log through at open; a header
+		// whose length does not decode stops it there.
+		{"value-log entry header undecodable", func(t *testing.T, dir string) {
+			overflow := append(bytes.Repeat([]byte{0xff}, 9), 0x02) // a varint past 64 bits
+			overwriteVlog(t, dir, vlogHeaderSize+2, overflow)
+		}, "varint overflows"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -25,7 +25,7 @@ func TestDiskGuard(t *testing.T) {
 	free.Store(1 << 40)
 	hook := func(string) (int64, bool, error) { return free.Load(), true, nil }
 	dir := t.TempDir()
-	s := openTest(t, Config{Dir: dir, freeSpace: hook})
+	s := openTest(t, Config{Dir: dir, freeSpace: hook, diskFresh: true})
 	ctx := context.Background()
 	sc := artifact.Scope{Tenant: "t"}
 	old := mkArt(text("stored before", 20_000))
@@ -263,6 +263,8 @@ func diskFullChild(t *testing.T, phase, dir string) {
 			must(t, s.Record(ctx, sc, rec))
 		}
 		fillDisk(t, filepath.Join(filepath.Dir(dir), "filler"))
+		// A free-space measure is reused for at most recheckAfter.
+		time.Sleep(recheckAfter)
 		if err := s.Record(ctx, sc, artifact.Record{ChainEnd: dg("refused"), Length: 1}); !errors.Is(err, artifact.ErrFull) {
 			t.Fatalf("Record on a full disk = %v, want ErrFull", err)
 		}

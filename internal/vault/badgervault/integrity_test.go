@@ -2,9 +2,10 @@ package badgervault
 
 import (
 	"context"
-	"crypto/rand"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -13,17 +14,42 @@ import (
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
 )
 
-// overwriteVlog overwrites n bytes of dir's first value-log file just past
-// its header, under a closed store.
-func overwriteVlog(t *testing.T, dir string, n int) {
+// overwriteVlog writes b over dir's first value-log file at offset at,
+// under a closed store.
+func overwriteVlog(t *testing.T, dir string, at int64, b []byte) {
 	t.Helper()
 	f, err := os.OpenFile(globOne(t, filepath.Join(dir, "*.vlog")), os.O_RDWR, 0)
 	must(t, err)
 	defer f.Close()
-	junk := make([]byte, n)
-	rand.Read(junk)
-	_, err = f.WriteAt(junk, vlogHeaderSize)
+	_, err = f.WriteAt(b, at)
 	must(t, err)
+}
+
+// junk is n bytes of fixed pseudo-random junk: the same bytes every run,
+// so what Badger makes of a log they overwrite is the same every run.
+func junk(n int) []byte {
+	b := make([]byte, n)
+	rand.NewChaCha8([32]byte{'v', 'l', 'o', 'g'}).Read(b)
+	return b
+}
+
+// sealVlog opens and closes the vault in dir, as a restart does: Badger
+// starts a new value log at each open, and at open it reads through only
+// the newest one, so damage to an older one is met only when a value is
+// read, by the vault's own checks.
+func sealVlog(t *testing.T, dir string) {
+	t.Helper()
+	s, err := Open(Config{Dir: dir})
+	must(t, err)
+	must(t, s.Close())
+}
+
+// junkOverSealedVlog overwrites 64 KiB of the sealed value log holding
+// dir's artifacts, every entry of it, with junk.
+func junkOverSealedVlog(t *testing.T, dir string) {
+	t.Helper()
+	sealVlog(t, dir)
+	overwriteVlog(t, dir, vlogHeaderSize, junk(64<<10))
 }
 
 func digests(arts []artifact.Artifact) []artifact.Digest {
@@ -34,49 +60,80 @@ func digests(arts []artifact.Artifact) []artifact.Digest {
 	return out
 }
 
-// After 64 KiB of the value log is overwritten, a resent artifact is never
-// confirmed: it is reported missing, stored again and reads back.
+// A value whose stored bytes are damaged is never confirmed: it is reported
+// missing, stored again and reads back, while undamaged values stay
+// confirmed. Each damage is fixed (no random overwrite), so whether Badger
+// opens the files is known: these it opens (one it refuses is in
+// TestOpenDamaged).
 func TestCorruptValueLogNeverConfirmed(t *testing.T) {
-	dir, arts := filledVault(t) // 5 artifacts of 10 KB content each
-	overwriteVlog(t, dir, 64<<10)
-	s := openTest(t, Config{Dir: dir})
-	ctx := context.Background()
-	sc := artifact.Scope{Tenant: "t"}
-	before := s.Stats()
+	tests := []struct {
+		name    string
+		damage  func(t *testing.T, dir string)
+		corrupt int // artifacts whose value is damaged
+	}{
+		// Found by the vault's checks when the values are read.
+		{"older log: junk over every entry", junkOverSealedVlog, 5},
+		{"older log: one byte of the first value", func(t *testing.T, dir string) {
+			sealVlog(t, dir)
+			overwriteVlog(t, dir, vlogHeaderSize+2000, []byte{0xa5})
+		}, 1},
+		// Badger reads the newest log at open and cuts it at the first
+		// entry that does not check, which loses every value after it.
+		{"newest log: the first entry names an oversized key", func(t *testing.T, dir string) {
+			overwriteVlog(t, dir, vlogHeaderSize+2, []byte{0xff, 0xff, 0x7f})
+		}, 5},
+		{"newest log: one byte of the first value", func(t *testing.T, dir string) {
+			overwriteVlog(t, dir, vlogHeaderSize+2000, []byte{0xa5})
+		}, 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir, arts := filledVault(t) // 5 artifacts of 5 KB random content
+			tt.damage(t, dir)
+			s := openTest(t, Config{Dir: dir})
+			ctx := context.Background()
+			sc := artifact.Scope{Tenant: "t"}
 
-	missing, err := s.Missing(ctx, sc, digests(arts))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(missing) != len(arts) {
-		t.Fatalf("Missing confirmed %d of %d artifacts whose content is overwritten", len(arts)-len(missing), len(arts))
-	}
-	st := s.Stats()
-	if st.Corrupt != uint64(len(arts)) || st.Artifacts != 0 || st.Bytes-st.Lineage != 0 {
-		t.Errorf("after dropping: %+v (before %+v)", st, before)
-	}
-	// The compiler stores what Missing reports; it then reads back.
-	if err := s.Persist(ctx, sc, arts); err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range arts {
-		got, ok, err := s.Get(ctx, "t", a.Digest)
-		if err != nil || !ok || got.Text != a.Text {
-			t.Fatalf("Get after re-store = %v, %v", ok, err)
-		}
-	}
-	if m, err := s.Missing(ctx, sc, digests(arts)); err != nil || len(m) != 0 {
-		t.Fatalf("Missing after re-store = %d missing, %v", len(m), err)
-	}
-	if st := s.Stats(); st.Artifacts != int64(len(arts)) || st.Written != uint64(len(arts)) {
-		t.Errorf("after re-store: %+v", st)
+			missing, err := s.Missing(ctx, sc, digests(arts))
+			must(t, err)
+			if len(missing) != tt.corrupt {
+				t.Fatalf("Missing reported %d of %d artifacts, %d of them damaged", len(missing), len(arts), tt.corrupt)
+			}
+			st := s.Stats()
+			if st.Corrupt != uint64(tt.corrupt) || st.Artifacts != int64(len(arts)-tt.corrupt) {
+				t.Errorf("after dropping: %+v", st)
+			}
+			// What Missing confirmed reads back exactly.
+			for _, a := range arts {
+				if slices.Contains(missing, a.Digest) {
+					continue
+				}
+				if got, ok, err := s.Get(ctx, "t", a.Digest); err != nil || !ok || got.Text != a.Text {
+					t.Fatalf("confirmed artifact: Get = %v, %v", ok, err)
+				}
+			}
+			// The compiler stores what Missing reports; it then reads back.
+			must(t, s.Persist(ctx, sc, arts))
+			for _, a := range arts {
+				got, ok, err := s.Get(ctx, "t", a.Digest)
+				if err != nil || !ok || got.Text != a.Text {
+					t.Fatalf("Get after re-store = %v, %v", ok, err)
+				}
+			}
+			if m, err := s.Missing(ctx, sc, digests(arts)); err != nil || len(m) != 0 {
+				t.Fatalf("Missing after re-store = %d missing, %v", len(m), err)
+			}
+			if st := s.Stats(); st.Artifacts != int64(len(arts)) || st.Written != uint64(tt.corrupt) {
+				t.Errorf("after re-store: %+v", st)
+			}
+		})
 	}
 }
 
 // Persist, like Missing, never counts an unreadable record as present.
 func TestCorruptValueLogPersistRewrites(t *testing.T) {
 	dir, arts := filledVault(t)
-	overwriteVlog(t, dir, 64<<10)
+	junkOverSealedVlog(t, dir)
 	s := openTest(t, Config{Dir: dir})
 	ctx := context.Background()
 	if err := s.Persist(ctx, artifact.Scope{Tenant: "t"}, arts); err != nil {
@@ -96,7 +153,7 @@ func TestCorruptValueLogPersistRewrites(t *testing.T) {
 // them, with their bytes.
 func TestScrubDropsCorrupt(t *testing.T) {
 	dir, arts := filledVault(t)
-	overwriteVlog(t, dir, 64<<10)
+	junkOverSealedVlog(t, dir)
 	s := openTest(t, Config{Dir: dir, maintainEvery: 10 * time.Millisecond, scrubRate: 1 << 30})
 	deadline := time.Now().Add(10 * time.Second)
 	for s.Stats().Corrupt < uint64(len(arts)) {

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,7 +26,7 @@ import (
 var ErrDamaged = errors.New("vault: damaged database")
 
 // vlogHeaderSize is the header Badger writes at the start of every value-log
-// file; a file no longer than it holds no values.
+// and memtable file; a file no longer than it holds no values.
 const vlogHeaderSize = 20
 
 // dirFiles is what inspect finds in a database directory.
@@ -174,6 +175,7 @@ var damageMarkers = []string{
 	"Unable to parse log id",
 	"Invalid key registry",
 	"Encryption key mismatch",
+	"varint overflows", // a value-log entry header that does not decode
 }
 
 // classifyOpenErr wraps Badger's open error in ErrDamaged when it reports
@@ -224,12 +226,40 @@ func tryOpen(dir string, opt badger.Options, disk *diskGuard, log *zap.Logger) (
 	// At open Badger replays and flushes memtables and creates a memtable
 	// and a value-log file, all through memory maps: on a full disk it
 	// would die of SIGBUS, so it is not started at all.
-	if err := disk.check(0); err != nil {
+	if err := disk.checkNow(0); err != nil {
 		return nil, fmt.Errorf("vault: open %s: %w", dir, err)
 	}
+	mems := memtables(dir)
 	db, err := badger.Open(opt)
 	if err != nil {
+		dropNewMemtables(dir, mems)
 		return nil, classifyOpenErr(dir, err)
 	}
 	return db, nil
+}
+
+// memtables lists dir's memtable files.
+func memtables(dir string) map[string]bool {
+	m := map[string]bool{}
+	names, _ := filepath.Glob(filepath.Join(dir, "*.mem"))
+	for _, n := range names {
+		m[n] = true
+	}
+	return m
+}
+
+// dropNewMemtables removes the memtable files a failed Badger open created
+// (it creates one before it reads the value log through) while they hold
+// no entry (nothing but zeros past the log-file header), so a refused
+// directory is left as it was found.
+func dropNewMemtables(dir string, before map[string]bool) {
+	for n := range memtables(dir) {
+		if before[n] {
+			continue
+		}
+		b, err := os.ReadFile(n)
+		if err == nil && len(b) >= vlogHeaderSize && !slices.ContainsFunc(b[vlogHeaderSize:], func(c byte) bool { return c != 0 }) {
+			os.Remove(n)
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -37,6 +38,14 @@ import (
 // before every write, so the vault resumes by itself once space returns.
 // Value-log GC rewrites up to one value-log file and is checked for that.
 //
+// A statfs per write is a syscall on every request's path, so a measure is
+// reused while it is younger than recheckAfter and the writes admitted
+// since (counted against it) stay under recheckBytes, and only while it
+// leaves recheckBytes beyond the write and the reserve: near the line every
+// write measures, so the vault's own writes are refused exactly as without
+// the reuse, and another process has to write recheckBytes within
+// recheckAfter to reach the reserve before the next measure sees it.
+//
 // The check cannot stop another process from filling the disk after it,
 // while the memtable still holds writes that Badger flushes later (in the
 // background, or at Close: a reload or shutdown). For that the vault keeps
@@ -56,15 +65,32 @@ const ballastFile = "tt-disk-ballast"
 // flushes in this time, which the fixed part of the reserve covers.
 const lsmRescan = 10 * time.Second
 
+// The bounds on reusing a free-space measure (see above). smallWrite is
+// what a transaction without a stated size (lineage, last-seen bumps) is
+// counted as.
+const (
+	recheckAfter = 100 * time.Millisecond
+	recheckBytes = 8 << 20
+	smallWrite   = 4 << 10
+)
+
 // diskGuard checks free space before writes and owns the ballast.
 type diskGuard struct {
 	dir   string
 	fixed int64 // memtable flushes + slack; also the ballast's size
 	free  func(dir string) (int64, bool, error)
 	log   *zap.Logger
+	clock func() int64 // unix nanoseconds
+	fresh bool         // measure on every check (tests that script free space)
 
 	lsmBytes atomic.Int64 // tables on disk, as of lsmAt
 	lsmAt    atomic.Int64 // unix nanoseconds of the last scan
+
+	mu       sync.Mutex
+	measured int64 // bytes free at measuredAt; valid when measuredAt != 0
+	// measuredAt is the unix nanoseconds of the last statfs.
+	measuredAt int64
+	admitted   int64 // bytes admitted since measuredAt without a statfs
 }
 
 func newDiskGuard(dir string, opt diskOptions, free func(string) (int64, bool, error), log *zap.Logger) *diskGuard {
@@ -79,6 +105,7 @@ func newDiskGuard(dir string, opt diskOptions, free func(string) (int64, bool, e
 		fixed: int64(opt.numMemtables)*opt.memTableSize + diskSlack,
 		free:  free,
 		log:   log,
+		clock: func() int64 { return time.Now().UnixNano() },
 	}
 }
 
@@ -101,9 +128,56 @@ func (g *diskGuard) lsm() int64 {
 }
 
 // check returns ErrFull unless the disk has need bytes free beyond the
-// reserve. Where free space cannot be measured (no statfs), it allows.
+// reserve, from a recent measure when one allows it (admitRecent), else
+// from a new one. Where free space cannot be measured (no statfs), it
+// allows.
 func (g *diskGuard) check(need int64) error {
+	if g.admitRecent(need) {
+		return nil
+	}
+	return g.checkNow(need)
+}
+
+// admitRecent admits need without a statfs when the last measure is
+// younger than recheckAfter, the writes admitted since it stay under
+// recheckBytes, and it leaves recheckBytes beyond them, need and the
+// reserve; need is then counted against the measure.
+func (g *diskGuard) admitRecent(need int64) bool {
+	if g.fresh {
+		return false
+	}
+	need = max(need, smallWrite)
+	r := g.reserve()
+	now := g.clock()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.measuredAt == 0 || now-g.measuredAt >= int64(recheckAfter) || now < g.measuredAt ||
+		g.admitted+need >= recheckBytes || g.measured-g.admitted-need < r+recheckBytes {
+		return false
+	}
+	g.admitted += need
+	return true
+}
+
+// remember keeps free, measured at now before a write of need bytes, for
+// admitRecent; the write is counted against it (also when it is refused:
+// the count only errs towards measuring sooner). A failed or impossible
+// measure (ok false) keeps nothing.
+func (g *diskGuard) remember(free int64, ok bool, now, need int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.measured, g.measuredAt, g.admitted = free, 0, max(need, smallWrite)
+	if ok {
+		g.measuredAt = now
+	}
+}
+
+// checkNow is check from a new measure: Close and open use it, since the
+// ballast's release depends on it.
+func (g *diskGuard) checkNow(need int64) error {
+	now := g.clock()
 	free, ok, err := g.free(g.dir)
+	g.remember(free, ok && err == nil, now, need)
 	if err != nil {
 		return fmt.Errorf("vault: free space: %w", err)
 	}

@@ -59,6 +59,7 @@ type Config struct {
 	now           func() time.Time
 	maintainEvery time.Duration
 	freeSpace     func(dir string) (int64, bool, error)
+	diskFresh     bool  // measure free space on every check, for freeSpace
 	scrubRate     int64 // content bytes per second the scrub reads
 	scrubEvery    time.Duration
 	syncFile      func(path string) error
@@ -148,6 +149,13 @@ var _ artifact.Store = (*Store)(nil)
 //   - SyncWrites false: Persist calls db.Sync once per request after its
 //     batch, so lineage records and last-seen bumps never pay for an fsync.
 //   - MetricsEnabled false: no global expvar maps.
+//   - VerifyValueChecksum true: a value read from a damaged value log
+//     fails its entry checksum, and Badger releases the log's read lock
+//     on that path; without it, an entry header that decodes to more
+//     bytes than the entry has ("Invalid read") returns without releasing
+//     it, and Close (a reload, a shutdown) then waits for ever. The
+//     checksum is a CRC32-C of the value, far cheaper than the vault's
+//     own content check that follows.
 //   - Logger: Badger's warnings and errors go to zap; info/debug dropped.
 func badgerOptions(dir string, vlog int64, log *zap.Logger) badger.Options {
 	return badger.DefaultOptions(dir).
@@ -162,6 +170,7 @@ func badgerOptions(dir string, vlog int64, log *zap.Logger) badger.Options {
 		WithNumCompactors(2).
 		WithSyncWrites(false).
 		WithMetricsEnabled(false).
+		WithVerifyValueChecksum(true).
 		WithLogger(badgerLogger{log.Sugar()})
 }
 
@@ -187,6 +196,7 @@ func Open(cfg Config) (*Store, error) {
 	vlogSize := vlogFileSize(cfg.MaxArtifactBytes)
 	opt := badgerOptions(cfg.Dir, vlogSize, cfg.Logger)
 	disk := newDiskGuard(cfg.Dir, diskOptions{memTableSize: opt.MemTableSize, numMemtables: opt.NumMemtables}, cfg.freeSpace, cfg.Logger)
+	disk.fresh = cfg.diskFresh
 	db, err := openDB(cfg, opt, disk)
 	if err != nil {
 		return nil, err
@@ -333,7 +343,7 @@ func (s *Store) Close() error {
 	<-s.done
 	// Badger flushes the memtable at Close, through a memory map: if the
 	// disk has filled since the last write, the ballast makes its room.
-	if s.disk.check(0) != nil {
+	if s.disk.checkNow(0) != nil {
 		s.disk.releaseBallast()
 	}
 	return s.db.Close()

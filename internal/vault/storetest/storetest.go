@@ -1,5 +1,5 @@
 // Package storetest is the conformance suite every vault backend passes: the
-// in-memory store of compilertest, Badger (package vault) and Redis
+// in-memory store (vault/memvault), Badger (package vault) and Redis
 // (vault/redisvault). A backend's test calls Run with a function that opens a
 // fresh store for the given Config and declares, as Capability values, which
 // optional rules it implements; a case needing an undeclared capability is
