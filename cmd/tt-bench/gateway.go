@@ -42,6 +42,40 @@ http://$LISTEN {
 }
 `
 
+// floorCaddyfile is defaultCaddyfile without the handler (-floor): the
+// same Caddy, logging and upstream, so the difference between the two runs
+// is what token_terminator adds and the floor is what Caddy's own proxying
+// costs (reading the body, a second connection, writing it on).
+const floorCaddyfile = `{
+	admin $ADMIN
+	persist_config off
+	grace_period 2s
+	log {
+		output file $LOG
+		format json
+		level INFO
+	}
+}
+
+http://$LISTEN {
+	reverse_proxy $UPSTREAM
+}
+`
+
+// floorCases refuses what -floor cannot measure: cold and first cases
+// judge the gateway's work, and a Caddyfile of one's own may hold it.
+func floorCases(modes []string, caddyfile string) error {
+	for _, m := range modes {
+		if m != "warm" {
+			return fmt.Errorf("-floor: -modes %q: only warm (cold and first judge the gateway's work)", m)
+		}
+	}
+	if caddyfile != "" {
+		return fmt.Errorf("-floor: -caddyfile %q: -floor brings its own Caddyfile", caddyfile)
+	}
+	return nil
+}
+
 // buildCaddy builds ./cmd/caddy of the module in dir (the repository
 // root) into out. tags are Go build tags (ttbench: profile rates set).
 func buildCaddy(ctx context.Context, dir, out, tags string) error {

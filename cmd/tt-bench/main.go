@@ -73,6 +73,7 @@ type options struct {
 	profileSeconds   int
 	markdown         bool
 	keep             bool
+	floor            bool // reverse_proxy alone, no token_terminator: what Caddy itself adds
 	seed             uint64
 	command          string // the command line, for the markdown header
 }
@@ -93,6 +94,7 @@ func main() {
 	flag.DurationVar(&o.think, "think", 0, "cold: pause between the untimed request that delivers a conversation's results and its timed next request (the model's answer time in a real session; 0: send at once)")
 	flag.StringVar(&o.profile, "profile", "", "write profiles of every case into this directory (builds with -tags ttbench unless -caddy is given)")
 	flag.IntVar(&o.profileSeconds, "profile_seconds", 10, "seconds of CPU profile and trace per case")
+	flag.BoolVar(&o.floor, "floor", false, "time Caddy's reverse_proxy alone (no token_terminator in the Caddyfile): the floor any handler before it adds to; warm only")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (Caddyfiles, Caddy logs with each request's read_ms, parse_ms, compile_ms, vaults) and print its path")
 	flag.BoolVar(&o.markdown, "markdown", false, "print a Markdown section (figures, targets) instead of text lines")
 	seed := flag.Uint64("seed", 0, "content seed (0: from the clock, so content is new to any earlier run)")
@@ -122,6 +124,11 @@ func main() {
 	}
 	if *warmSizes != "" {
 		if _, o.warmSizes, _, err = parseCases(*formats, *warmSizes, "warm"); err != nil {
+			fail(err)
+		}
+	}
+	if o.floor {
+		if err := floorCases(o.modes, o.caddyfile); err != nil {
 			fail(err)
 		}
 	}
@@ -268,7 +275,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 			printText(out, res)
 		}
 	}
-	if o.markdown {
+	if o.markdown && !o.floor {
 		printTargets(out, results)
 	}
 	return nil
@@ -293,6 +300,9 @@ func prepareCaddy(ctx context.Context, o *options, tmp string) (string, error) {
 		}
 	}
 	template := defaultCaddyfile
+	if o.floor {
+		template = floorCaddyfile
+	}
 	if o.caddyfile != "" {
 		data, err := os.ReadFile(o.caddyfile)
 		if err != nil {

@@ -69,6 +69,23 @@ func TestShortRun(t *testing.T) {
 		!regexp.MustCompile(`(?m)^\| chat 256KB warm \| [0-9]+ \| `+num+` / `+num+` / `+num+` \|`).MatchString(md) {
 		t.Errorf("no Markdown table in:\n%s", md)
 	}
+
+	// -floor: the same requests through reverse_proxy alone. Every answer
+	// must come back without the gateway's header and the whole body must
+	// reach the provider; the rows are printed, the gateway's targets not.
+	floor := runBench("-floor", "-markdown", "-formats", "chat", "-modes", "warm")
+	if !strings.Contains(floor, "`reverse_proxy` alone") ||
+		!regexp.MustCompile(`(?m)^\| chat 256KB warm \| [0-9]+ \| `+num+` / `+num+` / `+num+` \|.*\| ([0-9]+) → ([0-9]+) \|`).MatchString(floor) ||
+		strings.Contains(floor, "| target |") {
+		t.Errorf("-floor: no floor table, or targets printed, in:\n%s", floor)
+	}
+	if m := regexp.MustCompile(`\| ([0-9]+) → ([0-9]+) \|`).FindStringSubmatch(floor); m == nil || m[1] != m[2] {
+		t.Errorf("-floor: the provider should get the body as it came: %v", m)
+	}
+	refused := exec.CommandContext(ctx, benchBin, "-floor", "-modes", "warm,cold", "-caddy", caddyBin)
+	if out, err := refused.CombinedOutput(); err == nil || !strings.Contains(string(out), `-modes "cold"`) {
+		t.Errorf("-floor -modes warm,cold: want refused naming cold, got %v: %s", err, out)
+	}
 }
 
 // TestCheckAnswer: the client accepts the sink's answers and refuses

@@ -87,6 +87,9 @@ func printMarkdownHeader(w io.Writer, o options) {
 	if !o.newConn {
 		conn = "kept-alive connections"
 	}
+	if o.floor {
+		conn += "; Caddy's `reverse_proxy` alone, without `token_terminator`"
+	}
 	fmt.Fprintf(w, "Run %s on %s; %s.\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), machine(), conn)
 	fmt.Fprintf(w, "Command: `%s`\n\n", o.command)
 	fmt.Fprintln(w, "| case | n | added p50 / p99 / p999 ms | through the gateway p50 ms | direct p50 ms | Caddy CPU ms/request | Caddy peak RSS MB | body → sent bytes | token counts | load (1, 5, 15 min) |")
