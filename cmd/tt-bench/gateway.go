@@ -18,10 +18,9 @@ import (
 	"time"
 )
 
-// defaultCaddyfile is the gateway of the benchmark: defaults (token gate
-// on, compaction on, the embedded vault) in front of reverse_proxy. $LISTEN,
-// $ADMIN, $UPSTREAM, $VAULT and $LOG are replaced.
-const defaultCaddyfile = `{
+// globalOptions are the benchmark Caddy's: an admin endpoint (profiles),
+// no saved config, and the JSON log the per-request fields are read from.
+const globalOptions = `{
 	admin $ADMIN
 	persist_config off
 	grace_period 2s
@@ -31,7 +30,12 @@ const defaultCaddyfile = `{
 		level INFO
 	}
 }
+`
 
+// defaultCaddyfile is the gateway of the benchmark: defaults (token gate
+// on, compaction on, the embedded vault) in front of reverse_proxy. $LISTEN,
+// $ADMIN, $UPSTREAM, $VAULT and $LOG are replaced.
+const defaultCaddyfile = globalOptions + `
 http://$LISTEN {
 	token_terminator {
 		vault_dir $VAULT
@@ -46,17 +50,7 @@ http://$LISTEN {
 // same Caddy, logging and upstream, so the difference between the two runs
 // is what token_terminator adds and the floor is what Caddy's own proxying
 // costs (reading the body, a second connection, writing it on).
-const floorCaddyfile = `{
-	admin $ADMIN
-	persist_config off
-	grace_period 2s
-	log {
-		output file $LOG
-		format json
-		level INFO
-	}
-}
-
+const floorCaddyfile = globalOptions + `
 http://$LISTEN {
 	reverse_proxy $UPSTREAM
 }

@@ -99,6 +99,12 @@ func (p *pendingCommits) wait(ctx context.Context, tenant string) bool {
 	if len(open) > 0 && blocked != nil {
 		blocked(tenant)
 	}
+	return awaitPromises(ctx, open)
+}
+
+// awaitPromises returns once every promise in open is kept or broken, or
+// false when ctx ends first.
+func awaitPromises(ctx context.Context, open []*promise) bool {
 	for _, pr := range open {
 		select {
 		case <-pr.c:
@@ -132,12 +138,5 @@ func AwaitLineage(ctx context.Context) bool {
 		open = append(open, prs...)
 	}
 	p.mu.Unlock()
-	for _, pr := range open {
-		select {
-		case <-pr.c:
-		case <-ctx.Done():
-			return false
-		}
-	}
-	return true
+	return awaitPromises(ctx, open)
 }
