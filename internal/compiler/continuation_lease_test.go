@@ -3,7 +3,6 @@ package compiler_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"testing"
 
 	"github.com/tokenterminator/caddy-token-terminator/internal/artifact"
