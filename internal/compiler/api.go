@@ -187,6 +187,12 @@ type Request struct {
 	// chain (a socket), so its lineage node is looked up and recorded
 	// even without an eligible slot, and named in Result.Chain.
 	Chained bool
+	// HeldInline, for a body naming previous_response_id, lists the
+	// (keyed) artifacts the provider holds inline in that response's
+	// context: the Result.Inline of the chain's last whole body and of
+	// each continuation since. An unanswered result among them may be
+	// leased (continuation_lease.go); ignored for any other body.
+	HeldInline []artifact.Digest
 }
 
 // Scratch is memory that serves one compile after another: the parse
@@ -309,6 +315,11 @@ type Result struct {
 	// a continuation of the response to extend (Continue,
 	// Request.Continues).
 	Chain Chain
+	// Inline lists the (keyed) artifacts of the eligible results Body
+	// carries inline, each once: for the next continuation's
+	// Request.HeldInline. Set for a Chained request only; nil when the
+	// compile stopped before its plan.
+	Inline []artifact.Digest
 
 	// RecoveryTool: the forwarded body carries the recovery tool
 	// (Options.Recovery), so the provider's answer may call it.

@@ -210,8 +210,9 @@ type plan struct {
 	continued bool
 	contCache []byte
 
-	hist       *history    // the described conversation, nil if none
-	compaction *compaction // nil when compaction does not apply
+	held       map[artifact.Digest]bool // Request.HeldInline of a continuation (continuation_lease.go)
+	hist       *history                 // the described conversation, nil if none
+	compaction *compaction              // nil when compaction does not apply
 
 	// The cost decision (nil with Cost.Off) and this plan's variant.
 	choice       *choice
@@ -404,6 +405,7 @@ func (c *Compiler) compile(ctx context.Context, f format, req Request, trees *js
 	if res.Slots > 0 || c.opts.Compaction.Enabled {
 		p.hist = describeHistory(p.d)
 	}
+	p.held = heldInline(f, p.d, req)
 	if ctx.Err() != nil {
 		res.Reason = ReasonTimeout
 		return nil
@@ -500,6 +502,9 @@ func (c *Compiler) finish(ctx context.Context, f format, p *plan, ch *choice, re
 		res.Reachable = reachable(p)
 	}
 	res.ToolConflict = p.tool.conflict
+	if req.Chained {
+		res.Inline = inlineDigests(p, forwarded)
+	}
 	res.Recovered = func(ds ...artifact.Digest) {
 		if p.recovered == nil {
 			p.recovered = map[artifact.Digest]bool{}
@@ -583,7 +588,7 @@ func (c *Compiler) decide(p *plan) {
 		}
 	}
 	leased := func(i int) bool {
-		return c.opts.InlineLeases > 0 && p.lineage.Exposures[slots[i].text.digest] >= c.opts.InlineLeases && !p.hist.unanswered(slots[i])
+		return c.opts.InlineLeases > 0 && p.lineage.Exposures[slots[i].text.digest] >= c.opts.InlineLeases && p.mayLease(i)
 	}
 	for i, s := range slots {
 		if !p.eligible[i] {

@@ -126,3 +126,22 @@ func TestWebSocketResponseState(t *testing.T) {
 		t.Fatalf("store false, the most recent response: %+v", ev)
 	}
 }
+
+// Every response has an id of its own, as the API names them: no two
+// sockets' responses share one (a gateway keys a chain's state by it).
+func TestWebSocketResponseIDsUnique(t *testing.T) {
+	srv := httptest.NewServer(&Provider{})
+	defer srv.Close()
+	seen := map[string]bool{}
+	for range 2 {
+		conn, br := wsDial(t, srv)
+		prev := ""
+		for range 2 {
+			ev := wsCreate(t, conn, br, prev, "a line")
+			if ev.Type != "response.completed" || ev.Response.ID == "" || seen[ev.Response.ID] {
+				t.Fatalf("answered %+v; ids so far %v", ev, seen)
+			}
+			seen[ev.Response.ID], prev = true, ev.Response.ID
+		}
+	}
+}

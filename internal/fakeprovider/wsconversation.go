@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 )
 
 // maxSocketResponses bounds the responses one socket keeps for
@@ -20,16 +21,25 @@ const maxSocketResponses = 64
 // is not safe for concurrent use (a socket's messages are answered in
 // order).
 type Conversation struct {
-	n     int
 	order []string
 	last  string
 	hist  map[string][]json.RawMessage
 }
 
-func (c *Conversation) nextID() string {
-	c.n++
-	return fmt.Sprintf("resp_ws%d", c.n-1)
+// responseIDs numbers the responses the process's fake providers
+// produce, on every socket: the Responses API names each response
+// uniquely, so no two responses (two sockets' first, two turns'
+// warm-ups) share an id, and a client or gateway that keys state by it
+// meets here what it meets there.
+var responseIDs atomic.Uint64
+
+// ResponseID is a new response id, unique in the process: "resp_",
+// kind (what produced it, for a reader of the test's log), a number.
+func ResponseID(kind string) string {
+	return fmt.Sprintf("resp_%s%d", kind, responseIDs.Add(1))
 }
+
+func (c *Conversation) nextID() string { return ResponseID("ws") }
 
 // Resolve returns the whole history a response.create message stands for
 // and its previous_response_id; false when the socket cannot continue

@@ -225,7 +225,8 @@ func (s *wsSession) chainSent(m *wsMessage, n int, sent []byte, res compiler.Res
 	if !c.inherited {
 		c = wsChainTool{}
 	}
-	m.chained = wsChain{tool: tool, held: c.held + n, n: c.n + 1, last: time.Now(), reach: c.reach, warmUp: m.warmUp && !tool}
+	m.chained = wsChain{tool: tool, held: c.held + n, n: c.n + 1, last: time.Now(), reach: c.reach, warmUp: m.warmUp && !tool,
+		inline: chainInline(m, res)} // websocket_lease.go
 	if tool {
 		m.chained.reach = capDigests(res.Reachable)
 	}

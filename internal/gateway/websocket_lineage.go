@@ -13,8 +13,10 @@ import "github.com/tokenterminator/caddy-token-terminator/internal/compiler"
 // compiler's continuation.go says why the Store, not the socket, holds
 // it). A response whose lineage was not committed (a pass-through the
 // compiler did not record, a failed or unanswered response, a recovery
-// loop's stitched answer) continues nothing: its continuation is
-// compiled on its own, as before.
+// loop that failed) continues nothing: its continuation is compiled on
+// its own, as before. A recovery loop's response is continued through
+// the stitched response.completed, the output the client saw and will
+// re-send (endLoop).
 
 // continuedNode is the node a continuation of m's response extends: m's
 // node continued through its response.completed output, when its record

@@ -40,7 +40,9 @@ type wsMessage struct {
 	warmUp    bool           // generate:false: the provider caches its prefix and answers no output
 	chained   wsChain        // its chain's state once it is sent, for its continuations
 	node      compiler.Chain // the lineage node its compile names (websocket_lineage.go)
-	completed []byte         // its response.completed message while settle reads it
+	// heldInline is what its chain holds inline (websocket_lease.go).
+	heldInline []artifact.Digest
+	completed  []byte // its response.completed message while settle reads it
 }
 
 // wsHead is what the relay reads of a message: its type, the response a
@@ -123,6 +125,8 @@ func (s *wsSession) compileMessage(m *wsMessage, msg []byte, held *reservation) 
 		node := chain.node
 		req.Continues = &node // websocket_lineage.go
 	}
+	m.heldInline = heldInline(chain, inherited)
+	req.HeldInline = m.heldInline // websocket_lease.go
 	m.chainTool = wsChainTool{inherited: inherited && !chain.warmUp, tool: chain.tool, held: chain.held, n: chain.n, last: chain.last, reach: chain.reach}
 	if !s.armMessage(m, &req, chain, inherited) {
 		end()

@@ -51,6 +51,7 @@ type wsLoop struct {
 	usage    provider.Usage
 	rc       *relayConn
 	st       *recovery.Stitcher
+	frames   *wsFrames // the stitcher's output: the client's messages
 	arts     *recordingArtifacts
 	res      compiler.Result // the compile: Commit, Recovered
 	request  []byte          // the compiled message, with the tool
@@ -78,7 +79,8 @@ func (s *wsSession) recoveryLoop(m *wsMessage, res compiler.Result, original []b
 	}
 	l := &wsLoop{s: s, m: m, rc: s.rc, res: res, request: res.Body, original: original,
 		arts: &recordingArtifacts{Artifacts: recovery.Within(rt.arts, res.Reachable)}, held: s.h.loopHeld()}
-	st, err := recovery.NewStitcher(provider.Responses, &wsFrames{w: s.rc.Conn}, rt.cfg)
+	l.frames = &wsFrames{w: s.rc.Conn}
+	st, err := recovery.NewStitcher(provider.Responses, l.frames, rt.cfg)
 	if err != nil {
 		return nil, false
 	}
@@ -146,8 +148,15 @@ func (s *wsSession) endLoop(l *wsLoop, outcome string) {
 	}
 	if outcome != "" {
 		m.ex.commit = nil
+	} else {
+		// The stitched response.completed, as the client saw it (no
+		// trace of the tool): its output is what the client re-sends,
+		// so a continuation extends the lineage through it
+		// (websocket_lineage.go).
+		m.completed = l.frames.completed
 	}
 	s.settle(m, http.StatusOK, outcome, loopUsage(l.usage))
+	m.completed = nil
 }
 
 // loopUsage is the usage summed over a loop's rounds, as the outcome
@@ -356,6 +365,9 @@ func sseOf(typ string, msg []byte) []byte {
 type wsFrames struct {
 	w   interface{ Write([]byte) (int, error) }
 	buf []byte
+	// completed is the last response.completed message written, for the
+	// lineage the loop commits (endLoop).
+	completed []byte
 }
 
 func (f *wsFrames) Write(p []byte) (int, error) {
@@ -366,8 +378,11 @@ func (f *wsFrames) Write(p []byte) (int, error) {
 			return len(p), nil
 		}
 		var data []byte
-		n := 0
+		n, done := 0, false
 		for line := range bytes.SplitSeq(f.buf[:i], []byte{'\n'}) {
+			if typ, ok := bytes.CutPrefix(line, []byte("event:")); ok {
+				done = string(bytes.TrimSpace(typ)) == "response.completed"
+			}
 			v, ok := bytes.CutPrefix(line, []byte("data:"))
 			if !ok {
 				continue
@@ -382,6 +397,9 @@ func (f *wsFrames) Write(p []byte) (int, error) {
 		f.buf = f.buf[:copy(f.buf, f.buf[i+2:])]
 		if n == 0 {
 			continue
+		}
+		if done {
+			f.completed = data
 		}
 		if _, err := f.w.Write(wsrelay.AppendFrame(nil, true, wsrelay.OpText, false, [4]byte{}, data)); err != nil {
 			return 0, err

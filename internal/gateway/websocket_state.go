@@ -39,6 +39,9 @@ type wsChain struct {
 	n     int               // the chain's messages sent
 	last  time.Time         // when the last of them went out
 	reach []artifact.Digest // what the chain's rewrites reached
+	// inline is what the provider holds inline in the chain's context,
+	// for a continuation's leases (websocket_lease.go).
+	inline []artifact.Digest
 	// node is the lineage node of the response, continued through its
 	// output, for a continuation's record to extend (websocket_lineage.go).
 	node compiler.Chain

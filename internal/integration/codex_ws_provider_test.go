@@ -92,7 +92,6 @@ type wsConversation struct {
 	inner  http.Handler
 	send   func([]byte) error
 	conv   fakeprovider.Conversation
-	warm   int
 }
 
 // wsCreateHead is what the provider reads of a client message.
@@ -144,8 +143,7 @@ func (c *wsConversation) keep(id string, whole, output []json.RawMessage) {
 // warmUp answers a generate:false message with an empty completed
 // response, which a later message may continue.
 func (c *wsConversation) warmUp(model string, whole []json.RawMessage) error {
-	c.warm++
-	id := fmt.Sprintf("resp_warm%d", c.warm)
+	id := fakeprovider.ResponseID("warm")
 	c.keep(id, whole, nil)
 	resp := fmt.Sprintf(`{"id":%q,"object":"response","created_at":1,"status":"%%s","model":%q,"output":[],"usage":{"input_tokens":0,"output_tokens":0,"total_tokens":0,"input_tokens_details":{"cached_tokens":0},"output_tokens_details":{"reasoning_tokens":0}}}`, id, model)
 	if err := c.send([]byte(`{"type":"response.created","sequence_number":0,"response":` + fmt.Sprintf(resp, "in_progress") + `}`)); err != nil {
@@ -162,6 +160,10 @@ func (c *wsConversation) scripted(body []byte, whole []json.RawMessage) error {
 	req.Header = c.header.Clone()
 	req.Header.Del("Upgrade")
 	c.inner.ServeHTTP(rec, req)
+	// The script names a response by its task and step, and a step
+	// answered twice (a follow-up sent again) would repeat it: on the
+	// socket each response gets an id of its own, as the API gives.
+	var scriptID, id string
 	for _, line := range strings.Split(rec.Body.String(), "\n") {
 		data, ok := strings.CutPrefix(line, "data: ")
 		if !ok || data == "[DONE]" {
@@ -174,8 +176,15 @@ func (c *wsConversation) scripted(body []byte, whole []json.RawMessage) error {
 				Output []json.RawMessage `json:"output"`
 			} `json:"response"`
 		}
-		if json.Unmarshal([]byte(data), &ev) == nil && ev.Type == "response.completed" {
-			c.keep(ev.Response.ID, whole, ev.Response.Output)
+		ok = json.Unmarshal([]byte(data), &ev) == nil
+		if ok && scriptID == "" && ev.Response.ID != "" {
+			scriptID, id = ev.Response.ID, fakeprovider.ResponseID(strings.TrimPrefix(ev.Response.ID, "resp_")+"_")
+		}
+		if scriptID != "" {
+			data = strings.ReplaceAll(data, `"id":"`+scriptID+`"`, `"id":"`+id+`"`)
+		}
+		if ok && ev.Type == "response.completed" {
+			c.keep(id, whole, ev.Response.Output)
 		}
 		if err := c.send([]byte(data)); err != nil {
 			return err
@@ -193,7 +202,7 @@ func (c *wsConversation) callTool(model string, body []byte, whole []json.RawMes
 	u := p.bill(c.path, body)
 	p.mu.Unlock()
 	n := c.w.recover.made()
-	id := fmt.Sprintf("resp_rcv%d", n)
+	id := fakeprovider.ResponseID("rcv")
 	args, _ := json.Marshal(map[string]any{"action": "artifact_get", "artifact_id": artifact, "offset": 0, "limit": wsRecoverPage})
 	reasoning := fmt.Sprintf(`{"type":"reasoning","id":"rs_rcv%d","summary":[],"encrypted_content":"gAAAAB-enc-rcv%d"}`, n, n)
 	item := func(status, a string) string {
@@ -526,7 +535,7 @@ func TestWSAgentProviderRecovers(t *testing.T) {
 		t.Fatalf("first answer: %+v, want a call of the gateway's tool for %s", first, receipt)
 	}
 	chained := last(c1, create(first.Response.ID, output))
-	if chained.Response.ID != "resp_t1s0" || chained.Response.Output[1].Name != "exec_command" {
+	if !strings.HasPrefix(chained.Response.ID, "resp_t1s0_") || chained.Response.Output[1].Name != "exec_command" {
 		t.Fatalf("the chained follow-up was answered %+v, want the script's t1s0", chained)
 	}
 	t.Logf("usage: first %+v, chained %+v", first.Response.Usage, chained.Response.Usage)
@@ -545,10 +554,10 @@ func TestWSAgentProviderRecovers(t *testing.T) {
 	// receipt, read once, is not asked for again.
 	reasoning := `{"type":"reasoning","id":"rs_rcv1","summary":[],"encrypted_content":"gAAAAB-enc-rcv1"}`
 	call := `{"type":"function_call","id":"fc_rcv1","status":"completed","arguments":"{}","call_id":"tt_ws1","name":"token_terminator"}`
-	if ev := last(c2, create("", person, reasoning, call, output)); ev.Response.ID != "resp_t1s0" {
+	if ev := last(c2, create("", person, reasoning, call, output)); !strings.HasPrefix(ev.Response.ID, "resp_t1s0_") || ev.Response.ID == chained.Response.ID {
 		t.Fatalf("the whole follow-up was answered %+v, want the script's t1s0", ev)
 	}
-	if ev := last(c1, create(chained.Response.ID, `{"type":"function_call_output","call_id":"call_t1s0c0","output":"x"}`)); ev.Response.ID != "resp_t1s1" {
+	if ev := last(c1, create(chained.Response.ID, `{"type":"function_call_output","call_id":"call_t1s0c0","output":"x"}`)); !strings.HasPrefix(ev.Response.ID, "resp_t1s1_") {
 		t.Fatalf("the client's next step was answered %+v, want the script's t1s1", ev)
 	}
 	if got := strings.Join(prov.script(), ","); got != "t1s0,t1s0,t1s1" {
