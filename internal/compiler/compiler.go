@@ -209,6 +209,10 @@ type plan struct {
 	chainBase int
 	continued bool
 	contCache []byte
+	// unitChain, for a continuation, chains every unit of the body
+	// (previous_response_id and instructions included) for the rendering
+	// the cost model prices (unitIDs); p.chain covers only its items.
+	unitChain []artifact.Digest
 
 	held       map[artifact.Digest]bool // Request.HeldInline of a continuation (continuation_lease.go)
 	hist       *history                 // the described conversation, nil if none
@@ -447,7 +451,9 @@ func (c *Compiler) lineage(ctx context.Context, f format, h *hasher, p *plan, re
 		tv := time.Now()
 		ok, err := false, error(nil)
 		if cont {
-			ok, err = c.continuedLineage(ctx, h, p, req)
+			if ok, err = c.continuedLineage(ctx, h, p, req); ok {
+				p.unitChain = h.chain(f.name(), p.d.units)
+			}
 		}
 		if err == nil && !ok {
 			p.chain = h.chain(f.name(), p.d.units)
@@ -596,7 +602,9 @@ func (c *Compiler) decide(p *plan) {
 		}
 		dg := s.text.digest
 		if p.variant.replay && p.old(i) && !p.reinline(dg) {
-			p.replace[i] = p.prev.wasReceipted(dg)
+			// An old unit of a continuation may still be unanswered: it
+			// is replayed as a receipt only where the model holds a copy.
+			p.replace[i] = p.prev.wasReceipted(dg) && p.mayLease(i)
 			continue
 		}
 		if k, ok := kept[dg]; ok && (p.variant.replay || !leased(k)) {

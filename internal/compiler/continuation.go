@@ -176,3 +176,14 @@ func (c *Compiler) continuedLineage(ctx context.Context, h *hasher, p *plan, req
 	p.contCache, p.continued = lin.Cache, true
 	return true, nil
 }
+
+// unitIDs is the identity of each unit of the body for the rendering the
+// cost model prices: p.chain, except for a continuation, whose p.chain
+// starts at its first item (the lineage's coordinates) while the rendering
+// covers the whole body.
+func (p *plan) unitIDs() []artifact.Digest {
+	if p.unitChain != nil {
+		return p.unitChain
+	}
+	return p.chain
+}

@@ -84,3 +84,43 @@ func TestContinuationLease(t *testing.T) {
 		})
 	}
 }
+
+// A continuation found on its chain is priced like any body (the cost
+// model renders every unit of it, previous_response_id included), so the
+// never-dearer veto judges it; and whichever variant plan is chosen, the
+// continuation's record keeps the cache state of the last whole body.
+func TestContinuationPricedAndRecorded(t *testing.T) {
+	store := compilertest.NewMemStore()
+	c := newCompiler(t, compiler.Options{InlineLeases: 1}, store, nil)
+	scope := artifact.Scope{Tenant: "A"}
+	ctx := context.Background()
+	compile := func(body []byte, cont *compiler.Chain, held []artifact.Digest) compiler.Result {
+		return c.Compile(ctx, compiler.Request{Path: responsesPath, Body: body, Scope: scope,
+			Mode: compiler.ModeEnforce, Continues: cont, Chained: true, HeldInline: held})
+	}
+	recorded := func(end artifact.Digest) artifact.Lineage {
+		t.Helper()
+		lin, err := store.Ancestor(ctx, scope, []artifact.Digest{end, {0xff}})
+		if err != nil || !lin.Found || lin.Ancestor != end {
+			t.Fatalf("no record at %x: %+v, %v", end, lin, err)
+		}
+		return lin
+	}
+	history := []string{`{"type":"message","role":"developer","content":[{"type":"input_text","text":"You are Codex."}]}`, codexUser("fix the bug")}
+	open := compile(socketBody("", history), nil, nil)
+	node, _ := compiler.Continue(open.Chain, completedEvent("resp_0", codexCall(1).provider))
+	first := compile(socketBody("resp_0", []string{codexOutput(1)}), &node, open.Inline)
+	if first.CostRaw <= 0 {
+		t.Fatalf("first continuation priced at %v", first.CostRaw)
+	}
+	if got, want := recorded(first.Chain.End), recorded(open.Chain.End); len(want.Cache) == 0 || string(got.Cache) != string(want.Cache) {
+		t.Fatalf("continuation recorded cache state %x, want the opening's %x", got.Cache, want.Cache)
+	}
+	node, _ = compiler.Continue(first.Chain, completedEvent("resp_1", codexCall(2).provider))
+	body := socketBody("resp_1", []string{codexRerun(2, 1)})
+	res := compile(body, &node, first.Inline)
+	if res.Kinds.Lease != 1 || res.CostRaw <= 0 || res.CostSent >= res.CostRaw {
+		t.Fatalf("leased continuation: %d leases, cost %v -> %v (%s/%s); want a lease priced cheaper", res.Kinds.Lease, res.CostRaw, res.CostSent, res.Decision, res.Reason)
+	}
+	assertValidRewrite(t, responsesPath, body, res)
+}

@@ -277,7 +277,8 @@ func headFingerprint(d *doc) (fp uint64, size int) {
 // (receipt_breakpoint.go) marks its unit.
 func (p *plan) rendered(edited bool, marked []bool) ([]seg, []bool) {
 	d := p.d
-	if len(p.chain) != len(d.units) {
+	ids := p.unitIDs()
+	if len(ids) != len(d.units) {
 		return nil, nil
 	}
 	head, size := p.head, p.headSize
@@ -304,7 +305,7 @@ func (p *plan) rendered(edited bool, marked []bool) ([]seg, []bool) {
 	fp, end := head, size
 	out = append(out, seg{fp, end})
 	unit := func(u int) {
-		fp = mix(mix(fp, short(p.chain[u])), marks[u])
+		fp = mix(mix(fp, short(ids[u])), marks[u])
 		end += unitSize(d.units[u]) + delta[u]
 		out = append(out, seg{fp, end})
 		if bps != nil {
@@ -340,7 +341,7 @@ func (p *plan) rendered(edited bool, marked []bool) ([]seg, []bool) {
 		default:
 			// A kept copy of a folded element's session context: its bytes
 			// are in its fold's size; it marks the fingerprint only.
-			fp = mix(mix(fp, 0x9ae), short(p.chain[cp.offset+preambleIndex(k)]))
+			fp = mix(mix(fp, 0x9ae), short(ids[cp.offset+preambleIndex(k)]))
 		}
 	}
 	return out, bps

@@ -286,6 +286,7 @@ func (c *Compiler) planned(base *plan, v variant, prev *cacheState) *plan {
 		base.receiptTexts = make([]string, len(base.d.slots))
 	}
 	p := &plan{d: base.d, chain: base.chain, lineage: base.lineage, eligible: base.eligible, hist: base.hist, held: base.held,
+		chainBase: base.chainBase, continued: base.continued, contCache: base.contCache, unitChain: base.unitChain,
 		head: base.head, headSize: base.headSize, foldMemo: base.foldMemo, receiptTexts: base.receiptTexts,
 		variant: v, prev: prev, recovery: base.recovery, blocks: base.blocks,
 		reinlineMode: c.opts.ReinlineRecovered}
