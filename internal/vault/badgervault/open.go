@@ -232,8 +232,14 @@ func tryOpen(dir string, opt badger.Options, disk *diskGuard, log *zap.Logger) (
 	mems := memtables(dir)
 	db, err := badger.Open(opt)
 	if err != nil {
-		dropNewMemtables(dir, mems)
-		return nil, classifyOpenErr(dir, err)
+		err = classifyOpenErr(dir, err)
+		if errors.Is(err, ErrDamaged) {
+			// Badger held the directory lock to find the damage, so the
+			// new memtables are its own; after any other failure (the lock
+			// of a live process among them) they may be that process's.
+			dropNewMemtables(dir, mems)
+		}
+		return nil, err
 	}
 	return db, nil
 }
